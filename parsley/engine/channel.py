@@ -1,0 +1,115 @@
+"""Channels, positions and the messages the engine is fed.
+
+A *channel* is one partition of one topic, named by the topic's Kafka topic
+id (a UUID, brokers 3.7.0+) and the partition number, so a topic deleted and
+recreated under its name is a different channel. A *position* is a Kafka
+offset on that channel.
+
+Pure: standard library only (see ``tests/unit/test_purity.py``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+from uuid import UUID
+
+__all__ = [
+    "CHANNEL_BYTES",
+    "FED_TO_END",
+    "MAX_PARTITION",
+    "ChannelId",
+    "Header",
+    "ReceivedMessage",
+]
+
+FED_TO_END: Final = 2**63 - 1
+"""The "fed to its end" sentinel (Java ``Long.MAX_VALUE``): a channel whose
+topic is confirmed deleted covers every position. Never a legal wire position
+(wire constraint 7)."""
+
+MAX_PARTITION: Final = 2**31 - 1
+"""Largest partition number a channel can have (Java ``int``; wire varints hold 0..2^31-1)."""
+
+CHANNEL_BYTES: Final = 20
+"""Size of a channel's flat encoding: 16-byte topic id, then int32 big-endian partition."""
+
+_PARTITION = struct.Struct(">i")
+
+Header = tuple[str, bytes | None]
+"""One Kafka record header: (key, value); a value may be ``None`` (a null header)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ChannelId:
+    """One topic-partition, identified by topic id (seed terms: a channel).
+
+    Ordered as on the wire (``JAVA-PARSLEY-FACTS.md`` §1, constraint 4): topic
+    id compared as 16 unsigned bytes, then partition numerically.
+    ``uuid.UUID`` compares by its 128-bit integer, which is exactly the
+    unsigned big-endian byte order, so the dataclass ordering is the wire's.
+
+    Attributes:
+        topic_id: Kafka topic id; never the all-zero UUID for a real topic.
+        partition: partition number, 0 .. 2^31-1.
+
+    Raises:
+        ValueError: partition out of range.
+        TypeError: topic_id is not a ``uuid.UUID``.
+    """
+
+    topic_id: UUID
+    partition: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic_id, UUID):
+            raise TypeError(f"topic_id must be a uuid.UUID, got {type(self.topic_id).__name__}")
+        if not 0 <= self.partition <= MAX_PARTITION:
+            raise ValueError(f"partition must be in 0..2^31-1, got {self.partition}")
+
+    def __str__(self) -> str:
+        # Java's Channel renders as <topicId>-<partition>; details use this form.
+        return f"{self.topic_id}-{self.partition}"
+
+    def to_bytes(self) -> bytes:
+        """The 20-byte flat form: topic id (MSB 8, LSB 8), then int32 BE partition.
+
+        Source: ``JAVA-PARSLEY-FACTS.md`` §3 ("channel means 20 bytes").
+        """
+        return self.topic_id.bytes + _PARTITION.pack(self.partition)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ChannelId:
+        """Parse the 20-byte flat form.
+
+        Raises:
+            ValueError: ``data`` is not exactly 20 bytes, or the partition is negative.
+        """
+        if len(data) != CHANNEL_BYTES:
+            raise ValueError(f"a channel is {CHANNEL_BYTES} bytes, got {len(data)}")
+        (partition,) = _PARTITION.unpack_from(data, 16)
+        return cls(UUID(bytes=bytes(data[:16])), partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A record as the worker fetched it, before the engine decides anything.
+
+    Attributes:
+        channel: the channel it was fetched from.
+        position: its Kafka offset on that channel (inclusive; the record's own offset).
+        timestamp_ms: the record timestamp, ms since the epoch.
+        key: raw key bytes, or ``None``.
+        value: raw value bytes, or ``None``.
+        headers: every header as fetched, in order, ``parsley.causes`` included;
+            the engine extracts the causes and strips every ``parsley.*`` header
+            before anything reaches application code.
+    """
+
+    channel: ChannelId
+    position: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
