@@ -3,6 +3,7 @@
 Public names are listed in ``__all__``; everything else is internal.
 """
 
+from parsley import wire
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 
@@ -11,4 +12,5 @@ __all__ = [
     "ChannelId",
     "ParsleyFailClosedError",
     "Reason",
+    "wire",
 ]

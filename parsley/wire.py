@@ -1,0 +1,423 @@
+"""The ``parsley.causes`` header: encode, decode, size, placement.
+
+Every message a Parsley process sends carries exactly one ``parsley.causes``
+header naming, per channel, the highest position among its causes. The format
+is version 1 of the Java implementation's frozen grammar, byte for byte
+(``JAVA-PARSLEY-FACTS.md`` §1; Java ``CausesCodec``), so Java and Python
+processes read each other's records::
+
+    value          := version topicCount group*
+    version        := uint8 = 0x01
+    topicCount     := varint >= 0
+    group          := topicId partitionCount pair*
+    topicId        := 16 bytes (Kafka topic id, big-endian), never all zero
+    partitionCount := varint >= 1
+    pair           := partition position
+    partition      := varint >= 0
+    position       := int64 big-endian, 0 <= position < 2^63 - 1
+
+Varints are unsigned base-128, low bits first, minimal, at most 0..2^31-1.
+Topics strictly ascend (unsigned bytes), partitions strictly ascend within a
+topic, nothing trails the last group: one cause set has exactly one encoding.
+
+Decoding is strict and fails closed: a malformed value raises
+:class:`~parsley.refusals.ParsleyFailClosedError` with reason
+``UNDECODABLE_METADATA`` and the Java implementation's diagnosis text. Callers
+that know the record (the engine) re-raise with ``<channel>@<position>: ``
+in front.
+
+Pure: standard library only (``tests/unit/test_purity.py``). See
+``docs/wire-format.md`` for the user- and gateway-facing description.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Final
+from uuid import UUID
+
+from parsley.engine.channel import FED_TO_END, MAX_PARTITION, ChannelId, Header
+from parsley.refusals import ParsleyFailClosedError, Reason
+
+__all__ = [
+    "CAUSES_HEADER",
+    "EMPTY_CAUSES",
+    "FORMAT_VERSION",
+    "RESERVED_PREFIX",
+    "causes_from_headers",
+    "decode_causes",
+    "encode_causes",
+    "encoded_size",
+    "is_reserved",
+    "strip_reserved",
+    "varint_size",
+]
+
+CAUSES_HEADER: Final = "parsley.causes"
+"""The one header key carrying causes (facts §1, Placement)."""
+
+RESERVED_PREFIX: Final = "parsley."
+"""Header-key prefix reserved for Parsley; application headers may not use it."""
+
+FORMAT_VERSION: Final = 1
+"""The version byte leading every value (constraint 1)."""
+
+EMPTY_CAUSES: Final = b"\x01\x00"
+"""The value of a header carrying no causes: version 1, zero topics."""
+
+_MAX_VARINT: Final = MAX_PARTITION  # 2^31 - 1, Java's non-negative int range
+_ZERO_ID: Final = bytes(16)
+_POSITION = struct.Struct(">q")
+_TRUNCATED: Final = "truncated causes header"
+
+# Bounded caches of immutable values. Topic ids and channels repeat from header
+# to header (a frontier is mostly the same channels every time), and building a
+# UUID and a validated ChannelId costs ~1.1 us per entry against ~40 ns for a
+# dict hit; perf/bench_wire.py measures the difference. Each level is cleared
+# wholesale when full, so memory stays bounded whatever a sender writes.
+_CACHE_TOPICS: Final = 4096
+_CACHE_PARTITIONS: Final = 4096
+_channel_cache: dict[bytes, tuple[UUID, dict[int, ChannelId]]] = {}
+
+
+def _undecodable(diagnosis: str) -> ParsleyFailClosedError:
+    return ParsleyFailClosedError(Reason.UNDECODABLE_METADATA, diagnosis)
+
+
+def _topic_entry(raw_id: bytes) -> tuple[UUID, dict[int, ChannelId]]:
+    entry = _channel_cache.get(raw_id)
+    if entry is None:
+        if len(_channel_cache) >= _CACHE_TOPICS:
+            _channel_cache.clear()
+        entry = (UUID(bytes=raw_id), {})
+        _channel_cache[raw_id] = entry
+    return entry
+
+
+def _channel(topic: tuple[UUID, dict[int, ChannelId]], partition: int) -> ChannelId:
+    by_partition = topic[1]
+    channel = by_partition.get(partition)
+    if channel is None:
+        if len(by_partition) >= _CACHE_PARTITIONS:
+            by_partition.clear()
+        channel = ChannelId(topic[0], partition)
+        by_partition[partition] = channel
+    return channel
+
+
+def _read_varint(data: bytes, i: int, n: int, field: str) -> tuple[int, int]:
+    """Read a multi-byte varint starting at ``i``; return (value, next index).
+
+    The one-byte case never reaches here: callers test ``data[i] < 0x80``
+    inline. Checks mirror Java's ``readUnsignedVarint``: a fifth byte (shift
+    28) must have no bits beyond the low three (mask ``F8``, which also refuses
+    a continuation bit there), and a terminal zero byte after the first is a
+    non-minimal spelling.
+    """
+    value = 0
+    shift = 0
+    while True:
+        if i >= n:
+            raise _undecodable(_TRUNCATED)
+        b = data[i]
+        i += 1
+        if shift == 28 and b & 0xF8:
+            raise _undecodable(f"{field} varint exceeds the non-negative int range")
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if shift and not b & 0x7F:
+                raise _undecodable(f"non-minimal varint in {field}")
+            return value, i
+        shift += 7
+
+
+def decode_causes(value: bytes | None) -> dict[ChannelId, int]:
+    """Decode a ``parsley.causes`` header value.
+
+    Args:
+        value: the raw header value (``bytes``; a ``bytearray`` or
+            ``memoryview`` is copied), or ``None`` for a header present with
+            a null value. Grammar in the module docstring.
+
+    Returns:
+        Per channel, the highest causal position (a Kafka offset, inclusive:
+        the entry stands for every cause on that channel at or below it). The
+        dict iterates in channel order. ``{}`` for ``01 00``.
+
+    Raises:
+        ParsleyFailClosedError: reason ``UNDECODABLE_METADATA``, detail one of
+            (checked in this order, as Java's ``CausesCodec.decode``):
+            ``causes header present with null value``;
+            ``unknown causes format version N`` (constraint 1);
+            ``truncated causes header`` (running out of bytes anywhere);
+            ``zero topic id at group G; the substrate never assigns it to a
+            channel`` (constraint 5);
+            ``topics not strictly ascending at <uuid>`` (constraint 3);
+            ``topic <uuid> names zero partitions`` (constraint 4);
+            ``partitions not strictly ascending at <uuid>-<p>`` (constraint 4);
+            ``negative position P on <uuid>-<p>`` (constraint 6);
+            ``position P on <uuid>-<p> is beyond any position a channel can
+            assign`` (constraint 7);
+            ``N trailing bytes after T topic groups`` (constraint 2);
+            ``non-minimal varint in <field>`` and ``<field> varint exceeds the
+            non-negative int range`` for ``topic count``, ``partition count``
+            and ``partition``.
+
+    Source: ``JAVA-PARSLEY-FACTS.md`` §1 (grammar, constraints 1-7, "Codec
+    details to mirror"). Constraint 8 (a position names a committed record)
+    cannot be decided from bytes and is not checked by any reader.
+    """
+    if value is None:
+        raise _undecodable("causes header present with null value")
+    data = value if type(value) is bytes else bytes(value)
+    n = len(data)
+    if n == 0:
+        raise _undecodable(_TRUNCATED)
+    if data[0] != FORMAT_VERSION:
+        raise _undecodable(f"unknown causes format version {data[0]}")
+    out: dict[ChannelId, int] = {}
+    if n == 2 and data[1] == 0:
+        return out
+    unpack = _POSITION.unpack_from
+    cache_get = _channel_cache.get
+    if n < 2:
+        raise _undecodable(_TRUNCATED)
+    topics = data[1]
+    i = 2
+    if topics >= 0x80:
+        topics, i = _read_varint(data, 1, n, "topic count")
+    previous = b""
+    try:
+        for group in range(topics):
+            j = i + 16
+            if j > n:
+                raise _undecodable(_TRUNCATED)
+            raw_id = data[i:j]
+            if raw_id == _ZERO_ID:
+                raise _undecodable(
+                    f"zero topic id at group {group}; the substrate never assigns it to a channel"
+                )
+            if raw_id <= previous:
+                raise _undecodable(f"topics not strictly ascending at {UUID(bytes=raw_id)}")
+            previous = raw_id
+            topic = cache_get(raw_id)
+            if topic is None:
+                topic = _topic_entry(raw_id)
+            by_partition = topic[1]
+            count = data[j]  # IndexError -> truncated
+            i = j + 1
+            if count >= 0x80:
+                count, i = _read_varint(data, j, n, "partition count")
+            elif count == 0:
+                raise _undecodable(f"topic {topic[0]} names zero partitions")
+            last = -1
+            for _ in range(count):
+                partition = data[i]
+                i += 1
+                if partition >= 0x80:
+                    partition, i = _read_varint(data, i - 1, n, "partition")
+                if partition <= last:
+                    raise _undecodable(
+                        f"partitions not strictly ascending at {topic[0]}-{partition}"
+                    )
+                last = partition
+                (position,) = unpack(data, i)  # struct.error -> truncated
+                i += 8
+                channel = by_partition.get(partition)
+                if channel is None:
+                    channel = _channel(topic, partition)
+                if position < 0:
+                    raise _undecodable(f"negative position {position} on {channel}")
+                if position == FED_TO_END:
+                    raise _undecodable(
+                        f"position {position} on {channel} "
+                        "is beyond any position a channel can assign"
+                    )
+                out[channel] = position
+    except (IndexError, struct.error):
+        raise _undecodable(_TRUNCATED) from None
+    if i != n:
+        raise _undecodable(f"{n - i} trailing bytes after {topics} topic groups")
+    return out
+
+
+def varint_size(value: int) -> int:
+    """Width in bytes of ``value`` as a minimal unsigned varint (1..5).
+
+    Raises:
+        ValueError: ``value`` outside 0..2^31-1.
+    """
+    if value < 0x80 and value >= 0:
+        return 1
+    if not 0 <= value <= _MAX_VARINT:
+        raise ValueError(f"varint value must be in 0..2^31-1, got {value}")
+    return (value.bit_length() + 6) // 7
+
+
+def _check_entry(channel: ChannelId, position: int) -> None:
+    if not 0 <= position < FED_TO_END:
+        raise ValueError(
+            f"position {position} on {channel} cannot be encoded: it must be in 0..2^63-2"
+        )
+    if channel.topic_id.int == 0:
+        raise ValueError(f"channel {channel} names the zero topic id, which no topic can have")
+
+
+def _groups(causes: Mapping[ChannelId, int]) -> list[tuple[bytes, list[tuple[int, int]]]]:
+    """Channel-ordered groups: [(16-byte topic id, [(partition, position), ...]), ...]."""
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for channel, position in causes.items():
+        _check_entry(channel, position)
+        pairs = groups.get(channel.topic_id.int)
+        if pairs is None:
+            groups[channel.topic_id.int] = [(channel.partition, position)]
+        else:
+            pairs.append((channel.partition, position))
+    out = []
+    for topic_int in sorted(groups):
+        pairs = groups[topic_int]
+        pairs.sort()
+        out.append((topic_int.to_bytes(16, "big"), pairs))
+    return out
+
+
+def _put_varint(buf: bytearray, value: int) -> None:
+    while value >= 0x80:
+        buf.append((value & 0x7F) | 0x80)
+        value >>= 7
+    buf.append(value)
+
+
+def encode_causes(causes: Mapping[ChannelId, int]) -> bytes:
+    """Encode a cause set in its one canonical form.
+
+    Args:
+        causes: per channel, the highest causal position (offset, inclusive).
+            Any iteration order; the output sorts by channel order (topic id
+            as unsigned bytes, then partition), one group per topic.
+
+    Returns:
+        The header value; ``01 00`` for an empty mapping. Equal mappings give
+        equal bytes, and the same bytes Java's ``CausesCodec.encode`` gives.
+        Its length is :func:`encoded_size`.
+
+    Raises:
+        ValueError: a position outside 0..2^63-2 or a zero topic id: bytes
+            every reader would refuse (constraints 5-7) are never written.
+
+    Source: ``JAVA-PARSLEY-FACTS.md`` §1, "Encoding".
+    """
+    if not causes:
+        return EMPTY_CAUSES
+    pack = _POSITION.pack
+    groups = _groups(causes)
+    buf = bytearray(b"\x01")
+    _put_varint(buf, len(groups))
+    for raw_id, pairs in groups:
+        buf += raw_id
+        count = len(pairs)
+        if count < 0x80:
+            buf.append(count)
+        else:
+            _put_varint(buf, count)
+        for partition, position in pairs:
+            if partition < 0x80:
+                buf.append(partition)
+            else:
+                _put_varint(buf, partition)
+            buf += pack(position)
+    return bytes(buf)
+
+
+def encoded_size(causes: Mapping[ChannelId, int]) -> int:
+    """Exact length in bytes of :func:`encode_causes` for ``causes``.
+
+    ``1 + v(T) + sum over topics [16 + v(n_t) + sum over partitions (v(p) + 8)]``
+    where ``v`` is the varint width, ``T`` the number of distinct topics and
+    ``n_t`` the partitions of topic ``t``; with ids and counts below 128 that
+    is ``2 + sum_t (17 + 9 n_t)``: 26 bytes for a topic's first channel, 9 for
+    each further one.
+
+    Raises:
+        ValueError: as :func:`encode_causes`.
+
+    Source: ``JAVA-PARSLEY-FACTS.md`` §1, "Encoded size" (Java
+    ``CausesCodec.encodedSize``).
+    """
+    per_topic: dict[UUID, int] = {}
+    size = 0
+    for channel, position in causes.items():
+        _check_entry(channel, position)
+        per_topic[channel.topic_id] = per_topic.get(channel.topic_id, 0) + 1
+        size += varint_size(channel.partition) + 8
+    size += 1 + varint_size(len(per_topic))
+    for count in per_topic.values():
+        size += 16 + varint_size(count)
+    return size
+
+
+def is_reserved(key: str) -> bool:
+    """Whether a header key uses the reserved ``parsley.`` prefix (facts §1, Placement)."""
+    return key.startswith(RESERVED_PREFIX)
+
+
+def strip_reserved(headers: Sequence[Header]) -> tuple[Header, ...]:
+    """The application's headers: every header whose key lacks the ``parsley.`` prefix.
+
+    Args:
+        headers: (key, value-or-None) pairs in record order.
+
+    Returns:
+        The same pairs, order kept, without any ``parsley.*`` header; this is
+        what deserializers and handlers see (Java ``withoutReservedHeaders``).
+    """
+    return tuple(h for h in headers if not h[0].startswith(RESERVED_PREFIX))
+
+
+def causes_from_headers(
+    headers: Sequence[Header], budget_bytes: int
+) -> dict[ChannelId, int] | None:
+    """Find, size-check and decode the causes of a received record.
+
+    Args:
+        headers: the record's headers as fetched, (key, value-or-None), in order.
+        budget_bytes: the metadata budget in bytes (default elsewhere 262,144);
+            a header value longer than this is refused before it is decoded.
+
+    Returns:
+        ``None`` when no ``parsley.causes`` header is present (the record has
+        no causes and is immediately deliverable, SPEC Safety 6); otherwise the
+        decoded causes as :func:`decode_causes` returns them.
+
+    Raises:
+        ParsleyFailClosedError: reason ``UNDECODABLE_METADATA`` with
+            ``duplicate parsley.causes headers`` when the key appears twice or
+            more, ``causes header present with null value`` for a null value,
+            ``truncated causes header`` for an empty one (present is never
+            absent), or any :func:`decode_causes` diagnosis; reason
+            ``METADATA_BUDGET_EXCEEDED`` with ``carries N bytes of causal
+            metadata; the configured budget is B bytes`` when the raw value is
+            longer than ``budget_bytes`` (checked before decoding).
+
+    Source: ``JAVA-PARSLEY-FACTS.md`` §1, Placement (Java
+    ``ProcessEngine.extractCauses``). The caller prefixes
+    ``<channel>@<position>: `` to the detail.
+    """
+    found = False
+    raw: bytes | None = None
+    for key, value in headers:
+        if key == CAUSES_HEADER:
+            if found:
+                raise _undecodable(f"duplicate {CAUSES_HEADER} headers")
+            found = True
+            raw = value
+    if not found:
+        return None
+    if raw is not None and len(raw) > budget_bytes:
+        raise ParsleyFailClosedError(
+            Reason.METADATA_BUDGET_EXCEEDED,
+            f"carries {len(raw)} bytes of causal metadata; "
+            f"the configured budget is {budget_bytes} bytes",
+        )
+    return decode_causes(raw)
