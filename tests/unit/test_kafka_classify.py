@@ -1,0 +1,245 @@
+"""The one KafkaError classifier and the config builders, without a broker.
+
+``KafkaError`` objects are built with their flags as librdkafka sets them;
+the broker-side counterparts (real codes from a real broker) are in
+tests/integration/test_worker_kafka.py.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from parsley.declarations import group_instance_id
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.kafka import (
+    OWNED_PROPERTIES,
+    DeliveryLedger,
+    ErrorKind,
+    OffsetResetVerdict,
+    SubstrateError,
+    admin_config,
+    classify,
+    consumer_config,
+    fatal,
+    map_kafka_errors,
+    offset_reset_refusal,
+    offset_reset_verdict,
+    producer_config,
+    restore_consumer_config,
+    retriable,
+    to_exception,
+    txn_requires_abort,
+)
+
+BS = "127.0.0.1:9092"
+
+
+# -- classification -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("err", "kind"),
+    [
+        (KafkaError(KafkaError._FENCED, "fenced", fatal=True), ErrorKind.FENCED),
+        (KafkaError(KafkaError.PRODUCER_FENCED, "x"), ErrorKind.FENCED),
+        (KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "x"), ErrorKind.FENCED),
+        (KafkaError(KafkaError.FENCED_INSTANCE_ID, "x", fatal=True), ErrorKind.FENCED),
+        (KafkaError(KafkaError._FATAL, "x", fatal=True), ErrorKind.FATAL),
+        (KafkaError(KafkaError._TIMED_OUT, "x", retriable=True), ErrorKind.RETRIABLE),
+        (
+            KafkaError(KafkaError._MSG_TIMED_OUT, "x", txn_requires_abort=True),
+            ErrorKind.ABORTABLE,
+        ),
+        (KafkaError(KafkaError._TRANSPORT, "x"), ErrorKind.SUBSTRATE_TRANSIENT),
+        (KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "x"), ErrorKind.SUBSTRATE_TRANSIENT),
+        (KafkaError(KafkaError._AUTO_OFFSET_RESET, "x"), ErrorKind.OFFSET_RESET),
+        (KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, "x"), ErrorKind.OFFSET_RESET),
+    ],
+)
+def test_kinds(err: KafkaError, kind: ErrorKind) -> None:
+    assert classify(err).kind is kind, f"{err.name()} classified as {classify(err).kind}"
+    assert classify(KafkaException(err)).kind is kind, "a KafkaException must classify as its error"
+    assert classify(err).reason is None
+
+
+@pytest.mark.parametrize("code", [KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE])
+def test_record_too_large_is_a_refusal_even_when_abortable(code: int) -> None:
+    err = KafkaError(code, "Broker: Message size too large", txn_requires_abort=True)
+    c = classify(KafkaException(err))
+    assert c.kind is ErrorKind.REFUSAL
+    assert c.reason is Reason.SUBSTRATE_MISCONFIGURED
+    exc = to_exception(err, "producing to t[0]")
+    assert isinstance(exc, ParsleyFailClosedError)
+    assert exc.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert exc.detail.startswith("a record exceeded a size limit")
+    assert "producing to t[0]" in exc.detail
+
+
+def test_flag_predicates() -> None:
+    e = KafkaError(KafkaError._STATE, "x", fatal=True, retriable=False, txn_requires_abort=True)
+    assert fatal(e) and fatal(KafkaException(e))
+    assert txn_requires_abort(KafkaException(e))
+    assert not retriable(e)
+    assert not fatal(ValueError("x"))
+    wrapped = RuntimeError("outer")
+    wrapped.__cause__ = KafkaException(e)
+    assert fatal(wrapped), "the flag must be found along the cause chain"
+
+
+def test_refusals_and_foreign_exceptions() -> None:
+    refusal = ParsleyFailClosedError(Reason.OUT_OF_ORDER_FEED, "ch@3: fed after 5")
+    outer = RuntimeError("handler frame")
+    outer.__cause__ = refusal
+    c = classify(outer)
+    assert (c.kind, c.reason) == (ErrorKind.REFUSAL, Reason.OUT_OF_ORDER_FEED)
+    assert to_exception(outer) is refusal
+    boom = ValueError("application bug")
+    assert classify(boom).kind is ErrorKind.UNCLASSIFIED
+    assert to_exception(boom) is boom
+
+
+def test_map_kafka_errors_reraises_from_original() -> None:
+    err = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out", txn_requires_abort=True)
+    with pytest.raises(SubstrateError) as info, map_kafka_errors("committing task 3"):
+        raise KafkaException(err)
+    assert info.value.kind is ErrorKind.ABORTABLE
+    assert "committing task 3" in info.value.detail
+    assert isinstance(info.value.__cause__, KafkaException)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (copy.kind, copy.detail, copy.code) == (
+        ErrorKind.ABORTABLE, info.value.detail, KafkaError._MSG_TIMED_OUT
+    )
+    with pytest.raises(ValueError):
+        SubstrateError(ErrorKind.REFUSAL, "no")
+
+
+# -- offset reset decision -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("committed", "start", "end", "verdict"),
+    [
+        (None, 0, 10, OffsetResetVerdict.NO_COMMITTED_OFFSET),
+        (-1001, 5, 10, OffsetResetVerdict.NO_COMMITTED_OFFSET),
+        (3, 5, 10, OffsetResetVerdict.DISCARDED_UNREAD),
+        (0, 1, 1, OffsetResetVerdict.DISCARDED_UNREAD),
+        (5, 5, 10, OffsetResetVerdict.WITHIN_LOG),
+        (10, 5, 10, OffsetResetVerdict.WITHIN_LOG),
+        (11, 0, 10, OffsetResetVerdict.BEYOND_LOG_END),
+    ],
+)
+def test_offset_reset_verdict(
+    committed: int | None, start: int, end: int, verdict: OffsetResetVerdict
+) -> None:
+    assert offset_reset_verdict(committed, start, end) is verdict
+
+
+def test_offset_reset_refusal_detail_names_the_gap() -> None:
+    exc = offset_reset_refusal("orders", 2, 3, 7, 12, group_id="app-p")
+    assert isinstance(exc, ParsleyFailClosedError)
+    assert exc.reason is Reason.POSITIONS_DISCARDED_UNREAD
+    assert "orders-2" in exc.detail and "3..6" in exc.detail and "app-p" in exc.detail
+    transient = offset_reset_refusal("orders", 2, None, 7, 12)
+    assert isinstance(transient, SubstrateError)
+    assert transient.kind is ErrorKind.SUBSTRATE_TRANSIENT
+
+
+# -- delivery ledger --------------------------------------------------------------
+
+
+class _Msg:
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 4
+
+
+def test_delivery_ledger() -> None:
+    ledger = DeliveryLedger()
+    ledger.sent(2)
+    ledger.on_delivery(None, _Msg())  # type: ignore[arg-type]
+    with pytest.raises(SubstrateError, match="1 of 2"):
+        ledger.check("commit")
+    ledger.on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too big"), _Msg())  # type: ignore[arg-type]
+    with pytest.raises(ParsleyFailClosedError) as info:
+        ledger.check("commit")
+    assert info.value.reason is Reason.SUBSTRATE_MISCONFIGURED and "t[4]" in info.value.detail
+    ledger.reset()
+    ledger.sent()
+    ledger.on_delivery(None, _Msg())  # type: ignore[arg-type]
+    ledger.check()
+
+
+# -- configs ------------------------------------------------------------------------
+
+
+def test_consumer_config_owned_settings() -> None:
+    c = consumer_config(BS, "pre", "proc", 7, {"fetch.max.bytes": 1 << 20, "producer.linger.ms": 1})
+    assert c["group.id"] == "pre-proc"
+    assert c["group.instance.id"] == "pre-proc-task-007" == group_instance_id("pre", "proc", 7)
+    assert c["partition.assignment.strategy"] == "range"
+    assert c["isolation.level"] == "read_committed"
+    assert c["enable.auto.commit"] is False
+    assert c["auto.offset.reset"] == "error"
+    assert c["session.timeout.ms"] <= 10_000
+    assert c["fetch.max.bytes"] == 1 << 20
+    assert "linger.ms" not in c and "producer.linger.ms" not in c
+
+
+def test_instance_ids_sort_in_task_order() -> None:
+    ids = [consumer_config(BS, "a", "p", i, task_count=1500)["group.instance.id"]
+           for i in range(0, 1500, 7)]
+    assert ids == sorted(ids)
+
+
+def test_producer_config_owned_settings() -> None:
+    p = producer_config(BS, "pre", "proc", 12, {"producer.linger.ms": 1, "consumer.x": 2})
+    assert p["transactional.id"] == "pre-proc-task-012"
+    assert p["partitioner"] == "murmur2_random"
+    assert p["transaction.timeout.ms"] == 10_000
+    assert p["enable.idempotence"] is True
+    assert p["linger.ms"] == 1 and "x" not in p
+
+
+def test_restore_consumer_config() -> None:
+    r = restore_consumer_config(BS, "pre", "proc", 0)
+    assert r["isolation.level"] == "read_committed"
+    assert r["group.id"] != "pre-proc", "the restore consumer must not use the process's group"
+    assert r["enable.auto.commit"] is False
+    assert admin_config(BS, {"admin.request.timeout.ms": 5})["request.timeout.ms"] == 5
+
+
+@pytest.mark.parametrize("prop", sorted(OWNED_PROPERTIES))
+@pytest.mark.parametrize("prefix", ["", "consumer.", "producer.", "admin."])
+def test_owned_properties_refused(prop: str, prefix: str) -> None:
+    key = prefix + prop
+    for build in (
+        lambda: consumer_config(BS, "a", "p", 0, {key: "x"}),
+        lambda: producer_config(BS, "a", "p", 0, {key: "x"}),
+        lambda: restore_consumer_config(BS, "a", "p", 0, {key: "x"}),
+        lambda: admin_config(BS, {key: "x"}),
+    ):
+        with pytest.raises(ValueError) as info:
+            build()
+        assert repr(key) in str(info.value), f"the error must name {key!r}: {info.value}"
+
+
+def test_owned_properties_refused_case_and_nested() -> None:
+    with pytest.raises(ValueError, match=r"Group\.Id"):
+        consumer_config(BS, "a", "p", 0, {"Group.Id": "other"})
+    with pytest.raises(ValueError, match=r"auto\.offset\.reset"):
+        nested = {"default.topic.config": {"auto.offset.reset": "earliest"}}
+        consumer_config(BS, "a", "p", 0, nested)
+
+
+def test_blank_arguments_refused() -> None:
+    with pytest.raises(ValueError):
+        consumer_config("", "a", "p", 0)
+    with pytest.raises(ValueError):
+        producer_config(BS, " ", "p", 0)
+    with pytest.raises(ValueError):
+        consumer_config(BS, "a", "p", -1)

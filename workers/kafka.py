@@ -1,0 +1,782 @@
+"""The worker's Kafka edge: client configurations and the one KafkaError classifier.
+
+Two jobs, both at the I/O edge (STYLE.md, "Errors"):
+
+* **Configurations.** :func:`consumer_config`, :func:`producer_config`,
+  :func:`restore_consumer_config` and :func:`admin_config` build the
+  confluent-kafka (librdkafka) dicts the worker of task ``i`` uses, from the
+  bootstrap servers, the prefix and process (application id
+  ``<prefix>-<process>``; ids from ``parsley.declarations``), the task index
+  and the user's ``kafka_properties``. Properties Parsley owns are
+  refused in user overrides (:data:`OWNED_PROPERTIES`).
+* **Classification.** Every ``KafkaError``/``KafkaException`` the worker meets
+  is classified here and nowhere else: :func:`fatal`, :func:`retriable`,
+  :func:`txn_requires_abort`, :func:`classify`, and :func:`to_exception` /
+  :func:`map_kafka_errors`, which re-raise ``from`` the original error as a
+  :class:`~parsley.refusals.ParsleyFailClosedError` (the two substrate
+  refusals) or a :class:`SubstrateError` carrying an :class:`ErrorKind`.
+
+Verified on a real broker (``tests/integration/test_worker_kafka.py``):
+
+* a record over a size limit surfaces as ``MSG_SIZE_TOO_LARGE`` (10), either
+  from ``produce()`` (over the client's ``message.max.bytes``) or as the
+  transaction's abortable error (over the topic's ``max.message.bytes``);
+* under ``auto.offset.reset=error`` librdkafka reports a fetch below the log
+  start *and* a partition with no committed offset with the same code,
+  ``_AUTO_OFFSET_RESET`` (-140); :func:`offset_reset_verdict` tells them apart
+  from the numbers (committed offset vs the listed log start and end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from parsley.declarations import application_id, group_instance_id, transactional_id
+from parsley.refusals import ParsleyFailClosedError, Reason
+
+__all__ = [
+    "DEFAULT_SESSION_TIMEOUT_MS",
+    "OWNED_PROPERTIES",
+    "RECORD_TOO_LARGE_CODES",
+    "TRANSACTION_TIMEOUT_MS",
+    "Classification",
+    "DeliveryLedger",
+    "ErrorKind",
+    "OffsetResetVerdict",
+    "SubstrateError",
+    "admin_config",
+    "classify",
+    "consumer_config",
+    "fatal",
+    "kafka_error_of",
+    "map_kafka_errors",
+    "offset_reset_refusal",
+    "offset_reset_verdict",
+    "producer_config",
+    "resolve_offset_reset",
+    "restore_consumer_config",
+    "retriable",
+    "to_exception",
+    "txn_requires_abort",
+]
+
+# ---------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------
+
+TRANSACTION_TIMEOUT_MS: Final = 10_000
+"""``transaction.timeout.ms`` of every worker producer (seed 001: an open
+transaction is aborted at ten seconds)."""
+
+DEFAULT_SESSION_TIMEOUT_MS: Final = 6_000
+"""Consumer ``session.timeout.ms``. Static members do not leave the group on
+close, so the group empties only when their sessions expire: keep it to
+seconds (issue 4, "Ownership"). 6 s is the broker's default
+``group.min.session.timeout.ms``, the shortest a stock broker accepts."""
+
+OWNED_PROPERTIES: Final = frozenset(
+    {
+        "bootstrap.servers",
+        "metadata.broker.list",  # librdkafka's alias of bootstrap.servers
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "group.remote.assignor",
+        "partition.assignment.strategy",
+        "transactional.id",
+        "transaction.timeout.ms",
+        "enable.idempotence",
+        "isolation.level",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "partitioner",
+    }
+)
+"""librdkafka properties Parsley sets itself and refuses in user overrides.
+
+Source: issue 4 (consumer and producer settings), ``JAVA-PARSLEY-FACTS.md``
+§5 ("ParsleyConfig", forbidden keys and suffixes), seed 001
+(``transaction.timeout.ms=10000``; ``partitioner=murmur2_random`` keeps
+co-partitioning with Java producers).
+"""
+
+_CLIENT_PREFIXES: Final = ("consumer.", "producer.", "admin.")
+
+
+def _check_user_properties(kafka_properties: Mapping[str, Any] | None) -> dict[str, Any]:
+    props = dict(kafka_properties or {})
+    for key, value in props.items():
+        if not isinstance(key, str):
+            raise TypeError(f"kafka property names must be str, got {key!r}")
+        bare = key.strip().lower()
+        for prefix in _CLIENT_PREFIXES:
+            if bare.startswith(prefix):
+                bare = bare[len(prefix):]
+                break
+        if bare in OWNED_PROPERTIES:
+            raise ValueError(
+                f"kafka property {key!r} is owned by Parsley and cannot be overridden "
+                f"(owned: {', '.join(sorted(OWNED_PROPERTIES))})"
+            )
+        if bare == "default.topic.config" and isinstance(value, Mapping):
+            _check_user_properties(value)
+        if value is None:
+            raise ValueError(f"kafka property {key!r} has no value")
+    return props
+
+
+def _select(props: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """Unprefixed properties apply to every client; ``<kind>.x`` to that kind only."""
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        if key.startswith(_CLIENT_PREFIXES):
+            prefix = f"{kind}."
+            if key.startswith(prefix):
+                out[key[len(prefix):]] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _check_common(bootstrap_servers: str, prefix: str, process: str) -> None:
+    if not bootstrap_servers or not bootstrap_servers.strip():
+        raise ValueError("bootstrap servers must be non-blank")
+    for what, name in (("application id prefix", prefix), ("process name", process)):
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{what} must be non-blank, got {name!r}")
+
+
+def consumer_config(
+    bootstrap_servers: str,
+    prefix: str,
+    process: str,
+    task: int,
+    kafka_properties: Mapping[str, Any] | None = None,
+    *,
+    task_count: int | None = None,
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+) -> dict[str, Any]:
+    """The main consumer of task ``task``: a static member of group ``<app-id>``.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        prefix: the application id prefix; ``<prefix>-<process>`` is the
+            application id and the group id.
+        process: the process name.
+        task: task index ``i`` (the partition this worker owns on every topic).
+        kafka_properties: user overrides; unprefixed keys apply to every
+            client, ``consumer.<key>`` to consumers only (``producer.<key>``,
+            ``admin.<key>`` likewise).
+        task_count: the process's task width, for the id padding
+            (``parsley.declarations.group_instance_id``).
+        session_timeout_ms: ms a static member stays in the group after it
+            stops heart-beating (a crash or a close).
+
+    Returns:
+        A librdkafka config: ``group.id = <prefix>-<process>``,
+        ``group.instance.id = <prefix>-<process>-task-<NNN>``,
+        classic group protocol with the range assignor, ``read_committed``,
+        no auto commit, ``auto.offset.reset=error`` (a committed position
+        below the log start is refused, never skipped: seed 000,
+        ``POSITIONS_DISCARDED_UNREAD``), no topic auto-creation.
+
+    Raises:
+        ValueError: a blank argument, or a user property Parsley owns
+            (the message names it).
+    """
+    _check_common(bootstrap_servers, prefix, process)
+    user = _select(_check_user_properties(kafka_properties), "consumer")
+    instance = group_instance_id(prefix, process, task, task_count)
+    config: dict[str, Any] = {
+        "client.id": instance,
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "allow.auto.create.topics": False,
+    }
+    config.update(user)
+    config.update(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": application_id(prefix, process),
+            "group.instance.id": instance,
+            "group.protocol": "classic",
+            "partition.assignment.strategy": "range",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
+    return config
+
+
+def producer_config(
+    bootstrap_servers: str,
+    prefix: str,
+    process: str,
+    task: int,
+    kafka_properties: Mapping[str, Any] | None = None,
+    *,
+    task_count: int | None = None,
+) -> dict[str, Any]:
+    """The transactional producer of task ``task``.
+
+    Arguments as :func:`consumer_config` (``producer.<key>`` overrides).
+
+    Returns:
+        A librdkafka config: ``transactional.id = <prefix>-<process>-task-<NNN>``
+        (``parsley.declarations.transactional_id``; its
+        ``init_transactions`` fences any zombie of the same task),
+        idempotence on, ``acks=all``, ``transaction.timeout.ms=10000``
+        (:data:`TRANSACTION_TIMEOUT_MS`) and ``partitioner=murmur2_random``
+        (Java's default partitioner, so keys land on the same partitions
+        from either implementation).
+
+    Raises:
+        ValueError: a blank argument, or a user property Parsley owns.
+    """
+    _check_common(bootstrap_servers, prefix, process)
+    user = _select(_check_user_properties(kafka_properties), "producer")
+    name = transactional_id(prefix, process, task, task_count)
+    config: dict[str, Any] = {"client.id": name, "acks": "all"}
+    config.update(user)
+    config.update(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "transactional.id": name,
+            "enable.idempotence": True,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "partitioner": "murmur2_random",
+        }
+    )
+    return config
+
+
+def restore_consumer_config(
+    bootstrap_servers: str,
+    prefix: str,
+    process: str,
+    task: int,
+    kafka_properties: Mapping[str, Any] | None = None,
+    *,
+    task_count: int | None = None,
+) -> dict[str, Any]:
+    """A consumer that reads changelog partitions by ``assign()`` only.
+
+    It never subscribes and never commits, so it never joins or creates a
+    group; librdkafka insists on a ``group.id`` all the same, so it gets
+    ``<prefix>-<process>-task-<NNN>.restore``, distinct from the application's
+    group. Arguments as :func:`consumer_config`.
+    ``read_committed`` (aborted changelog writes are not state),
+    ``auto.offset.reset=error`` (a changelog position that vanishes mid-read
+    is a failure, never a skip), ``enable.partition.eof`` (the reader's end
+    signal when the last records are transaction markers).
+
+    Raises:
+        ValueError: a blank argument, or a user property Parsley owns.
+    """
+    _check_common(bootstrap_servers, prefix, process)
+    user = _select(_check_user_properties(kafka_properties), "consumer")
+    name = group_instance_id(prefix, process, task, task_count)
+    config: dict[str, Any] = {
+        "client.id": f"{name}.restore",
+        "allow.auto.create.topics": False,
+        "enable.auto.offset.store": False,
+    }
+    config.update(user)
+    config.update(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"{name}.restore",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+        }
+    )
+    return config
+
+
+def admin_config(
+    bootstrap_servers: str, kafka_properties: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """An AdminClient config: user properties (unprefixed and ``admin.``) over the servers.
+
+    Raises:
+        ValueError: blank servers, or a user property Parsley owns.
+    """
+    if not bootstrap_servers or not bootstrap_servers.strip():
+        raise ValueError("bootstrap servers must be non-blank")
+    config = _select(_check_user_properties(kafka_properties), "admin")
+    config["bootstrap.servers"] = bootstrap_servers
+    return config
+
+
+# ---------------------------------------------------------------------------
+# Classification
+# ---------------------------------------------------------------------------
+
+RECORD_TOO_LARGE_CODES: Final = frozenset(
+    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+)
+"""Codes of "a record exceeded a size limit": ``MSG_SIZE_TOO_LARGE`` (10: the
+broker's ``MESSAGE_TOO_LARGE``/Java's ``RecordTooLargeException``, and
+librdkafka's own check against ``message.max.bytes``) and
+``RECORD_LIST_TOO_LARGE`` (18)."""
+
+_OFFSET_RESET_CODES: Final = frozenset(
+    {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+)
+_FENCED_CODES: Final = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.FENCED_INSTANCE_ID,
+    }
+)
+
+
+class ErrorKind(enum.Enum):
+    """What the worker does about an error (one answer per error, decided here).
+
+    The stop kinds the coordinator sees follow from it: ``REFUSAL`` is a
+    refusal (with a reason); ``FENCED``, ``FATAL`` and ``SUBSTRATE_TRANSIENT``
+    are substrate failures; ``UNCLASSIFIED`` is not Kafka's, and the layer
+    that raised it (the handler frame: an application failure) decides.
+    """
+
+    REFUSAL = "refusal"
+    """A substrate refusal (``SUBSTRATE_MISCONFIGURED``,
+    ``POSITIONS_DISCARDED_UNREAD``) or any ``ParsleyFailClosedError``: abort
+    the open transaction and stop, failing closed."""
+    OFFSET_RESET = "offset_reset"
+    """The consumer refused to reset a position (``auto.offset.reset=error``).
+    Not decidable from the error: call :func:`resolve_offset_reset`, which
+    yields ``POSITIONS_DISCARDED_UNREAD`` or a missing committed offset."""
+    RETRIABLE = "retriable"
+    """The same call may be retried as it is (``KafkaError.retriable()``)."""
+    ABORTABLE = "abortable"
+    """Abort the transaction, rebuild state from the changelogs, rewind to
+    the committed offsets and go on (``txn_requires_abort()``)."""
+    FENCED = "fenced"
+    """A newer worker owns this task (producer epoch or static member fenced): stop."""
+    FATAL = "fatal"
+    """The client is unusable (``KafkaError.fatal()``): stop with a failure detail."""
+    SUBSTRATE_TRANSIENT = "substrate_transient"
+    """Any other broker, timeout, topic or partition condition: stop with no
+    reason; a restart once the cluster is healthy resumes (seed 001,
+    "The cluster was unreachable")."""
+    UNCLASSIFIED = "unclassified"
+    """Not a Kafka error and not a refusal."""
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """The verdict on one error.
+
+    Attributes:
+        kind: what to do (:class:`ErrorKind`).
+        reason: the refusal reason when ``kind`` is ``REFUSAL``, else ``None``.
+        code: the ``KafkaError`` code, or ``None`` when not a Kafka error.
+        name: the code's name (``"MSG_SIZE_TOO_LARGE"``) or the exception type.
+        text: the error's own text.
+    """
+
+    kind: ErrorKind
+    reason: Reason | None
+    code: int | None
+    name: str
+    text: str
+
+
+class SubstrateError(Exception):
+    """A classified Kafka failure that is not a refusal.
+
+    Raised ``from`` the original ``KafkaException`` by :func:`to_exception`
+    and :func:`map_kafka_errors`, and directly for substrate conditions the
+    worker detects itself (a changelog read that stalls).
+
+    Attributes:
+        kind: an :class:`ErrorKind` other than ``REFUSAL``.
+        detail: what was seen, where, and the error's own text.
+        code: the ``KafkaError`` code, or ``None``.
+    """
+
+    def __init__(self, kind: ErrorKind, detail: str, code: int | None = None) -> None:
+        if kind is ErrorKind.REFUSAL:
+            raise ValueError("a refusal is a ParsleyFailClosedError, not a SubstrateError")
+        super().__init__(f"{kind.value}: {detail}")
+        self.kind = kind
+        self.detail = detail
+        self.code = code
+
+    def __reduce__(self) -> tuple[type[SubstrateError], tuple[ErrorKind, str, int | None]]:
+        return (type(self), (self.kind, self.detail, self.code))
+
+
+def kafka_error_of(exc_or_err: BaseException | KafkaError | None) -> KafkaError | None:
+    """The ``KafkaError`` inside ``exc_or_err`` (itself, a ``KafkaException``'s
+    first argument, or one found along the ``__cause__`` chain), or ``None``."""
+    seen = 0
+    cur: object = exc_or_err
+    while cur is not None and seen < 64:
+        if isinstance(cur, KafkaError):
+            return cur
+        if isinstance(cur, KafkaException) and cur.args and isinstance(cur.args[0], KafkaError):
+            return cur.args[0]
+        if not isinstance(cur, BaseException):
+            return None
+        cur = cur.__cause__
+        seen += 1
+    return None
+
+
+def fatal(exc_or_err: BaseException | KafkaError) -> bool:
+    """True when the client that raised it is unusable (librdkafka fatal error)."""
+    err = kafka_error_of(exc_or_err)
+    return err is not None and bool(err.fatal())
+
+
+def retriable(exc_or_err: BaseException | KafkaError) -> bool:
+    """True when the failed call may be retried as it is (librdkafka's flag)."""
+    err = kafka_error_of(exc_or_err)
+    return err is not None and bool(err.retriable())
+
+
+def txn_requires_abort(exc_or_err: BaseException | KafkaError) -> bool:
+    """True when the open transaction must be aborted (and may then be retried)."""
+    err = kafka_error_of(exc_or_err)
+    return err is not None and bool(err.txn_requires_abort())
+
+
+def classify(exc_or_err: BaseException | KafkaError) -> Classification:
+    """Classify an error, in this order (the first match wins):
+
+    1. a ``ParsleyFailClosedError`` (anywhere on the cause chain) → ``REFUSAL``
+       with its reason;
+    2. a :class:`SubstrateError` → its own kind;
+    3. a record over a size limit (:data:`RECORD_TOO_LARGE_CODES`) →
+       ``REFUSAL``/``SUBSTRATE_MISCONFIGURED`` — checked before the abortable
+       flag because an oversize produce inside a transaction surfaces as the
+       transaction's abortable error, and aborting and retrying would meet it
+       again (facts §5: "the two failures that recur identically");
+    4. ``_AUTO_OFFSET_RESET``/``OFFSET_OUT_OF_RANGE`` → ``OFFSET_RESET``;
+    5. fenced codes (``_FENCED``, ``PRODUCER_FENCED``,
+       ``INVALID_PRODUCER_EPOCH``, ``FENCED_INSTANCE_ID``) → ``FENCED``;
+    6. ``fatal()`` → ``FATAL``; 7. ``txn_requires_abort()`` → ``ABORTABLE``;
+       8. ``retriable()`` → ``RETRIABLE``;
+    9. any other Kafka error → ``SUBSTRATE_TRANSIENT``;
+    10. anything else → ``UNCLASSIFIED``.
+
+    Args:
+        exc_or_err: a ``KafkaError``, a ``KafkaException``, or any exception.
+    """
+    if isinstance(exc_or_err, BaseException):
+        refusal = ParsleyFailClosedError.find_in(exc_or_err)
+        if refusal is not None:
+            return Classification(
+                ErrorKind.REFUSAL, refusal.reason, None, refusal.reason.name, refusal.detail
+            )
+        if isinstance(exc_or_err, SubstrateError):
+            return Classification(
+                exc_or_err.kind, None, exc_or_err.code, exc_or_err.kind.name, exc_or_err.detail
+            )
+    err = kafka_error_of(exc_or_err)
+    if err is None:
+        return Classification(
+            ErrorKind.UNCLASSIFIED, None, None, type(exc_or_err).__name__, str(exc_or_err)
+        )
+    code = err.code()
+    name, text = str(err.name()), str(err.str())
+    if code in RECORD_TOO_LARGE_CODES:
+        return Classification(
+            ErrorKind.REFUSAL, Reason.SUBSTRATE_MISCONFIGURED, code, name, text
+        )
+    if code in _OFFSET_RESET_CODES:
+        kind = ErrorKind.OFFSET_RESET
+    elif code in _FENCED_CODES:
+        kind = ErrorKind.FENCED
+    elif err.fatal():
+        kind = ErrorKind.FATAL
+    elif err.txn_requires_abort():
+        kind = ErrorKind.ABORTABLE
+    elif err.retriable():
+        kind = ErrorKind.RETRIABLE
+    else:
+        kind = ErrorKind.SUBSTRATE_TRANSIENT
+    return Classification(kind, None, code, name, text)
+
+
+RECORD_TOO_LARGE_DETAIL: Final = (
+    "a record exceeded a size limit, typically a held message's persisted form against "
+    "the ordering changelog's max.message.bytes; raise max.message.bytes on the topic "
+    "named (or the producer's message.max.bytes if that is lower), then restart"
+)
+"""Seed 001, ``SUBSTRATE_MISCONFIGURED``, "A record exceeded a size limit"."""
+
+
+def to_exception(
+    exc_or_err: BaseException | KafkaError, context: str = ""
+) -> ParsleyFailClosedError | SubstrateError | BaseException:
+    """The exception the worker raises for ``exc_or_err`` (raise it ``from`` the original).
+
+    Args:
+        exc_or_err: the error met.
+        context: where it was met, e.g. ``"producing to orders[3]"``; goes
+            into the detail.
+
+    Returns:
+        ``ParsleyFailClosedError(SUBSTRATE_MISCONFIGURED, ...)`` for a record
+        over a size limit; the refusal itself for a refusal; a
+        :class:`SubstrateError` for every other Kafka error (an
+        ``OFFSET_RESET`` one still awaits :func:`resolve_offset_reset`);
+        an unclassified exception unchanged (a bare ``KafkaError`` is wrapped
+        in a ``KafkaException`` first).
+    """
+    c = classify(exc_or_err)
+    where = f"{context}: " if context else ""
+    if c.kind is ErrorKind.REFUSAL:
+        if isinstance(exc_or_err, BaseException):
+            found = ParsleyFailClosedError.find_in(exc_or_err)
+            if found is not None:
+                return found
+        assert c.reason is not None
+        return ParsleyFailClosedError(
+            c.reason, f"{RECORD_TOO_LARGE_DETAIL} ({where}{c.name}: {c.text})"
+        )
+    if c.kind is ErrorKind.UNCLASSIFIED:
+        assert isinstance(exc_or_err, BaseException)
+        return exc_or_err
+    if isinstance(exc_or_err, SubstrateError):
+        return exc_or_err
+    return SubstrateError(c.kind, f"{where}{c.name}: {c.text}", c.code)
+
+
+@contextlib.contextmanager
+def map_kafka_errors(context: str) -> Iterator[None]:
+    """Re-raise a ``KafkaException`` in the block as its classified exception.
+
+    ``with map_kafka_errors("committing task 3"): producer.commit_transaction()``
+    raises ``ParsleyFailClosedError`` or :class:`SubstrateError` ``from`` the
+    original (httpcore's ``map_exceptions``). Other exceptions pass unchanged.
+    """
+    try:
+        yield
+    except KafkaException as exc:
+        raise to_exception(exc, context) from exc
+
+
+# ---------------------------------------------------------------------------
+# Offset reset under auto.offset.reset=error
+# ---------------------------------------------------------------------------
+
+
+class OffsetResetVerdict(enum.Enum):
+    """What a refused offset reset means, judged from the numbers."""
+
+    DISCARDED_UNREAD = "discarded_unread"
+    """Committed position below the log start: ``POSITIONS_DISCARDED_UNREAD``."""
+    BEYOND_LOG_END = "beyond_log_end"
+    """Committed position above the log end (the topic was recreated shorter,
+    seed 001 "A received topic went missing"): ``POSITIONS_DISCARDED_UNREAD``."""
+    NO_COMMITTED_OFFSET = "no_committed_offset"
+    """No committed offset: transient, no reason (facts §5)."""
+    WITHIN_LOG = "within_log"
+    """Committed position inside the log now: transient (the log moved meanwhile)."""
+
+
+def offset_reset_verdict(committed: int | None, log_start: int, log_end: int) -> OffsetResetVerdict:
+    """Tell a discarded position from a missing committed offset.
+
+    librdkafka reports both with ``_AUTO_OFFSET_RESET``; only the numbers
+    separate them (issue 4, item 3).
+
+    Args:
+        committed: the group's committed read position on the partition (the
+            next offset to read), or ``None``/negative (``OFFSET_INVALID``)
+            when none is committed.
+        log_start: the log start offset (``list_offsets`` earliest; the low
+            watermark), inclusive.
+        log_end: the high watermark (exclusive end).
+
+    Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5 ("a missing
+    committed offset stays transient").
+    """
+    if committed is None or committed < 0:
+        return OffsetResetVerdict.NO_COMMITTED_OFFSET
+    if committed < log_start:
+        return OffsetResetVerdict.DISCARDED_UNREAD
+    if committed > log_end:
+        return OffsetResetVerdict.BEYOND_LOG_END
+    return OffsetResetVerdict.WITHIN_LOG
+
+
+def offset_reset_refusal(
+    topic: str,
+    partition: int,
+    committed: int | None,
+    log_start: int,
+    log_end: int,
+    *,
+    group_id: str | None = None,
+) -> ParsleyFailClosedError | SubstrateError:
+    """The exception for a refused offset reset, from :func:`offset_reset_verdict`.
+
+    Returns:
+        ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with seed
+        001's detail shape (naming the partition, the committed position and
+        the log start, so the gap can be recorded), or a
+        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a missing committed
+        offset or a committed position inside the log.
+    """
+    verdict = offset_reset_verdict(committed, log_start, log_end)
+    tp = f"{topic}-{partition}"
+    group = group_id or "<app-id>"
+    check = (
+        f"check kafka-consumer-groups --describe --group {group} and "
+        f"kafka-get-offsets --topic {topic} --partitions {partition} --time earliest; "
+        "record the gap, then reset"
+    )
+    if verdict is OffsetResetVerdict.DISCARDED_UNREAD:
+        return ParsleyFailClosedError(
+            Reason.POSITIONS_DISCARDED_UNREAD,
+            "the broker no longer retains this process's committed read position; positions "
+            f"were discarded before they were read: {tp} committed read position {committed} "
+            f"is below the log start {log_start}, so positions {committed}..{log_start - 1} "
+            f"are gone; {check}",
+        )
+    if verdict is OffsetResetVerdict.BEYOND_LOG_END:
+        return ParsleyFailClosedError(
+            Reason.POSITIONS_DISCARDED_UNREAD,
+            "the broker no longer retains this process's committed read position: "
+            f"{tp} committed read position {committed} is beyond the log end {log_end} "
+            f"(log start {log_start}); the topic was likely recreated; {check}",
+        )
+    if verdict is OffsetResetVerdict.NO_COMMITTED_OFFSET:
+        return SubstrateError(
+            ErrorKind.SUBSTRATE_TRANSIENT,
+            f"{tp} has no committed read position and auto.offset.reset=error; "
+            "the bootstrap pre-commits positions: restart",
+            KafkaError._AUTO_OFFSET_RESET,
+        )
+    return SubstrateError(
+        ErrorKind.SUBSTRATE_TRANSIENT,
+        f"{tp} offset reset refused although committed read position {committed} is within "
+        f"the log [{log_start}, {log_end}]",
+        KafkaError._AUTO_OFFSET_RESET,
+    )
+
+
+def resolve_offset_reset(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    *,
+    group_id: str | None = None,
+    timeout_s: float = 30.0,
+) -> ParsleyFailClosedError | SubstrateError:
+    """Look up the committed offset and the log bounds, then judge the reset.
+
+    Args:
+        consumer: a consumer of the group (its committed offsets are read).
+        topic, partition: the partition the ``_AUTO_OFFSET_RESET`` error named.
+        group_id: for the detail only.
+        timeout_s: bound on each broker call, s.
+
+    Returns:
+        What :func:`offset_reset_refusal` returns.
+
+    Raises:
+        SubstrateError: the lookups themselves failed (classified).
+    """
+    tp = TopicPartition(topic, partition)
+    with map_kafka_errors(f"reading the committed offset of {topic}-{partition}"):
+        committed_tp = consumer.committed([tp], timeout=timeout_s)[0]
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    committed = committed_tp.offset
+    return offset_reset_refusal(
+        topic,
+        partition,
+        None if committed == OFFSET_INVALID or committed < 0 else committed,
+        low,
+        high,
+        group_id=group_id,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Delivery accounting
+# ---------------------------------------------------------------------------
+
+
+class DeliveryLedger:
+    """Counts produce calls and delivery reports, so a commit can check that
+    the producer delivered everything it was given (issue 4, "The step loop").
+
+    Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` and
+    call :meth:`sent` once per successful ``produce()``. Delivery reports
+    arrive from ``poll()``/``flush()``/``commit_transaction()``.
+    """
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.delivered = 0
+        self.first_error: KafkaError | None = None
+        self.first_error_where = ""
+
+    def sent(self, n: int = 1) -> None:
+        """Record ``n`` successful ``produce()`` calls."""
+        self.produced += n
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """librdkafka's delivery callback."""
+        if err is None:
+            self.delivered += 1
+        elif self.first_error is None:
+            self.first_error = err
+            self.first_error_where = f"{msg.topic()}[{msg.partition()}]"
+
+    @property
+    def outstanding(self) -> int:
+        """Messages produced whose report has not arrived or reported an error."""
+        return self.produced - self.delivered
+
+    def check(self, context: str = "") -> None:
+        """Raise unless every produced message was delivered.
+
+        Raises:
+            ParsleyFailClosedError: a delivery failed with a record too large.
+            SubstrateError: another delivery failure, or reports missing.
+        """
+        if self.first_error is not None:
+            where = f"{context}: " if context else ""
+            exc = to_exception(
+                self.first_error, f"{where}delivering to {self.first_error_where}"
+            )
+            raise exc from KafkaException(self.first_error)
+        if self.outstanding:
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"{context}: {self.outstanding} of {self.produced} messages not delivered",
+            )
+
+    def reset(self) -> None:
+        """Start a new transaction's account."""
+        self.produced = self.delivered = 0
+        self.first_error = None
+        self.first_error_where = ""

@@ -1,0 +1,213 @@
+"""A disk-backed ordering store: sqlite3 in the task's local state directory.
+
+The engine's :class:`~parsley.engine.store.OrderingStore` protocol (bytes
+keys and values; ``scan(prefix)`` in ascending unsigned byte order) over one
+sqlite file, so held message bodies live on disk rather than in Python
+memory (issue 4: a deep hold-back must not grow the worker without bound).
+
+The changelog is the source of truth (DESIGN.md, "Ordering state": "a local
+copy is a cache only"): :meth:`SqliteOrderingStore.create` always starts from
+an empty file, and :meth:`SqliteOrderingStore.rebuild` loads the changelog's
+latest value per key. Hence no durability is paid for: ``synchronous=OFF``
+and an in-memory journal; a crash can leave a corrupt file, which the next
+start deletes unread.
+
+sqlite compares BLOB keys with ``memcmp`` (shorter first on a tie), which is
+exactly Python's ``bytes`` order, so ``ORDER BY k`` is the protocol's
+ascending order.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Final
+
+__all__ = ["SqliteOrderingStore", "prefix_upper_bound", "task_state_dir"]
+
+_SCAN_PAGE: Final = 256
+_LOAD_CHUNK: Final = 4096
+
+
+def task_state_dir(state_dir: str | Path, application_id: str, task: int) -> Path:
+    """The task's local state directory, ``<state_dir>/<app-id>/<task>``.
+
+    Source: DESIGN.md, "Names on the cluster" ("local state:
+    ``<state.dir>/<prefix>-<process>/<task>``").
+
+    Raises:
+        ValueError: blank application id, a path separator in it, or a negative task.
+    """
+    if not application_id or "/" in application_id or application_id in {".", ".."}:
+        raise ValueError(f"application id {application_id!r} is not a directory name")
+    if task < 0:
+        raise ValueError(f"task index must be >= 0, got {task}")
+    return Path(state_dir) / application_id / str(task)
+
+
+def prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix``.
+
+    ``None`` when there is none (empty prefix, or all ``0xff`` bytes).
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class SqliteOrderingStore:
+    """The ordering store of one task, in ``<dir>/<name>.sqlite``.
+
+    Implements the ``OrderingStore`` protocol: :meth:`get`, :meth:`put`,
+    :meth:`delete`, :meth:`scan`. Not thread-safe; one per worker process.
+
+    Shape: a single table ``kv(k BLOB PRIMARY KEY, v BLOB NOT NULL)``
+    ``WITHOUT ROWID``; keys and values are the changelog's raw bytes (facts §3).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        """Open (or create) the sqlite file at ``path`` as is. Prefer :meth:`create`."""
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=True)
+        self._db.execute("PRAGMA journal_mode=MEMORY")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute("PRAGMA temp_store=MEMORY")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID"
+        )
+
+    @classmethod
+    def create(cls, directory: str | Path, name: str = "ordering") -> SqliteOrderingStore:
+        """A fresh, empty store in ``directory``: any previous file is deleted first.
+
+        The local copy is a cache only (DESIGN.md, "Ordering state"), always
+        rebuilt from the changelog at task start, so an old or half-written
+        file is never trusted or even read.
+
+        Args:
+            directory: the task's state directory (see :func:`task_state_dir`).
+            name: the file stem; one store per file.
+        """
+        path = Path(directory) / f"{name}.sqlite"
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return cls(path)
+
+    # -- the OrderingStore protocol -------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value stored under ``key``, or ``None``."""
+        row = self._db.execute("SELECT v FROM kv WHERE k = ?", (_blob(key),)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key``, replacing any previous value.
+
+        Raises:
+            TypeError: ``key`` or ``value`` is not bytes-like (``None`` included:
+                a tombstone is :meth:`delete`).
+        """
+        if value is None:
+            raise TypeError("value must be bytes; use delete() for a tombstone")
+        self._db.execute(
+            "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", (_blob(key), _blob(value))
+        )
+
+    def delete(self, key: bytes) -> None:
+        """Remove ``key`` (no error when absent)."""
+        self._db.execute("DELETE FROM kv WHERE k = ?", (_blob(key),))
+
+    def scan(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` whose key starts with ``prefix``, ascending by key.
+
+        Lazy and paged (256 rows a query, resuming after the last key seen),
+        so a scan of a deep hold-back never loads every body at once and the
+        caller may put or delete while iterating (rows changed ahead of the
+        cursor are seen as they are when their page is read).
+        """
+        prefix = _blob(prefix)
+        upper = prefix_upper_bound(prefix)
+        last: bytes | None = None
+        while True:
+            lower_sql = "k > ?" if last is not None else "k >= ?"
+            params: list[bytes | int] = [last if last is not None else prefix]
+            sql = f"SELECT k, v FROM kv WHERE {lower_sql}"
+            if upper is not None:
+                sql += " AND k < ?"
+                params.append(upper)
+            sql += " ORDER BY k LIMIT ?"
+            params.append(_SCAN_PAGE)
+            rows = self._db.execute(sql, params).fetchall()
+            for k, v in rows:
+                yield bytes(k), bytes(v)
+            if len(rows) < _SCAN_PAGE:
+                return
+            last = bytes(rows[-1][0])
+
+    # -- beyond the protocol ----------------------------------------------------
+
+    def rebuild(self, records: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Replace the whole content with a changelog replay, in one sqlite transaction.
+
+        Args:
+            records: changelog records in offset order, ``(key, value)``;
+                ``value is None`` is a tombstone. The latest record per key wins.
+
+        Returns:
+            The number of keys stored afterwards.
+
+        Raises:
+            TypeError: a key or value that is not bytes-like. The store is then
+                left as it was before the call.
+        """
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            db.execute("DELETE FROM kv")
+            chunk: dict[bytes, bytes | None] = {}
+            for key, value in records:
+                chunk[_blob(key)] = None if value is None else _blob(value)
+                if len(chunk) >= _LOAD_CHUNK:
+                    _load_chunk(db, chunk)
+                    chunk = {}
+            _load_chunk(db, chunk)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return len(self)
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM kv").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the sqlite connection (the file stays until the next :meth:`create`)."""
+        self._db.close()
+
+    def __enter__(self) -> SqliteOrderingStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _blob(data: bytes) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"expected bytes, got {type(data).__name__}")
+
+
+def _load_chunk(db: sqlite3.Connection, chunk: dict[bytes, bytes | None]) -> None:
+    # Within a chunk each key appears once (latest kept), so puts and deletes
+    # commute; chunks are applied in order, so later records win across chunks.
+    puts = [(k, v) for k, v in chunk.items() if v is not None]
+    deletes = [(k,) for k, v in chunk.items() if v is None]
+    if puts:
+        db.executemany("INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", puts)
+    if deletes:
+        db.executemany("DELETE FROM kv WHERE k = ?", deletes)
