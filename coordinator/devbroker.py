@@ -1,0 +1,925 @@
+"""``parsley-devbroker``: a real Apache Kafka 4.x broker on 127.0.0.1 for tests and demos.
+
+Users, the test fixture (``tests/conftest.py``), benchmarks and the demo share this
+one broker. It fetches the official Apache Kafka jars (``org.apache.kafka:kafka_2.13``
+and ``org.apache.kafka:kafka-tools``, version :data:`KAFKA_VERSION`) from Maven
+Central with Maven, formats a single-node KRaft storage directory and runs the
+broker with the machine's Java 17. The runbooks' command-line tools (seed 001) run
+from the same jars through ``parsley-devbroker tool NAME ARGS...``.
+
+Layout of a data directory (default ``$PARSLEY_DEVBROKER_DIR`` or
+``~/.cache/parsley/devbroker``)::
+
+    config/server.properties      broker + controller settings (one node)
+    config/log4j2.properties      broker logging: INFO to logs/server.log only
+    data/                         KRaft metadata and topic partitions (log.dirs)
+    logs/server.log               the broker log (rolled at 50 MB, 4 files kept)
+    logs/stdout.log               the JVM's own stdout/stderr
+    devbroker.json                state file: pid, ports, version, log path
+
+Jar cache: ``$PARSLEY_KAFKA_LIB`` if set, else
+``${XDG_CACHE_HOME:-~/.cache}/parsley/kafka-<version>/lib``; reused when complete.
+
+Source: DESIGN.md "Real parts, never mocks"; issue 2 item 2.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import click
+
+KAFKA_VERSION = "4.3.1"
+"""The one pinned Apache Kafka version (jars from Maven Central)."""
+
+LOG4J_VERSION = "2.25.4"
+"""log4j2 version of Kafka 4.3.1's own log4j-api/log4j-core; the SLF4J binding matches it."""
+
+MIN_JAVA_MAJOR = 17
+ENV_DATA_DIR = "PARSLEY_DEVBROKER_DIR"
+ENV_LIB_DIR = "PARSLEY_KAFKA_LIB"
+STATE_FILE = "devbroker.json"
+BOOTSTRAP_PREFIX = "bootstrap.servers="
+
+BROKER_MAIN = "kafka.Kafka"
+STORAGE_MAIN = "kafka.tools.StorageTool"
+
+TOOLS: dict[str, str] = {
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-configs": "kafka.admin.ConfigCommand",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-storage": STORAGE_MAIN,
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+}
+"""Tool name (as in Kafka's ``bin/`` scripts, without ``.sh``) -> main class in the jars."""
+
+WARM_UP_TRANSACTIONAL_ID = "parsley-devbroker-warm-up"
+WARM_UP_GROUP = "parsley-devbroker-warm-up"
+
+_BROKER_LOG4J = """\
+status = warn
+name = parsley-devbroker
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 4
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+_TOOLS_LOG4J = """\
+status = warn
+name = parsley-devbroker-tools
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = stderr
+"""
+
+_POM = """\
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>parsley</groupId>
+  <artifactId>parsley-devbroker-jars</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka-tools</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_COMPLETE_MARKER = ".complete"
+
+
+class DevBrokerError(Exception):
+    """The dev broker could not be fetched, started, stopped or run as asked.
+
+    The message names what went wrong and what to do (install Java 17 or Maven,
+    read the broker log at a given path, ...). The CLI prints it and exits 1.
+    """
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerState:
+    """A dev broker started by this module, as recorded in ``<data_dir>/devbroker.json``.
+
+    Attributes:
+        pid: OS process id of the broker JVM.
+        port: client (PLAINTEXT) listener port on 127.0.0.1.
+        controller_port: KRaft controller listener port on 127.0.0.1.
+        version: Apache Kafka version of the jars it runs.
+        data_dir: the data directory (config, data, logs, state file).
+        log_path: the broker log file.
+        started_at: wall-clock start time, seconds since the epoch.
+    """
+
+    pid: int
+    port: int
+    controller_port: int
+    version: str
+    data_dir: Path
+    log_path: Path
+    started_at: float
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:<port>``, the value for ``bootstrap.servers``."""
+        return f"127.0.0.1:{self.port}"
+
+    def to_json(self) -> str:
+        """Serialize for the state file (paths as strings)."""
+        raw = dataclasses.asdict(self)
+        raw["data_dir"] = str(self.data_dir)
+        raw["log_path"] = str(self.log_path)
+        raw["bootstrap"] = self.bootstrap
+        return json.dumps(raw, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> BrokerState:
+        """Parse a state file written by :meth:`to_json`.
+
+        Raises:
+            ValueError: the text is not a state file.
+        """
+        raw = json.loads(text)
+        try:
+            return cls(
+                pid=int(raw["pid"]),
+                port=int(raw["port"]),
+                controller_port=int(raw["controller_port"]),
+                version=str(raw["version"]),
+                data_dir=Path(raw["data_dir"]),
+                log_path=Path(raw["log_path"]),
+                started_at=float(raw["started_at"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a devbroker state file: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------- locations
+
+
+def cache_root() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/parsley``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "parsley"
+
+
+def lib_dir(version: str = KAFKA_VERSION) -> Path:
+    """The jar directory: ``$PARSLEY_KAFKA_LIB`` or ``<cache_root>/kafka-<version>/lib``."""
+    override = os.environ.get(ENV_LIB_DIR)
+    if override:
+        return Path(override).expanduser()
+    return cache_root() / f"kafka-{version}" / "lib"
+
+
+def default_data_dir() -> Path:
+    """The data directory: ``$PARSLEY_DEVBROKER_DIR`` or ``<cache_root>/devbroker``."""
+    override = os.environ.get(ENV_DATA_DIR)
+    if override:
+        return Path(override).expanduser()
+    return cache_root() / "devbroker"
+
+
+# ---------------------------------------------------------------------------- prerequisites
+
+
+def require_java() -> str:
+    """Locate ``java`` on PATH and check it is Java 17 or newer.
+
+    Returns:
+        The path of the ``java`` executable.
+
+    Raises:
+        DevBrokerError: no ``java`` on PATH, or its major version is below 17.
+    """
+    java = shutil.which("java")
+    if java is None:
+        raise DevBrokerError(
+            "java not found on PATH: install a Java 17 runtime "
+            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+        )
+    out = subprocess.run(
+        [java, "-version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if match is None:
+        raise DevBrokerError(f"could not read the Java version from `{java} -version`")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_x" style
+        major = int(match.group(2))
+    if major < MIN_JAVA_MAJOR:
+        raise DevBrokerError(
+            f"{java} is Java {major}; Apache Kafka {KAFKA_VERSION} needs Java "
+            f"{MIN_JAVA_MAJOR} or newer (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+        )
+    return java
+
+
+def require_maven() -> str:
+    """Locate ``mvn`` on PATH.
+
+    Raises:
+        DevBrokerError: no ``mvn`` on PATH.
+    """
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise DevBrokerError(
+            "mvn not found on PATH: install Apache Maven to fetch the Kafka jars "
+            "(Debian/Ubuntu: apt-get install maven), or point "
+            f"${ENV_LIB_DIR} at a directory holding the Kafka {KAFKA_VERSION} jars"
+        )
+    return mvn
+
+
+# ---------------------------------------------------------------------------- jars
+
+
+def jars_present(lib: Path) -> bool:
+    """Whether ``lib`` holds a complete fetch (marker file, or a user-provided jar set)."""
+    if (lib / _COMPLETE_MARKER).exists():
+        return True
+    return bool(os.environ.get(ENV_LIB_DIR)) and any(lib.glob("kafka_2.13-*.jar"))
+
+
+def fetch_jars(
+    version: str = KAFKA_VERSION, *, say: Callable[[str], None] | None = None
+) -> Path:
+    """Fetch the Kafka jars and their runtime dependencies into the cache, once.
+
+    Runs ``mvn dependency:copy-dependencies`` over a generated pom into a temporary
+    directory next to the cache and renames it into place, under a file lock, so a
+    partial or concurrent fetch never leaves a half-filled cache.
+
+    Args:
+        version: Apache Kafka version (``org.apache.kafka:kafka_2.13`` and ``kafka-tools``).
+        say: progress callback (one line per call), or None for silence.
+
+    Returns:
+        The jar directory (:func:`lib_dir`).
+
+    Raises:
+        DevBrokerError: Maven is missing or the fetch failed (Maven's output tail included).
+    """
+    lib = lib_dir(version)
+    if jars_present(lib):
+        return lib
+    if os.environ.get(ENV_LIB_DIR):
+        raise DevBrokerError(
+            f"${ENV_LIB_DIR}={lib} holds no kafka_2.13-*.jar; unset it to fetch with Maven"
+        )
+    mvn = require_maven()
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with open(lib.parent / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if jars_present(lib):
+            return lib
+        if say:
+            say(f"fetching Apache Kafka {version} jars with Maven into {lib} ...")
+        work = Path(tempfile.mkdtemp(prefix="fetch-", dir=lib.parent))
+        try:
+            (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+            out = subprocess.run(
+                [
+                    mvn, "-B", "-q", "-f", str(work / "pom.xml"),
+                    "dependency:copy-dependencies",
+                    "-DincludeScope=runtime",
+                    f"-DoutputDirectory={work / 'lib'}",
+                ],
+                capture_output=True, text=True, check=False, timeout=1800,
+            )
+            if out.returncode != 0 or not any((work / "lib").glob("kafka_2.13-*.jar")):
+                tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-25:])
+                raise DevBrokerError(
+                    f"Maven could not fetch org.apache.kafka:kafka_2.13:{version} "
+                    f"(exit {out.returncode}):\n{tail}"
+                )
+            (work / "lib" / _COMPLETE_MARKER).write_text(version + "\n")
+            if lib.exists():
+                shutil.rmtree(lib)
+            (work / "lib").rename(lib)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return lib
+
+
+def _classpath(lib: Path) -> str:
+    return str(lib / "*")
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def _state_path(data_dir: Path) -> Path:
+    return data_dir / STATE_FILE
+
+
+def read_state(data_dir: Path | None = None) -> BrokerState | None:
+    """The recorded broker of ``data_dir``, alive or not; None when there is no state file."""
+    path = _state_path(data_dir or default_data_dir())
+    try:
+        return BrokerState.from_json(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _reap(pid: int) -> None:
+    # The fixture starts the broker as its own child: reap it so it is not a zombie.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _alive(state: BrokerState) -> bool:
+    """Whether the recorded pid is still that broker (guards against pid reuse)."""
+    import psutil
+
+    _reap(state.pid)
+    try:
+        proc = psutil.Process(state.pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    config = str(state.data_dir / "config" / "server.properties")
+    return BROKER_MAIN in cmdline and config in cmdline
+
+
+def running(data_dir: Path | None = None) -> BrokerState | None:
+    """The broker of ``data_dir`` if its process is alive, else None."""
+    state = read_state(data_dir)
+    if state is not None and _alive(state):
+        return state
+    return None
+
+
+# ---------------------------------------------------------------------------- start
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir / "data"),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "10",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Workers use static membership with a session timeout of seconds.
+        "group.min.session.timeout.ms": "1000",
+        # Topics exist only when created: a deleted topic must stay deleted
+        # (channel identity, DESIGN.md "What it guarantees").
+        "auto.create.topics.enable": "false",
+        "delete.topic.enable": "true",
+    }
+    lines = ["# written by parsley-devbroker; regenerated on every start"]
+    lines += [f"{key}={value}" for key, value in settings.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def _format_storage(java: str, lib: Path, data_dir: Path) -> None:
+    config = data_dir / "config"
+    out = subprocess.run(
+        [
+            java, f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
+            "-cp", _classpath(lib), STORAGE_MAIN, "format",
+            "-t", _cluster_id(), "-c", str(config / "server.properties"),
+        ],
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+    if out.returncode != 0:
+        raise DevBrokerError(
+            f"kafka-storage format failed (exit {out.returncode}):\n{out.stdout}{out.stderr}"
+        )
+
+
+def _wait_port(port: int, deadline: float, proc: subprocess.Popen[bytes]) -> bool:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.2)
+    return False
+
+
+_QUIET = {"log_level": 0}
+"""librdkafka client settings that keep its connection-refused chatter off stderr.
+
+(A Python ``logger`` callback is avoided: it crashed the interpreter in AdminClient use.)
+"""
+
+
+def wait_ready(bootstrap: str, timeout_s: float = 60.0) -> None:
+    """Block until an AdminClient gets cluster metadata with a controller from ``bootstrap``.
+
+    Args:
+        bootstrap: ``host:port[,host:port...]``.
+        timeout_s: overall deadline, seconds.
+
+    Raises:
+        DevBrokerError: no answer within ``timeout_s``.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **_QUIET})
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            cluster = admin.describe_cluster(request_timeout=5).result(timeout=10)
+            if cluster.nodes:
+                return
+        except KafkaException as exc:
+            last = exc
+        time.sleep(0.3)
+    raise DevBrokerError(f"no AdminClient answer from {bootstrap} in {timeout_s:.0f} s: {last}")
+
+
+def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
+    """Make the group and transaction coordinators ready before the first client needs them.
+
+    On a fresh broker the first group lookup creates and loads ``__consumer_offsets``
+    and the first ``init_transactions`` creates and loads ``__transaction_state``;
+    either can take seconds. This does both once, with a throwaway group
+    (:data:`WARM_UP_GROUP`) and transactional id (:data:`WARM_UP_TRANSACTIONAL_ID`).
+
+    The group side uses a Consumer's ``committed()``, not
+    ``AdminClient.list_consumer_group_offsets``: with confluent-kafka 2.16.1 the admin
+    call crashes the interpreter (SIGSEGV in librdkafka's ``rd_kafka_cgrp_op`` from
+    ``rd_kafka_handle_OffsetFetch``) when the coordinator answers
+    COORDINATOR_LOAD_IN_PROGRESS, as it does on a fresh broker.
+
+    Args:
+        bootstrap: ``host:port[,...]``.
+        timeout_s: overall deadline, seconds.
+
+    Raises:
+        DevBrokerError: a coordinator did not become available in time.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": WARM_UP_GROUP,
+            "enable.auto.commit": False,
+            **_QUIET,
+        }
+    )
+    try:
+        while True:
+            try:
+                consumer.committed(
+                    [TopicPartition("__parsley-devbroker-warm-up", 0)],
+                    timeout=max(deadline - time.monotonic(), 1.0),
+                )
+                break
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise DevBrokerError(f"group coordinator not ready: {exc}") from exc
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": WARM_UP_TRANSACTIONAL_ID, **_QUIET}
+    )
+    while True:
+        try:
+            producer.init_transactions(max(deadline - time.monotonic(), 1.0))
+            producer.begin_transaction()
+            producer.commit_transaction(max(deadline - time.monotonic(), 1.0))
+            return
+        except KafkaException as exc:
+            err = exc.args[0]
+            if time.monotonic() > deadline or not err.retriable():
+                raise DevBrokerError(f"transaction coordinator not ready: {err}") from exc
+            time.sleep(0.5)
+
+
+def _spawn(java: str, lib: Path, data_dir: Path) -> subprocess.Popen[bytes]:
+    config = data_dir / "config"
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    heap = os.environ.get("PARSLEY_DEVBROKER_HEAP", "1g")
+    argv = [
+        java, "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={config / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={logs}",
+        "-cp", _classpath(lib), BROKER_MAIN, str(config / "server.properties"),
+    ]
+    with open(logs / "stdout.log", "ab") as out:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=data_dir,
+        )
+
+
+def up(
+    data_dir: Path | None = None,
+    port: int | None = None,
+    *,
+    start_timeout_s: float = 90.0,
+    warm: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> tuple[BrokerState, bool]:
+    """Start the dev broker in ``data_dir``, or report the one already running there.
+
+    Fetches the jars when the cache lacks them, formats KRaft storage on first use (a
+    data directory kept by ``down --keep`` is restarted with its topics), starts the
+    broker on 127.0.0.1 (client port ``port`` or a free one; controller on a free
+    port), waits until an AdminClient answers and, with ``warm``, until the group
+    and transaction coordinators are ready (:func:`warm_up`).
+
+    Args:
+        data_dir: the data directory; default :func:`default_data_dir`.
+        port: the client listener port; default a free port (the previous one on restart
+            when still free).
+        start_timeout_s: deadline for the broker to answer, seconds.
+        warm: also wait for the group and transaction coordinators.
+        say: progress callback, or None.
+
+    Returns:
+        (the broker, True when it was already running).
+
+    Raises:
+        DevBrokerError: java/mvn missing, jar fetch failed, the port is taken, or the
+            broker exited or did not answer in time (the log tail is included).
+    """
+    data_dir = (data_dir or default_data_dir()).resolve()
+    current = running(data_dir)
+    if current is not None:
+        return current, True
+    java = require_java()
+    lib = fetch_jars(say=say)
+    previous = read_state(data_dir)
+    formatted = (data_dir / "data" / "meta.properties").exists()
+    if not formatted and data_dir.exists():
+        # Unformatted leftovers (a failed start): start from a clean directory.
+        for child in ("config", "data", "logs", STATE_FILE):
+            target = data_dir / child
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+    if port is not None and not _port_free(port):
+        raise DevBrokerError(f"port {port} on 127.0.0.1 is in use: choose another --port")
+    attempts = 1 if port is not None else 3
+    failure = ""
+    for _ in range(attempts):
+        client_port = port
+        if client_port is None and previous is not None and _port_free(previous.port):
+            client_port = previous.port
+        if client_port is None:
+            client_port = _free_port()
+        controller_port = _free_port()
+        while controller_port == client_port:
+            controller_port = _free_port()
+        config = data_dir / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "server.properties").write_text(
+            _server_properties(data_dir, client_port, controller_port)
+        )
+        (config / "log4j2.properties").write_text(_BROKER_LOG4J)
+        (config / "tools-log4j2.properties").write_text(_TOOLS_LOG4J)
+        if not formatted:
+            if say:
+                say(f"formatting KRaft storage in {data_dir / 'data'}")
+            _format_storage(java, lib, data_dir)
+            formatted = True
+        proc = _spawn(java, lib, data_dir)
+        state = BrokerState(
+            pid=proc.pid, port=client_port, controller_port=controller_port,
+            version=KAFKA_VERSION, data_dir=data_dir,
+            log_path=data_dir / "logs" / "server.log", started_at=time.time(),
+        )
+        _state_path(data_dir).write_text(state.to_json())
+        if say:
+            say(f"starting Apache Kafka {KAFKA_VERSION} (pid {proc.pid}) on {state.bootstrap}")
+        deadline = time.monotonic() + start_timeout_s
+        if _wait_port(client_port, deadline, proc):
+            try:
+                wait_ready(state.bootstrap, max(deadline - time.monotonic(), 1.0))
+                if warm:
+                    warm_up(state.bootstrap)
+            except BaseException:
+                _stop_pid(proc.pid, 10.0)
+                raise
+            return state, False
+        exited = proc.poll()
+        _stop_pid(proc.pid, 10.0)
+        failure = (
+            f"the broker {'exited with ' + str(exited) if exited is not None else 'did not open'}"
+            f" its port {client_port} within {start_timeout_s:.0f} s; log tail "
+            f"({state.log_path}):\n{_log_tail(state.log_path)}\n"
+            f"stdout ({data_dir / 'logs' / 'stdout.log'}):\n"
+            f"{_log_tail(data_dir / 'logs' / 'stdout.log', 10)}"
+        )
+        if "Address already in use" not in failure:
+            break
+    raise DevBrokerError(failure)
+
+
+# ---------------------------------------------------------------------------- stop
+
+
+def _stop_pid(pid: int, deadline_s: float) -> bool:
+    """SIGTERM the process group, then SIGKILL after ``deadline_s``; True if it had to kill."""
+    import psutil
+
+    def gone() -> bool:
+        _reap(pid)
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if gone():
+            return False
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    for _ in range(50):
+        if gone():
+            break
+        time.sleep(0.1)
+    return True
+
+
+def down(
+    data_dir: Path | None = None, *, keep: bool = False, deadline_s: float = 30.0
+) -> tuple[BrokerState | None, bool]:
+    """Stop the broker of ``data_dir`` and remove the directory unless ``keep``.
+
+    Args:
+        data_dir: the data directory; default :func:`default_data_dir`.
+        keep: keep the data directory (topics survive the next ``up``).
+        deadline_s: seconds between SIGTERM and SIGKILL.
+
+    Returns:
+        (the broker that was running or None, True when SIGKILL was needed).
+    """
+    data_dir = (data_dir or default_data_dir()).resolve()
+    state = running(data_dir)
+    killed = False
+    if state is not None:
+        killed = _stop_pid(state.pid, deadline_s)
+    if not keep and data_dir.exists() and (
+        _state_path(data_dir).exists() or (data_dir / "config" / "server.properties").exists()
+    ):
+        shutil.rmtree(data_dir, ignore_errors=True)
+    # With keep, the state file stays: its pid is dead, and the next up reuses its port.
+    return state, killed
+
+
+# ---------------------------------------------------------------------------- tools
+
+
+def tool_argv(name: str, args: Sequence[str], *, java: str | None = None) -> list[str]:
+    """The command line that runs Kafka tool ``name`` from the pinned jars.
+
+    Args:
+        name: a key of :data:`TOOLS` (``kafka-topics``; a trailing ``.sh`` is accepted).
+        args: the tool's own arguments.
+        java: the ``java`` executable; default :func:`require_java`.
+
+    Raises:
+        DevBrokerError: unknown tool, java missing, or the jars could not be fetched.
+    """
+    key = name.removesuffix(".sh")
+    if key not in TOOLS:
+        raise DevBrokerError(f"unknown tool {name!r}; known: {', '.join(sorted(TOOLS))}")
+    java = java or require_java()
+    lib = fetch_jars()
+    config = lib.parent / "tools-log4j2.properties"
+    if not config.exists():
+        config.write_text(_TOOLS_LOG4J)
+    return [
+        java, "-Xmx512m", f"-Dlog4j2.configurationFile={config}",
+        "-cp", _classpath(lib), TOOLS[key], *args,
+    ]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _fail(exc: DevBrokerError) -> None:
+    click.echo(f"parsley-devbroker: {exc}", err=True)
+    sys.exit(1)
+
+
+_DIR_OPTION = click.option(
+    "--dir", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help=f"Data directory (default ${ENV_DATA_DIR} or ~/.cache/parsley/devbroker).",
+)
+
+
+@click.group()
+def main() -> None:
+    """A local single-node Apache Kafka broker (KRaft) for Parsley's tests and demos."""
+
+
+@main.command()
+def fetch() -> None:
+    """Fetch the pinned Apache Kafka jars with Maven (no-op when cached); print their path."""
+    try:
+        click.echo(str(fetch_jars(say=_say)))
+    except DevBrokerError as exc:
+        _fail(exc)
+
+
+@main.command("up")
+@_DIR_OPTION
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Client port on 127.0.0.1 (default: a free port).")
+@click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
+              help="Seconds to wait for the broker to answer.")
+def up_command(data_dir: Path | None, port: int | None, timeout_s: float) -> None:
+    """Start the broker (or report the running one); last line: bootstrap.servers=..."""
+    started = time.monotonic()
+    try:
+        state, already = up(data_dir, port, start_timeout_s=timeout_s, say=_say)
+    except DevBrokerError as exc:
+        _fail(exc)
+        return
+    if already:
+        _say(f"already running (pid {state.pid}), log {state.log_path}")
+        if port is not None and port != state.port:
+            _say(f"note: it listens on {state.port}, not the requested {port}")
+    else:
+        _say(f"ready in {time.monotonic() - started:.1f} s, log {state.log_path}")
+    click.echo(f"{BOOTSTRAP_PREFIX}{state.bootstrap}")
+
+
+@main.command("down")
+@_DIR_OPTION
+@click.option("--keep", is_flag=True, help="Keep the data directory (topics survive).")
+@click.option("--deadline", "deadline_s", type=float, default=30.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL.")
+def down_command(data_dir: Path | None, keep: bool, deadline_s: float) -> None:
+    """Stop the broker: SIGTERM, SIGKILL after the deadline; remove the data unless --keep."""
+    where = (data_dir or default_data_dir()).resolve()
+    removed = not keep and where.exists()
+    state, killed = down(data_dir, keep=keep, deadline_s=deadline_s)
+    if state is None:
+        _say(f"no broker running in {where}")
+    else:
+        _say(f"stopped pid {state.pid}{' (SIGKILL after deadline)' if killed else ''}")
+    if keep:
+        _say(f"kept {where}")
+    elif removed:
+        _say(f"removed {where}")
+
+
+@main.command("status")
+@_DIR_OPTION
+def status_command(data_dir: Path | None) -> None:
+    """Print whether the broker runs, its bootstrap address, Kafka version and log file.
+
+    Exit status 0 when running, 3 when not.
+    """
+    where = (data_dir or default_data_dir()).resolve()
+    state = running(where)
+    if state is None:
+        click.echo("running: no")
+        click.echo(f"data dir: {where}")
+        click.echo(f"kafka version: {KAFKA_VERSION}")
+        click.echo(f"jars: {lib_dir()} ({'cached' if jars_present(lib_dir()) else 'not fetched'})")
+        sys.exit(3)
+    click.echo(f"running: yes (pid {state.pid})")
+    click.echo(f"{BOOTSTRAP_PREFIX}{state.bootstrap}")
+    click.echo(f"kafka version: {state.version}")
+    click.echo(f"log: {state.log_path}")
+    click.echo(f"data dir: {state.data_dir}")
+
+
+@main.command(
+    "tool",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.argument("name", type=str)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def tool_command(name: str, args: tuple[str, ...]) -> None:
+    """Run a Kafka command-line tool from the same jars; its exit status is returned.
+
+    NAME is one of: kafka-topics, kafka-consumer-groups, kafka-get-offsets,
+    kafka-configs, kafka-console-consumer, kafka-console-producer,
+    kafka-delete-records, kafka-transactions, kafka-storage,
+    kafka-producer-perf-test, kafka-consumer-perf-test.
+    """
+    try:
+        argv = tool_argv(name, args)
+    except DevBrokerError as exc:
+        _fail(exc)
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main()
