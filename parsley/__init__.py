@@ -3,14 +3,39 @@
 Public names are listed in ``__all__``; everything else is internal.
 """
 
-from parsley import wire
+from parsley import serdes, wire
+from parsley.declarations import (
+    EARLIEST,
+    LATEST,
+    Channel,
+    Delivery,
+    Effects,
+    Handler,
+    InitialPosition,
+    Process,
+    State,
+    Store,
+    validate_declarations,
+)
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 
 __all__ = [
+    "EARLIEST",
     "FED_TO_END",
+    "LATEST",
+    "Channel",
     "ChannelId",
+    "Delivery",
+    "Effects",
+    "Handler",
+    "InitialPosition",
     "ParsleyFailClosedError",
+    "Process",
     "Reason",
+    "State",
+    "Store",
+    "serdes",
+    "validate_declarations",
     "wire",
 ]
