@@ -20,6 +20,7 @@ __all__ = [
     "FED_TO_END",
     "MAX_PARTITION",
     "ChannelId",
+    "DeliverableMessage",
     "Header",
     "ReceivedMessage",
 ]
@@ -113,3 +114,33 @@ class ReceivedMessage:
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverableMessage:
+    """A message the engine has decided to deliver: what the handler frame gets.
+
+    Returned by ``ProcessEngine.deliver_next()``, which has already applied
+    the delivery to the engine's state (frontier and delivered past).
+
+    Attributes:
+        channel: the channel it arrived on.
+        position: its offset on that channel (inclusive; the record's own offset).
+        timestamp_ms: the record timestamp, ms since the epoch.
+        key: raw key bytes, or ``None``.
+        value: raw value bytes, or ``None``.
+        headers: application headers only, in arrival order; every header
+            whose key starts with ``parsley.`` is stripped (facts §1,
+            "Headers reaching application code").
+        causes: the causes its ``parsley.causes`` header carried, as
+            ``(channel, position)`` pairs in channel order; empty when the
+            header was absent or empty.
+    """
+
+    channel: ChannelId
+    position: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    causes: tuple[tuple[ChannelId, int], ...]

@@ -1,0 +1,932 @@
+"""The per-task ordering engine: frontier, hold-back buffers, coverage, decisions.
+
+A :class:`ProcessEngine` is one task's causal state, driven by a host (the
+worker, or the simulator) the way h11's ``Connection`` is driven by its
+caller: it is fed records (:meth:`~ProcessEngine.receive`), asked what may be
+delivered (:meth:`~ProcessEngine.deliver_next`), told what the identity check
+found (:meth:`~ProcessEngine.apply_identity`), and asked for the header its
+sends carry (:meth:`~ProcessEngine.causes_header`) and for the changelog rows
+its state changes produced (:meth:`~ProcessEngine.take_deltas`). It never
+polls, sleeps, logs or commits.
+
+State (``JAVA-PARSLEY-FACTS.md`` §4; ``docs/model.md``):
+
+* received-channel set: fixed for the engine's life;
+* coverage ``fedUpTo(c)``: the highest position fed or known never to arrive,
+  :data:`~parsley.engine.channel.FED_TO_END` for a deleted channel;
+* session floor: coverage as it stood when :meth:`~ProcessEngine.start` ran;
+  a feed at or below it is a replay of a committed past, dropped silently;
+* hold-back buffers: per received channel, the held positions in FIFO order;
+  only the head of each is offered to the decision;
+* frontier: per channel, the highest position known to be a cause of this
+  task's later sends (delivery merges ``(c, p)``, receipt merges the header);
+* delivered past: per channel, the highest cause of any delivered message;
+* name bindings: topic name to the topic id the state was built against.
+
+Pure: standard library plus :mod:`parsley.wire` and the state codec.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from heapq import heappop, heappush
+from types import MappingProxyType
+from typing import Final
+from uuid import UUID
+
+from parsley.engine import state_codec as sc
+from parsley.engine.channel import (
+    FED_TO_END,
+    ChannelId,
+    DeliverableMessage,
+    Header,
+    ReceivedMessage,
+)
+from parsley.engine.deliverability import decide
+from parsley.engine.store import OrderingStore
+from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.status import Blocker, HeldChannel, TaskDiagnosis
+from parsley.wire import (
+    CAUSES_HEADER,
+    RESERVED_PREFIX,
+    decode_causes,
+    encode_causes,
+    varint_size,
+)
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "FeedOutcome",
+    "ProcessEngine",
+    "TopicVerdict",
+]
+
+DEFAULT_BUDGET_BYTES: Final = 262_144
+"""Default metadata budget, bytes (Java ``DEFAULT_METADATA_BUDGET_BYTES``, 256 KiB)."""
+
+Causes = tuple[tuple[ChannelId, int], ...]
+"""Decoded causes as ``(channel, position)`` pairs in channel order."""
+
+_Body = tuple[int, bytes | None, bytes | None, tuple[Header, ...], Causes]
+"""An unpersisted hold: (timestamp_ms, key, value, application headers, causes)."""
+
+_NOTHING_SETTLED: Final = -1
+"""Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
+
+_DECODE_CACHE_ENTRIES: Final = 1024
+_NO_CAUSES: Final[Causes] = ()
+
+
+class _Decoded:
+    """A decoded header value and the prune epoch at which it was last merged."""
+
+    __slots__ = ("causes", "merged_epoch")
+
+    def __init__(self, causes: Causes) -> None:
+        self.causes = causes
+        self.merged_epoch = -1
+
+
+class FeedOutcome(enum.Enum):
+    """What became of a fed record (Java ``ReceiveOutcome``)."""
+
+    ACCEPTED = "ACCEPTED"
+    """Taken into the hold-back buffer (possibly deliverable at once)."""
+    DUPLICATE_DROPPED = "DUPLICATE_DROPPED"
+    """A replay at or below the session floor: already handled by a committed step."""
+
+
+class TopicVerdict(enum.Enum):
+    """The identity check's answer for one topic id (facts §5, "Identity check")."""
+
+    ALIVE = "ALIVE"
+    """The id resolves (or the describe was denied): nothing changes."""
+    DELETED = "DELETED"
+    """The id is gone and its last-known name resolves nowhere."""
+    RECREATED = "RECREATED"
+    """The id is gone and its last-known name resolves to another id."""
+
+
+def _refuse(reason: Reason, detail: str) -> ParsleyFailClosedError:
+    return ParsleyFailClosedError(reason, detail)
+
+
+class ProcessEngine:
+    """One task's ordering state and delivery decisions (facts §4).
+
+    Not thread-safe: one host drives one engine from one thread.
+
+    Lifecycle: build (restores from ``store``), then optionally
+    :meth:`bind_names` and :meth:`apply_identity`, then :meth:`start`, then
+    any interleaving of :meth:`receive`, :meth:`deliver_next`,
+    :meth:`causes_header`, :meth:`take_deltas` and :meth:`diagnose`. A crash
+    or restart is a new engine over a store rebuilt from the committed deltas.
+
+    Args:
+        store: the task's ordering store (facts §3 layout), possibly holding a
+            previous execution's state. The engine reads it once here and then
+            only for held bodies; it writes it in :meth:`take_deltas`.
+        received: the task's received-channel set.
+        budget_bytes: the metadata budget in bytes (> 0), enforced at receipt,
+            merge and emission; a warning is issued once when the frontier
+            reaches 80 % of it.
+        on_warning: called with the warning text (e.g. a logger's
+            ``warning``); ``None`` discards warnings.
+
+    Raises:
+        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for any
+            corrupt, unversioned or foreign state
+            (:func:`parsley.engine.state_codec.load_image`);
+            ``CHANNEL_REMOVED_WITH_HELD_MESSAGES`` ("held message at
+            <channel>@<position> but the channel is no longer in the declared
+            received-channel set") when something is held on a channel
+            outside ``received``.
+        ValueError: ``budget_bytes`` not positive.
+
+    Source: Java ``ProcessEngine`` (R: @88710cf5), facts §3-§5.
+    """
+
+    def __init__(
+        self,
+        store: OrderingStore,
+        *,
+        received: Iterable[ChannelId],
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+        self._store = store
+        self._budget = budget_bytes
+        self._on_warning = on_warning
+        ordered = sorted(set(received))
+        for ch in ordered:
+            if not isinstance(ch, ChannelId):
+                raise TypeError(f"received channels must be ChannelId, got {type(ch).__name__}")
+        self._received: frozenset[ChannelId] = frozenset(ordered)
+        self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
+        self._rank: dict[ChannelId, int] = {ch: i for i, ch in enumerate(ordered)}
+
+        image = sc.load_image(store.scan())
+        self._stamp_version = not image.has_version
+
+        self._fed: dict[ChannelId, int] = dict(image.fed)
+        self._frontier: dict[ChannelId, int] = {}
+        self._topic_counts: dict[UUID, int] = {}
+        self._frontier_body = 0
+        for ch, pos in image.frontier.items():
+            self._frontier[ch] = pos
+            self._size_add(ch)
+        self._past: dict[ChannelId, int] = dict(image.past)
+        self._names: dict[str, UUID] = dict(image.names)
+
+        self._queues: dict[ChannelId, deque[int]] = {ch: deque() for ch in ordered}
+        restored = self._restored_held(image.held)
+        for ch in sorted(restored):
+            positions = restored[ch]
+            if positions and ch not in self._received:
+                raise _refuse(
+                    Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
+                    f"held message at {ch}@{positions[0]} but the channel is no longer in "
+                    "the declared received-channel set",
+                )
+        self._held_total = 0
+        for ch, positions in restored.items():
+            if positions:
+                self._queues[ch].extend(positions)
+                self._held_total += len(positions)
+
+        # Unpersisted holds' bodies; a hold not in here lives only in the store.
+        self._bodies: dict[tuple[ChannelId, int], _Body] = {}
+        # Causes of the current head of a channel, once read.
+        self._head_causes: dict[ChannelId, Causes] = {}
+        # One decoded blob, so a head read for its decision is not decoded again to deliver.
+        self._loaded: tuple[ChannelId, int, sc.HeldMessage] | None = None
+
+        # Fast decision map: every received channel -> settled position
+        # (_NOTHING_SETTLED when unknown). Channels outside it are not received.
+        self._settled: dict[ChannelId, int] = {}
+        for ch in ordered:
+            self._settled[ch] = self._compute_settled(ch)
+        # Heads to (re)decide, blocked heads by blocker channel, deliverable heads.
+        self._candidates: dict[ChannelId, None] = {
+            ch: None for ch in ordered if self._queues[ch]
+        }
+        self._waiting: dict[ChannelId, list[tuple[int, int]]] = {}
+        self._ready: list[int] = []
+
+        self._floor: dict[ChannelId, int] | None = None
+        self._fed_exec: dict[ChannelId, int] = {}
+
+        self._dirty_f: dict[ChannelId, None] = {}
+        self._dirty_c: dict[ChannelId, None] = {}
+        self._dirty_p: dict[ChannelId, None] = {}
+        self._dirty_n: dict[str, None] = {}
+        self._dirty_h: dict[tuple[ChannelId, int], None] = {}
+
+        # Raw header value -> its decoded causes. The frontier only grows between
+        # prunes, so a value merged once in the current epoch need not merge again.
+        self._decoded: dict[bytes, _Decoded] = {}
+        self._epoch = 0
+        self._last_past: Causes | None = None
+        self._encoded: bytes | None = None
+        self._warned = False
+        self._check_warning()
+
+    # ------------------------------------------------------------ restore hooks
+
+    def _restored_held(self, held: dict[ChannelId, list[int]]) -> dict[ChannelId, list[int]]:
+        """Held positions to restore (a hook the sabotage engines override)."""
+        return held
+
+    def _compute_settled(self, ch: ChannelId) -> int:
+        queue = self._queues.get(ch)
+        if queue:
+            return queue[0] - 1
+        fed = self._fed.get(ch)
+        return _NOTHING_SETTLED if fed is None else fed
+
+    # ------------------------------------------------------------ names, identity
+
+    def bind_names(self, bindings: Mapping[str, UUID]) -> None:
+        """Record, or check, the topic id each received or sent topic name resolves to.
+
+        Args:
+            bindings: topic name -> topic id as resolved now.
+
+        Raises:
+            ParsleyFailClosedError: ``CHANNEL_IDENTITY_CHANGED`` ("topic
+                '<name>' now resolves to <channel> but this process's state was
+                built against a previous incarnation ...") when the state
+                already binds a name to another id. Nothing is bound then.
+
+        Source: seed 001, CHANNEL_IDENTITY_CHANGED, task-initialisation site
+        (Java ``ProcessEngine`` constructor).
+        """
+        for name, topic_id in bindings.items():
+            bound = self._names.get(name)
+            if bound is not None and bound != topic_id:
+                shown = next(
+                    (str(ch) for ch in self._by_rank if ch.topic_id == topic_id), str(topic_id)
+                )
+                raise _refuse(
+                    Reason.CHANNEL_IDENTITY_CHANGED,
+                    f"topic '{name}' now resolves to {shown} but this process's state was "
+                    f"built against a previous incarnation ({bound}); its read positions for "
+                    "that name cannot be trusted. Reset the process's state and group offsets "
+                    "deliberately to proceed.",
+                )
+        for name, topic_id in bindings.items():
+            if name not in self._names:
+                self._names[name] = topic_id
+                self._dirty_n[name] = None
+
+    def names(self) -> Mapping[str, UUID]:
+        """The name bindings (topic name -> topic id), read-only copy."""
+        return MappingProxyType(dict(self._names))
+
+    def known_topic_ids(self) -> frozenset[UUID]:
+        """Every topic id the state names: received, frontier and delivered past.
+
+        These are what the identity check at task initialisation describes
+        (facts §5, "Identity check", step 1).
+        """
+        ids = {ch.topic_id for ch in self._received}
+        ids.update(ch.topic_id for ch in self._frontier)
+        ids.update(ch.topic_id for ch in self._past)
+        return frozenset(ids)
+
+    def apply_identity(self, verdicts: Mapping[UUID, TopicVerdict]) -> None:
+        """Apply the identity check's verdicts (facts §5 "What the engine does").
+
+        Args:
+            verdicts: topic id -> verdict; ids whose check is still pending are
+                omitted. May be called before or after :meth:`start`, and
+                again when a pending check is answered later.
+
+        Raises:
+            ParsleyFailClosedError: ``CHANNEL_IDENTITY_CHANGED`` ("the topic of
+                received channel <channel> was deleted and recreated under the
+                same name while this process ran ...") for a recreated received
+                topic; ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` ("<n>
+                received message(s) from <channel> remain undelivered but the
+                channel's topic no longer exists; their place in causal order
+                can no longer be preserved.") for a deleted received topic with
+                held messages. Both are checked before anything changes.
+
+        Effects: a deleted received channel with nothing held is set to fed to
+        its end (:data:`FED_TO_END`); frontier and delivered-past entries on
+        deleted or recreated topics are pruned (tombstones in the deltas).
+        Nothing else is ever pruned.
+        """
+        dead = {t for t, v in verdicts.items() if v is not TopicVerdict.ALIVE}
+        if not dead:
+            return
+        for ch in self._by_rank:
+            if verdicts.get(ch.topic_id) is TopicVerdict.RECREATED:
+                raise _refuse(
+                    Reason.CHANNEL_IDENTITY_CHANGED,
+                    f"the topic of received channel {ch} was deleted and recreated under the "
+                    "same name while this process ran; records fed under the old identity can "
+                    "no longer be trusted. Reset the process's state and group offsets "
+                    "deliberately to proceed.",
+                )
+        for ch in self._by_rank:
+            if verdicts.get(ch.topic_id) is TopicVerdict.DELETED and self._queues[ch]:
+                raise _refuse(
+                    Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
+                    f"{len(self._queues[ch])} received message(s) from {ch} remain undelivered "
+                    "but the channel's topic no longer exists; their place in causal order can "
+                    "no longer be preserved. The deletion breached the deletion-hygiene "
+                    "assumption; an operator must reset this process's state deliberately "
+                    "to proceed.",
+                )
+        for ch in self._by_rank:
+            if verdicts.get(ch.topic_id) is TopicVerdict.DELETED:
+                self._advance_fed(ch, FED_TO_END)
+        pruned = False
+        for ch in [c for c in self._frontier if c.topic_id in dead]:
+            del self._frontier[ch]
+            self._size_remove(ch)
+            self._dirty_c[ch] = None
+            pruned = True
+        for ch in [c for c in self._past if c.topic_id in dead]:
+            del self._past[ch]
+            self._dirty_p[ch] = None
+            pruned = True
+        if pruned:
+            # Merges remembered as no-ops may now add entries back.
+            self._epoch += 1
+            self._last_past = None
+            self._encoded = None
+
+    # ------------------------------------------------------------ start
+
+    def start(self, start_positions: Mapping[ChannelId, int]) -> None:
+        """Set where this execution's feed starts, and snapshot the session floor.
+
+        Args:
+            start_positions: per received channel, the committed read position
+                (the next offset the host fetches, so every offset below it
+                was fed to an earlier execution or skipped by the starting
+                position). Channels outside the received set, and positions of
+                0, change nothing.
+
+        Effects, in Java's order (facts §4 "Session floor"): coverage is raised
+        to the delivered past on each received channel (the join clamp), then
+        to ``start - 1``; coverage is never lowered and :data:`FED_TO_END`
+        stays as it is. The session floor is coverage as it then stands.
+
+        Raises:
+            RuntimeError: called twice.
+            ValueError: a negative start position.
+        """
+        if self._floor is not None:
+            raise RuntimeError("start() was already called for this engine")
+        for ch in self._by_rank:
+            past = self._past.get(ch)
+            if past is not None:
+                self._advance_fed(ch, past)
+        for ch, start in start_positions.items():
+            if start < 0:
+                raise ValueError(f"start position of {ch} must be >= 0, got {start}")
+            if ch in self._received and start > 0:
+                self._advance_fed(ch, start - 1)
+        self._floor = dict(self._fed)
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` has run."""
+        return self._floor is not None
+
+    def _advance_fed(self, ch: ChannelId, position: int) -> None:
+        current = self._fed.get(ch)
+        if current is None or position > current:
+            self._fed[ch] = position
+            self._dirty_f[ch] = None
+            if ch in self._settled and not self._queues[ch]:
+                self._raise_settled(ch, position)
+
+    def _raise_settled(self, ch: ChannelId, settled: int) -> None:
+        if settled > self._settled[ch]:
+            self._settled[ch] = settled
+            waiting = self._waiting.get(ch)
+            if waiting:
+                candidates = self._candidates
+                by_rank = self._by_rank
+                while waiting and waiting[0][0] <= settled:
+                    candidates[by_rank[heappop(waiting)[1]]] = None
+
+    # ------------------------------------------------------------ receive
+
+    def receive(self, msg: ReceivedMessage) -> FeedOutcome:
+        """Take one record from the host.
+
+        Checks, in order (facts §4 "Session floor", Java ``onReceive``):
+
+        1. the channel is received (else ``ValueError``, a host bug);
+        2. the causes header: duplicate or null/empty/malformed ->
+           ``UNDECODABLE_METADATA`` ("<channel>@<position>: <diagnosis>"); raw
+           length above the budget -> ``METADATA_BUDGET_EXCEEDED``
+           ("<channel>@<position> carries <n> bytes of causal metadata; the
+           configured budget is <b> bytes"), before decoding;
+        3. ``q <=`` the last position fed on the channel in this execution ->
+           ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> after this execution was
+           already fed position <p> of the same channel; ...");
+        4. the header's causes merge into the frontier, whatever follows
+           (``METADATA_BUDGET_EXCEEDED`` "the causal frontier reached <n>
+           bytes (<k> channels); ..." if it outgrows the budget);
+        5. ``q`` inside coverage: on a fed-to-end channel ->
+           ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> on a channel recorded as
+           no longer existing"); above the session floor ->
+           ``COVERED_POSITION_FED``; at or below it -> ``DUPLICATE_DROPPED``;
+        6. otherwise coverage rises to ``q`` and the record is held (at the
+           tail of its channel's buffer) until :meth:`deliver_next` offers it.
+
+        Args:
+            msg: the record; ``msg.position`` is its offset (inclusive).
+
+        Returns:
+            :attr:`FeedOutcome.ACCEPTED` or :attr:`FeedOutcome.DUPLICATE_DROPPED`.
+
+        Raises:
+            ParsleyFailClosedError: as listed above.
+            RuntimeError: before :meth:`start`.
+            ValueError: a channel outside the received set.
+        """
+        ch = msg.channel
+        q = msg.position
+        if ch not in self._settled:
+            raise ValueError(f"received on undeclared channel {ch}")
+        floor = self._floor
+        if floor is None:
+            raise RuntimeError("receive() before start(): the session floor is not set")
+
+        # -- causes (budget before decode)
+        headers = msg.headers
+        if len(headers) == 1 and headers[0][0] == CAUSES_HEADER:
+            raw = headers[0][1]
+            app_headers: tuple[Header, ...] = ()
+            found = True
+        else:
+            raw = None
+            found = False
+            reserved = False
+            for hkey, hvalue in headers:
+                if hkey == CAUSES_HEADER:
+                    if found:
+                        raise _refuse(
+                            Reason.UNDECODABLE_METADATA,
+                            f"{ch}@{q}: duplicate {CAUSES_HEADER} headers",
+                        )
+                    found = True
+                    raw = hvalue
+                elif hkey.startswith(RESERVED_PREFIX):
+                    reserved = True
+            if found or reserved:
+                app_headers = tuple(h for h in headers if not h[0].startswith(RESERVED_PREFIX))
+            else:
+                app_headers = headers
+        entry: _Decoded | None = None
+        if not found:
+            causes = _NO_CAUSES
+        else:
+            if raw is not None and len(raw) > self._budget:
+                raise _refuse(
+                    Reason.METADATA_BUDGET_EXCEEDED,
+                    f"{ch}@{q} carries {len(raw)} bytes of causal metadata; the configured "
+                    f"budget is {self._budget} bytes",
+                )
+            if raw is not None and type(raw) is not bytes:
+                raw = bytes(raw)
+            entry = self._decoded.get(raw) if raw is not None else None
+            if entry is None:
+                try:
+                    decoded = decode_causes(raw)
+                except ParsleyFailClosedError as exc:
+                    raise _refuse(Reason.UNDECODABLE_METADATA, f"{ch}@{q}: {exc.detail}") from exc
+                causes = tuple(decoded.items())
+                assert raw is not None  # decode_causes(None) always raises
+                if len(self._decoded) >= _DECODE_CACHE_ENTRIES:
+                    self._decoded.clear()
+                entry = _Decoded(causes)
+                self._decoded[raw] = entry
+            else:
+                causes = entry.causes
+
+        # -- in-execution order
+        fed_exec = self._fed_exec
+        before = fed_exec.get(ch)
+        if before is not None and q <= before:
+            raise _refuse(
+                Reason.OUT_OF_ORDER_FEED,
+                f"fed {ch}@{q} after this execution was already fed position {before} of the "
+                "same channel; the host must feed each channel in increasing position order",
+            )
+        fed_exec[ch] = q
+
+        # -- receipt merges every cause into the frontier, before the duplicate check
+        if causes and (entry is None or entry.merged_epoch != self._epoch):
+            self._merge_causes(causes)
+            if entry is not None:
+                entry.merged_epoch = self._epoch
+
+        # -- coverage: dead channel, invariant guard, replay drop
+        fed = self._fed.get(ch)
+        if fed is not None and q <= fed:
+            if fed == FED_TO_END:
+                raise _refuse(
+                    Reason.OUT_OF_ORDER_FEED,
+                    f"fed {ch}@{q} on a channel recorded as no longer existing",
+                )
+            floor_at = floor.get(ch)
+            if floor_at is None or q > floor_at:
+                raise _refuse(
+                    Reason.COVERED_POSITION_FED,
+                    f"fed {ch}@{q} which this execution's own coverage already records as fed "
+                    f"or never arriving (fedUpTo={fed}), above the session floor of "
+                    f"{'none' if floor_at is None else floor_at}; the host's feed and the "
+                    "engine's record contradict each other. A restart resumes from the "
+                    "committed record, and this refusal then does not recur.",
+                )
+            return FeedOutcome.DUPLICATE_DROPPED
+
+        # -- accept: cover, hold
+        self._fed[ch] = q
+        self._dirty_f[ch] = None
+        self._bodies[(ch, q)] = (msg.timestamp_ms, msg.key, msg.value, app_headers, causes)
+        queue = self._queues[ch]
+        queue.append(q)
+        self._held_total += 1
+        if len(queue) == 1:
+            self._head_causes[ch] = causes
+            self._candidates[ch] = None
+            self._raise_settled(ch, q - 1)
+        return FeedOutcome.ACCEPTED
+
+    # ------------------------------------------------------------ frontier
+
+    def _merge_causes(self, causes: Causes) -> None:
+        frontier = self._frontier
+        dirty = self._dirty_c
+        changed = False
+        for c, p in causes:
+            current = frontier.get(c)
+            if current is None:
+                self._merge_new(c, p)
+                changed = True
+            elif p > current:
+                frontier[c] = p
+                dirty[c] = None
+                changed = True
+        if changed:
+            self._encoded = None
+
+    def _merge_new(self, ch: ChannelId, position: int) -> None:
+        self._frontier[ch] = position
+        self._dirty_c[ch] = None
+        self._encoded = None
+        self._size_add(ch)
+        size = self.frontier_bytes()
+        if size > self._budget:
+            raise _refuse(
+                Reason.METADATA_BUDGET_EXCEEDED,
+                f"the causal frontier reached {size} bytes ({len(self._frontier)} channels); "
+                f"the configured budget is {self._budget} bytes. The frontier's size is the "
+                "sum over its topics of 26 bytes for the first partition and 9 for each "
+                "further one, plus 2 (docs/model.md).",
+            )
+        self._check_warning()
+
+    def _check_warning(self) -> None:
+        if self._warned:
+            return
+        size = self.frontier_bytes()
+        if size * 5 >= self._budget * 4:
+            self._warned = True
+            if self._on_warning is not None:
+                self._on_warning(
+                    f"the causal frontier reached {size} bytes ({len(self._frontier)} "
+                    f"channels), at least 80% of the metadata budget of {self._budget} bytes; "
+                    "beyond the budget the process stops with METADATA_BUDGET_EXCEEDED"
+                )
+
+    def _size_add(self, ch: ChannelId) -> None:
+        counts = self._topic_counts
+        n = counts.get(ch.topic_id, 0) + 1
+        counts[ch.topic_id] = n
+        # A new topic costs its 16-byte id and a partition count of 1 (one byte).
+        grow = 17 if n == 1 else varint_size(n) - varint_size(n - 1)
+        self._frontier_body += grow + varint_size(ch.partition) + 8
+
+    def _size_remove(self, ch: ChannelId) -> None:
+        counts = self._topic_counts
+        n = counts[ch.topic_id] - 1
+        if n == 0:
+            del counts[ch.topic_id]
+            shrink = 17
+        else:
+            counts[ch.topic_id] = n
+            shrink = varint_size(n + 1) - varint_size(n)
+        self._frontier_body -= shrink + varint_size(ch.partition) + 8
+
+    def frontier_bytes(self) -> int:
+        """The frontier's encoded size in bytes, maintained incrementally (facts §1 formula)."""
+        return 1 + varint_size(len(self._topic_counts)) + self._frontier_body
+
+    def frontier(self) -> Mapping[ChannelId, int]:
+        """The frontier (channel -> highest causal position, inclusive), read-only copy."""
+        return MappingProxyType(dict(self._frontier))
+
+    def causes_header(self) -> bytes:
+        """The ``parsley.causes`` value every send of the current step carries.
+
+        Returns:
+            The canonical encoding of the frontier (cached until it changes).
+
+        Raises:
+            ParsleyFailClosedError: ``METADATA_BUDGET_EXCEEDED`` ("expressing the
+                causal frontier needs <n> bytes (<k> channels); ...") when the
+                encoding is longer than the budget (emission site).
+        """
+        encoded = self._encoded
+        if encoded is None:
+            encoded = self._encoded = encode_causes(self._frontier)
+        if len(encoded) > self._budget:
+            raise _refuse(
+                Reason.METADATA_BUDGET_EXCEEDED,
+                f"expressing the causal frontier needs {len(encoded)} bytes "
+                f"({len(self._frontier)} channels); the configured budget is {self._budget} "
+                "bytes.",
+            )
+        return encoded
+
+    # ------------------------------------------------------------ decisions
+
+    def _first_blocker(self, causes: Causes) -> tuple[ChannelId, int] | None:
+        """The first cause on a received channel that is not settled, or ``None``.
+
+        The engine's hot-path form of :func:`~parsley.engine.deliverability.decide`
+        (the property tests pin the two together); sabotage engines override it.
+        """
+        get = self._settled.get
+        for c, p in causes:
+            if get(c, FED_TO_END) < p:
+                return c, p
+        return None
+
+    def _causes_of_head(self, ch: ChannelId, position: int) -> Causes:
+        causes = self._head_causes.get(ch)
+        if causes is None:
+            body = self._bodies.get((ch, position))
+            causes = body[4] if body is not None else self._load(ch, position).causes
+            self._head_causes[ch] = causes
+        return causes
+
+    def _load(self, ch: ChannelId, position: int) -> sc.HeldMessage:
+        loaded = self._loaded
+        if loaded is not None and loaded[0] == ch and loaded[1] == position:
+            return loaded[2]
+        blob = self._store.get(sc.held_key(ch, position))
+        if blob is None:
+            raise _refuse(
+                Reason.UNKNOWN_ORDERING_STATE_FORMAT,
+                f"held message {ch}@{position} is in the hold-back buffer but absent from the "
+                "store",
+            )
+        message = sc.decode_held(blob)
+        self._loaded = (ch, position, message)
+        return message
+
+    def _decide_candidates(self) -> None:
+        # Deciding never raises a settled position, so no candidate appears meanwhile.
+        candidates = self._candidates
+        self._candidates = {}
+        rank = self._rank
+        for ch in candidates:
+            queue = self._queues[ch]
+            if not queue:
+                continue
+            blocker = self._first_blocker(self._causes_of_head(ch, queue[0]))
+            if blocker is None:
+                heappush(self._ready, rank[ch])
+            else:
+                heappush(self._waiting.setdefault(blocker[0], []), (blocker[1], rank[ch]))
+
+    def deliver_next(self) -> DeliverableMessage | None:
+        """Deliver the next head whose causes are all settled, if any.
+
+        Order: among the heads deliverable now, the one on the lowest channel
+        (channel order), the order Java's ``nextDeliverable`` scan gives.
+        Delivering a head may make others deliverable (its channel settles
+        further), so a host calls this until it returns ``None``; chains
+        across channels release in that loop.
+
+        The delivery is applied before returning: the head leaves its buffer,
+        the frontier merges ``(channel, position)``, the delivered past merges
+        the message's causes (facts §4 "On delivery"), and a persisted hold's
+        ``h`` row is tombstoned in the next deltas.
+
+        Returns:
+            The message, with application headers only, or ``None``.
+
+        Raises:
+            ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` when a
+                held head's body is absent from the store or corrupt;
+                ``METADATA_BUDGET_EXCEEDED`` when merging the delivered
+                position outgrows the budget.
+        """
+        if self._candidates:
+            self._decide_candidates()
+        ready = self._ready
+        if not ready:
+            return None
+        ch = self._by_rank[heappop(ready)]
+        queue = self._queues[ch]
+        q = queue[0]
+        body = self._bodies.pop((ch, q), None)
+        if body is None:
+            held = self._load(ch, q)
+            self._loaded = None
+            body = (
+                held.timestamp_ms,
+                held.key,
+                held.value,
+                tuple(h for h in held.headers if not h[0].startswith(RESERVED_PREFIX)),
+                held.causes,
+            )
+            self._dirty_h[(ch, q)] = None
+        queue.popleft()
+        self._held_total -= 1
+        self._head_causes.pop(ch, None)
+        causes = body[4]
+
+        frontier = self._frontier
+        current = frontier.get(ch)
+        if current is None:
+            self._merge_new(ch, q)
+        elif q > current:
+            frontier[ch] = q
+            self._dirty_c[ch] = None
+            self._encoded = None
+        if causes and causes is not self._last_past:
+            past = self._past
+            dirty_p = self._dirty_p
+            for c, p in causes:
+                have = past.get(c)
+                if have is None or p > have:
+                    past[c] = p
+                    dirty_p[c] = None
+            self._last_past = causes
+
+        if queue:
+            self._candidates[ch] = None
+            self._raise_settled(ch, queue[0] - 1)
+        else:
+            fed = self._fed.get(ch)
+            if fed is not None:
+                self._raise_settled(ch, fed)
+        return DeliverableMessage(ch, q, body[0], body[1], body[2], body[3], causes)
+
+    # ------------------------------------------------------------ deltas
+
+    def take_deltas(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        """The changelog writes since the last call, latest value per key.
+
+        Held messages still held are persisted first as ``h`` rows (facts §3
+        held blob) and their bodies leave memory; a message received and
+        delivered since the last call never produces an ``h`` row. Then
+        tombstones for delivered persisted holds, and ``f``, ``c``, ``p``,
+        ``n`` rows for every changed coverage, frontier, delivered-past and
+        name entry (a pruned entry is a tombstone). The version entry ``v``
+        comes first in the first call over a store with no state.
+
+        Every row is also applied to the engine's store, so the store holds
+        what a changelog replay of all returned rows would hold.
+
+        Returns:
+            ``((key, value-or-None), ...)``; ``None`` is a tombstone. Empty
+            when nothing changed.
+        """
+        rows: list[tuple[bytes, bytes | None]] = []
+        if self._stamp_version:
+            self._stamp_version = False
+            rows.append((sc.VERSION_KEY, sc.VERSION_VALUE))
+        if self._bodies:
+            encode = sc.encode_held
+            for (ch, q), body in self._bodies.items():
+                rows.append(
+                    (sc.held_key(ch, q), encode(sc.HeldMessage(body[0], body[1], body[2], body[3],
+                                                              body[4])))
+                )
+            self._bodies = {}
+        if self._dirty_h:
+            for ch, q in self._dirty_h:
+                rows.append((sc.held_key(ch, q), None))
+            self._dirty_h = {}
+        encode_long = sc.encode_long
+        for dirty, table, key_of in (
+            (self._dirty_f, self._fed, sc.fed_key),
+            (self._dirty_c, self._frontier, sc.frontier_key),
+            (self._dirty_p, self._past, sc.past_key),
+        ):
+            for ch in dirty:
+                position = table.get(ch)
+                rows.append((key_of(ch), None if position is None else encode_long(position)))
+            dirty.clear()
+        for name in self._dirty_n:
+            topic_id = self._names.get(name)
+            rows.append(
+                (sc.name_key(name), None if topic_id is None else sc.encode_binding(topic_id))
+            )
+        self._dirty_n.clear()
+        store = self._store
+        for key, value in rows:
+            if value is None:
+                store.delete(key)
+            else:
+                store.put(key, value)
+        return tuple(rows)
+
+    # ------------------------------------------------------------ queries
+
+    def covered(self, ch: ChannelId) -> int | None:
+        """``fedUpTo(ch)``: highest position fed or known never to arrive (inclusive).
+
+        Returns:
+            The position, :data:`FED_TO_END` for a deleted channel, or ``None``.
+        """
+        return self._fed.get(ch)
+
+    def settled(self, ch: ChannelId) -> int | None:
+        """``settled(ch)`` (facts §4): head - 1 if anything is held, else covered, else ``None``."""
+        queue = self._queues.get(ch)
+        if queue:
+            return queue[0] - 1
+        return self._fed.get(ch)
+
+    def session_floor(self, ch: ChannelId) -> int | None:
+        """Coverage of ``ch`` when :meth:`start` ran (``None`` if none, or not started)."""
+        return None if self._floor is None else self._floor.get(ch)
+
+    def delivered_past(self) -> Mapping[ChannelId, int]:
+        """The delivered causal past (channel -> highest cause delivered), read-only copy."""
+        return MappingProxyType(dict(self._past))
+
+    def held_count(self, ch: ChannelId | None = None) -> int:
+        """Messages held on ``ch``, or on every channel when ``ch`` is ``None``."""
+        if ch is None:
+            return self._held_total
+        queue = self._queues.get(ch)
+        return len(queue) if queue else 0
+
+    def held_positions(self, ch: ChannelId) -> tuple[int, ...]:
+        """Positions held on ``ch`` in FIFO (ascending) order."""
+        queue = self._queues.get(ch)
+        return tuple(queue) if queue else ()
+
+    def received(self) -> frozenset[ChannelId]:
+        """The received-channel set."""
+        return self._received
+
+    @property
+    def budget_bytes(self) -> int:
+        """The metadata budget, bytes."""
+        return self._budget
+
+    def diagnose(self) -> TaskDiagnosis:
+        """What the task holds and why (seed 000, "Diagnosis").
+
+        Returns:
+            Per channel with held messages (channel order): topic (bound name,
+            else topic id), partition, count, head position, and every cause
+            the head waits for with the required position and the channel's
+            settled position (``None`` when empty). A head with no blockers is
+            deliverable on the next drain. Plus the frontier's channels and
+            bytes against the budget.
+
+        Raises:
+            ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` when a
+                head's body is absent from the store.
+        """
+        labels = {t: name for name, t in reversed(list(self._names.items()))}
+
+        def label(topic_id: UUID) -> str:
+            return labels.get(topic_id, str(topic_id))
+
+        held: list[HeldChannel] = []
+        for ch in self._by_rank:
+            queue = self._queues[ch]
+            if not queue:
+                continue
+            verdict = decide(self._causes_of_head(ch, queue[0]), self._received, self.settled)
+            blockers = tuple(
+                Blocker(label(b.channel.topic_id), b.channel.partition, b.required, b.settled)
+                for b in getattr(verdict, "blockers", ())
+            )
+            held.append(HeldChannel(label(ch.topic_id), ch.partition, len(queue), queue[0],
+                                    blockers))
+        return TaskDiagnosis(tuple(held), len(self._frontier), self.frontier_bytes(),
+                             self._budget)
