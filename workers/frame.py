@@ -221,6 +221,10 @@ class HandlerFrame:
         self.stores = stores
         self._latched: ParsleyFailClosedError | None = None
         self._state = _FrameState(self)
+        # Name lookups on the hot path; the declaration is immutable.
+        self._inputs = {i.channel.name: i for i in process.inputs}
+        self._outputs = {c.name: c for c in process.outputs}
+        self._stores = {s.name: s for s in process.declared_stores}
 
     # -- the latch ---------------------------------------------------------------
 
@@ -254,7 +258,7 @@ class HandlerFrame:
         if not isinstance(store, Store):
             raise TypeError(f"{self.process.name}: {access} needs a Store, "
                             f"got {type(store).__name__}")
-        declared = self.process.store(store.name)
+        declared = self._stores.get(store.name)
         if declared is None or not same_store(declared, store):
             other = "" if declared is None else " (a Store instance other than the declared one)"
             raise ParsleyFailClosedError(
@@ -265,7 +269,7 @@ class HandlerFrame:
         return declared
 
     def _resolve_channel(self, channel: Channel[Any, Any]) -> Channel[Any, Any]:
-        declared = self.process.output(channel.name)
+        declared = self._outputs.get(channel.name)
         if declared is None:
             raise ParsleyFailClosedError(
                 Reason.EMISSION_TO_UNDECLARED_CHANNEL,
@@ -382,7 +386,7 @@ class HandlerFrame:
             ValueError: ``topic`` is not received by this process (a worker bug).
         """
         self._rethrow()
-        source = self.process.input(topic)
+        source = self._inputs.get(topic)
         if source is None:
             raise ValueError(f"{self.process.name} was fed {topic}, which it does not receive")
         channel = source.channel
