@@ -13,7 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import multiprocess
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multiprocess.reduction import ForkingPickler
 
 from parsley.declarations import Channel, Delivery, Effects, Process, State, Store
@@ -463,3 +466,52 @@ def test_a_closure_declaration_runs_in_a_spawned_process() -> None:
         pid, writes = pool.apply(_run_in_child, (blob,))
     assert pid != os.getpid(), "the frame must have run in another process"
     assert writes == [("seen", b"a", b"12")], "the closure and its Store must work in the child"
+
+
+# --- property: a step is planned whole or not at all -----------------------------------------
+
+_OPS = st.lists(st.tuples(st.sampled_from(["send", "put", "delete"]),
+                          st.booleans(),  # declared target?
+                          st.booleans(),  # serializable payload?
+                          st.text(max_size=5)), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_OPS)
+def test_planning_is_all_or_nothing(ops: list[tuple[str, bool, bool, str]]) -> None:
+    stray_channel = Channel("stray", STRING, JSON)
+    stray_store = Store("stray", STRING, JSON)
+
+    def handler(delivery: Delivery[Any, Any], state: State) -> Effects:
+        builder = Effects.builder()
+        for op, declared, good, key in ops:
+            payload: Any = {"k": key} if good else {key: object()}
+            if op == "send":
+                builder.send(AUDIT if declared else stray_channel, key, payload)
+            elif op == "put":
+                builder.put(COUNTS if declared else stray_store, key, payload)
+            else:
+                builder.delete(COUNTS if declared else stray_store, key)
+        return builder.build()
+
+    writes = [o for o in ops if o[0] != "send"]
+    sends = [o for o in ops if o[0] == "send"]
+    if any(not d for _, d, _, _ in writes):
+        expected: Reason | None = Reason.STATE_ACCESS_TO_UNDECLARED_STORE
+    elif any(not d for _, d, _, _ in sends):
+        expected = Reason.EMISSION_TO_UNDECLARED_CHANNEL
+    elif any(not g for op, _, g, _ in ops if op != "delete"):
+        expected = Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
+    else:
+        expected = None
+    stores = DictStores()
+    frame = _frame(handler, stores)
+    if expected is not None:
+        refusal = _refusal(frame)
+        assert refusal.reason is expected, f"{ops}: the first planning refusal by the two-pass rule"
+        return
+    result = _deliver(frame)
+    assert [(w.key, w.value) for w in result.writes] == [
+        (k.encode(), None if op == "delete" else orjson.dumps({"k": k})) for op, _, _, k in writes]
+    assert [(s.key, s.value) for s in result.sends] == [
+        (k.encode(), orjson.dumps({"k": k})) for _, _, _, k in sends]
