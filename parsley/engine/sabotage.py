@@ -1,0 +1,88 @@
+"""Deliberately broken engines, for the meta-tests that prove the harness can fail.
+
+A verification kit that passes against a broken engine proves nothing
+(STYLE.md, "Tests"; issue 3 item 5). Each :class:`Sabotage` mode names one
+fault; :func:`engine_class` returns a :class:`ProcessEngine` subclass with
+that fault and nothing else changed. The simulator's oracle must catch every
+mode. Java Parsley keeps the same idea as ``Sabotage.Mode``.
+
+Never used outside tests.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from parsley.engine.channel import ChannelId
+from parsley.engine.engine import Causes, ProcessEngine
+
+__all__ = ["Sabotage", "engine_class"]
+
+
+class Sabotage(enum.Enum):
+    """One deliberate fault."""
+
+    EAGER_DELIVERY = "EAGER_DELIVERY"
+    """Every head is deliverable at once, whatever its causes (breaks causal order)."""
+    IGNORE_ONE_CAUSE = "IGNORE_ONE_CAUSE"
+    """Each decision skips the first cause on a received channel (breaks causal order
+    for messages with such a cause)."""
+    DROP_HELD_ON_RESTART = "DROP_HELD_ON_RESTART"
+    """A restored engine forgets the held messages in its store (breaks completeness:
+    their positions are covered, so a re-feed is dropped as a replay)."""
+
+
+class _EagerDeliveryEngine(ProcessEngine):
+    """:attr:`Sabotage.EAGER_DELIVERY`."""
+
+    def _first_blocker(self, causes: Causes) -> tuple[ChannelId, int] | None:
+        return None
+
+
+class _IgnoreOneCauseEngine(ProcessEngine):
+    """:attr:`Sabotage.IGNORE_ONE_CAUSE`."""
+
+    def _first_blocker(self, causes: Causes) -> tuple[ChannelId, int] | None:
+        received = self._settled
+        dropped = False
+        kept = []
+        for c, p in causes:
+            if not dropped and c in received:
+                dropped = True
+                continue
+            kept.append((c, p))
+        return super()._first_blocker(tuple(kept))
+
+
+class _DropHeldOnRestartEngine(ProcessEngine):
+    """:attr:`Sabotage.DROP_HELD_ON_RESTART`."""
+
+    def _restored_held(self, held: dict[ChannelId, list[int]]) -> dict[ChannelId, list[int]]:
+        return {}
+
+
+_CLASSES: dict[Sabotage, type[ProcessEngine]] = {
+    Sabotage.EAGER_DELIVERY: _EagerDeliveryEngine,
+    Sabotage.IGNORE_ONE_CAUSE: _IgnoreOneCauseEngine,
+    Sabotage.DROP_HELD_ON_RESTART: _DropHeldOnRestartEngine,
+}
+
+
+def engine_class(mode: Sabotage | None) -> type[ProcessEngine]:
+    """The engine class with fault ``mode``; ``None`` gives the sound :class:`ProcessEngine`.
+
+    Args:
+        mode: the fault to build in.
+
+    Returns:
+        A :class:`ProcessEngine` subclass taking the same constructor arguments.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode is None:
+        return ProcessEngine
+    try:
+        return _CLASSES[mode]
+    except KeyError:
+        raise ValueError(f"unknown sabotage mode {mode!r}") from None
