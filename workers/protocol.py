@@ -1,0 +1,157 @@
+"""The seam between the coordinator and a task worker: what a worker is given and what it reports.
+
+The coordinator resolves everything at bootstrap (topic ids, partition
+counts, start positions) and hands one :class:`TaskSpec` to each worker OS
+process it spawns (``multiprocess`` spawn context; the spec pickles with
+dill, so handlers may be closures). The worker reports over ZeroMQ: it
+connects a ``PUSH`` socket to ``spec.status_endpoint`` and sends orjson
+messages, a ``"status"`` message every status interval from its own loop and
+one ``"final"`` message when it stops. The coordinator never reads message
+text to decide anything: it branches on :class:`StopKind` and the refusal
+reason (seed 002's principle: outcomes classified by a kind).
+
+Message shapes (JSON objects; times in ms since the epoch, sizes in bytes):
+
+``status`` — sent every ``status_interval_ms`` from the task's own loop, so a
+stalled loop shows as an ageing entry (seed 000, "Diagnosis")::
+
+    {"kind": "status", "process": str, "task": int, "pid": int, "sent_ms": int,
+     "state": "STARTING" | "RESTORING" | "RUNNING" | "REBALANCING",
+     "held": [ {"topic", "partition", "count", "head",
+                "blockers": [{"topic", "partition", "required", "settled"}]} ],
+     "held_total": int, "frontier_channels": int, "frontier_bytes": int, "budget_bytes": int,
+     "lag": int | None,                       # sum over owned partitions, offsets
+     "restore": {"records": int, "position": int, "end": int, "done": bool} | None,
+     "delivered": int, "commits": int, "commit_latency_ms": float | None,
+     "rss_bytes": int, "cpu_percent": float}
+
+``final`` — exactly one, as the worker's last message::
+
+    {"kind": "final", "process": str, "task": int, "pid": int, "sent_ms": int,
+     "stop_kind": StopKind value, "refusal_reason": Reason name | None,
+     "failure_detail": str | None}
+
+Exit codes mirror the stop kind (:data:`EXIT_CODES`), so a worker whose final
+message was lost is still classified; an exit by signal or any other code is
+a crash (:attr:`StopKind.CRASHED`), whose detail the coordinator builds from
+the exit code or signal.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from uuid import UUID
+
+from parsley.declarations import Process
+
+__all__ = [
+    "EXIT_CODES",
+    "FINAL",
+    "STATUS",
+    "StopKind",
+    "TaskSpec",
+    "TaskState",
+    "stop_kind_of_exit",
+]
+
+STATUS: Final = "status"
+FINAL: Final = "final"
+
+
+class TaskState(enum.Enum):
+    """A running task's lifecycle as its status messages report it."""
+
+    STARTING = "STARTING"
+    """Spawned; building clients and checking identity."""
+    RESTORING = "RESTORING"
+    """Reading its ordering and store changelog partitions to the end."""
+    RUNNING = "RUNNING"
+    """Consuming, delivering and committing."""
+    REBALANCING = "REBALANCING"
+    """Its consumer's assignment is not exactly partition ``task`` of each received topic."""
+
+
+class StopKind(enum.Enum):
+    """How a worker stopped; the restart rule keys on it (seed 001, "Fix the restart rule").
+
+    Never derived from message text.
+    """
+
+    CLEAN = "CLEAN"
+    """Asked to stop (SIGTERM or a stop request) and committed what it had."""
+    REFUSAL = "REFUSAL"
+    """A :class:`parsley.ParsleyFailClosedError`; ``refusal_reason`` names it."""
+    APPLICATION = "APPLICATION"
+    """The handler (or application code it calls) raised; the same message would fail again."""
+    SUBSTRATE = "SUBSTRATE"
+    """A broker, timeout, topic or partition condition that a restart may resolve."""
+    FATAL = "FATAL"
+    """Fatal client state: fenced by a newer worker for the task, or a fatal producer error."""
+    CRASHED = "CRASHED"
+    """Died without a final report (killed, segfault, unexpected exit code)."""
+
+
+EXIT_CODES: Final[Mapping[StopKind, int]] = {
+    StopKind.CLEAN: 0,
+    StopKind.REFUSAL: 10,
+    StopKind.APPLICATION: 11,
+    StopKind.SUBSTRATE: 12,
+    StopKind.FATAL: 13,
+}
+"""Worker exit status per stop kind; anything else (or a signal) is :attr:`StopKind.CRASHED`."""
+
+_KIND_OF_CODE: Final = {code: kind for kind, code in EXIT_CODES.items()}
+
+
+def stop_kind_of_exit(exitcode: int | None) -> StopKind:
+    """Classify a worker's exit status (``multiprocess.Process.exitcode``).
+
+    Args:
+        exitcode: the exit status; negative means killed by that signal number,
+            ``None`` means still running (treated as crashed by the caller's timeout).
+
+    Returns:
+        The stop kind whose code it is, else :attr:`StopKind.CRASHED`.
+    """
+    if exitcode is None:
+        return StopKind.CRASHED
+    return _KIND_OF_CODE.get(exitcode, StopKind.CRASHED)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a worker needs for task ``task`` of one process, resolved by the bootstrap.
+
+    Attributes:
+        process: the declaration (pickled into the worker with dill).
+        prefix: the application id prefix; the process's application id is ``<prefix>-<process>``.
+        task: this task's index ``i`` (0-based); it owns partition ``i`` of each
+            received topic that has more than ``i`` partitions.
+        task_count: ``W``, the widest received topic's partition count.
+        bootstrap_servers: Kafka ``bootstrap.servers``.
+        kafka_properties: user client properties (Parsley-owned keys already refused).
+        state_dir: root of local state; this task's is ``<state_dir>/<app-id>/<task>``.
+        metadata_budget_bytes: the causal metadata budget, bytes (> 0).
+        commit_interval_ms: how long a transaction stays open at most, ms.
+        status_interval_ms: how often the task pushes status, ms.
+        status_endpoint: ZeroMQ endpoint to connect a PUSH socket to.
+        topic_ids: declared topic name -> topic id, as resolved at bootstrap.
+        partitions: declared topic name -> partition count, as resolved at bootstrap.
+    """
+
+    process: Process
+    prefix: str
+    task: int
+    task_count: int
+    bootstrap_servers: str
+    status_endpoint: str
+    state_dir: str
+    topic_ids: Mapping[str, UUID]
+    partitions: Mapping[str, int]
+    kafka_properties: Mapping[str, Any] = field(default_factory=dict)
+    metadata_budget_bytes: int = 262_144
+    commit_interval_ms: int = 100
+    status_interval_ms: int = 1000
