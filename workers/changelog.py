@@ -1,0 +1,449 @@
+"""Changelog partitions: restore a task's state from one, write back to one, create the topic.
+
+* :func:`read_partition` reads partition ``i`` of a changelog topic
+  ``read_committed`` from its start to the end listed when the read began,
+  yielding ``(key, value-or-None)`` (``None`` is a tombstone), and reports
+  :class:`RestoreProgress` through a callback (issue 4: "reading
+  ``read_committed`` to the end with progress reported in status").
+* :func:`write_records` produces a batch to partition ``i`` explicitly, inside
+  the caller's open transaction (issue 4: changelog writes go "to partition
+  ``i`` explicitly").
+* :func:`describe_topic` and :func:`ensure_changelog_topic` describe or
+  create a compacted changelog topic with one partition per task.
+
+Sources: ``JAVA-PARSLEY-FACTS.md`` §3 ("Start-time reads of the changelog":
+``read_committed`` up to the ends listed read-uncommitted, fail loudly after
+30 s without progress) and §5 ("Other timeouts and bounds": admin calls 30 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
+from uuid import UUID
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
+
+from workers.kafka import DeliveryLedger, ErrorKind, SubstrateError, map_kafka_errors, to_exception
+
+__all__ = [
+    "DEFAULT_STALL_TIMEOUT_S",
+    "RestoreProgress",
+    "TopicInfo",
+    "describe_topic",
+    "ensure_changelog_topic",
+    "read_partition",
+    "write_records",
+]
+
+DEFAULT_STALL_TIMEOUT_S: Final = 30.0
+"""A restore that makes no progress for this long fails (facts §3)."""
+
+ADMIN_TIMEOUT_S: Final = 30.0
+"""Bound on each admin call (facts §5, "Admin calls at start: 30 s")."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreProgress:
+    """Where a changelog restore stands.
+
+    Attributes:
+        topic: the changelog topic.
+        partition: the partition read (the task index).
+        start_offset: the log start when the read began (inclusive).
+        end_offset: the high watermark listed when the read began (exclusive);
+            the read is complete when ``position >= end_offset``.
+        position: the next offset to read (records, aborted records and
+            transaction markers below it are consumed).
+        records_read: records yielded so far (tombstones included).
+        done: the read reached ``end_offset``.
+    """
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    position: int
+    records_read: int
+    done: bool
+
+    @property
+    def remaining(self) -> int:
+        """Offsets still to read (records and markers), >= 0."""
+        return max(0, self.end_offset - self.position)
+
+
+def read_partition(
+    consumer: Consumer,
+    admin: AdminClient,
+    topic: str,
+    partition: int,
+    *,
+    on_progress: Callable[[RestoreProgress], None] | None = None,
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+    poll_timeout_s: float = 0.2,
+    batch_size: int = 1000,
+    now: Callable[[], float] = time.monotonic,
+) -> Iterator[tuple[bytes, bytes | None]]:
+    """Read one changelog partition from its start to its end, ``read_committed``.
+
+    The end is the high watermark listed ``READ_UNCOMMITTED`` when the read
+    begins, as Java's reader lists it (facts §3): a transaction still open
+    below it (its markers not yet written) holds the read until it is
+    resolved, so the last committed transaction is never missed. Reading
+    ``read_committed``, the last offsets below the end may be transaction
+    markers or aborted records, which are never delivered; the read ends when
+    the consumer's position (or a partition-EOF event) reaches the end, with
+    or without a record at ``end - 1``. An empty partition ends at once.
+    Records committed after the listing are not read.
+
+    Args:
+        consumer: a consumer built from
+            :func:`workers.kafka.restore_consumer_config` (``read_committed``,
+            ``enable.partition.eof``). Its assignment is replaced by this
+            partition for the read and emptied at the end.
+        admin: an AdminClient, for the ``READ_UNCOMMITTED`` offset listing
+            (a ``read_committed`` consumer lists the last stable offset).
+        topic: the changelog topic.
+        partition: the partition to read (the task index).
+        on_progress: called with a :class:`RestoreProgress` after the listing,
+            after every batch that advanced, and once with ``done=True``.
+        stall_timeout_s: s without any advance of the position before failing.
+        poll_timeout_s: s each ``consume`` call waits.
+        batch_size: records per ``consume`` call.
+        now: monotonic clock, s (tests pass a fake).
+
+    Yields:
+        ``(key, value)`` in offset order; ``value is None`` is a tombstone.
+
+    Raises:
+        SubstrateError: the read made no progress for ``stall_timeout_s``
+            (``SUBSTRATE_TRANSIENT``, naming position and end), a record
+            without a key, or a consumer error (classified by
+            :mod:`workers.kafka`; a vanished position is ``OFFSET_RESET``).
+    """
+    tp = TopicPartition(topic, partition)
+    where = f"changelog {topic}[{partition}]"
+    start, end = _list_bounds(admin, tp, where, stall_timeout_s, now)
+    position = start
+    records = 0
+
+    def report(done: bool) -> None:
+        if on_progress is not None:
+            on_progress(RestoreProgress(topic, partition, start, end, position, records, done))
+
+    report(position >= end)
+    if position >= end:
+        return
+    with map_kafka_errors(f"assigning {where}"):
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    try:
+        last_advance = now()
+        while position < end:
+            with map_kafka_errors(f"reading {where}"):
+                messages = consumer.consume(num_messages=batch_size, timeout=poll_timeout_s)
+            before = position
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if msg.partition() == partition and msg.topic() == topic:
+                            position = max(position, msg.offset() or 0)
+                        continue
+                    raise to_exception(err, f"reading {where}") from KafkaException(err)
+                if msg.partition() != partition or msg.topic() != topic:
+                    continue
+                offset = msg.offset()
+                assert offset is not None  # a fetched record always has one
+                if offset >= end:
+                    # Committed after the listing: not part of this restore.
+                    position = max(position, end)
+                    break
+                key = msg.key()
+                if key is None:
+                    raise SubstrateError(
+                        ErrorKind.FATAL,
+                        f"{where} has a record without a key at offset {offset}; "
+                        "a changelog record always has one",
+                    )
+                records += 1
+                position = offset + 1
+                yield key, msg.value()
+            if position < end:
+                with map_kafka_errors(f"reading the position on {where}"):
+                    current = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if current >= 0:
+                    position = max(position, current)
+            if position > before:
+                last_advance = now()
+                report(position >= end)
+            elif now() - last_advance > stall_timeout_s:
+                raise SubstrateError(
+                    ErrorKind.SUBSTRATE_TRANSIENT,
+                    f"restoring {where} made no progress for {stall_timeout_s:g} s: position "
+                    f"{position} of end {end} (start {start}), {records} records read; "
+                    "an open transaction on the changelog or an unavailable leader holds it",
+                )
+    finally:
+        # Best effort: the read may have been abandoned by an exception.
+        with contextlib.suppress(KafkaException):
+            consumer.unassign()
+
+
+def _list_bounds(
+    admin: AdminClient,
+    tp: TopicPartition,
+    where: str,
+    stall_timeout_s: float,
+    now: Callable[[], float],
+) -> tuple[int, int]:
+    """(log start, high watermark) listed ``READ_UNCOMMITTED``, retrying
+    transient answers (a leader not yet elected on a new topic) until
+    ``stall_timeout_s`` has passed."""
+    deadline = now() + stall_timeout_s
+    timeout = min(ADMIN_TIMEOUT_S, stall_timeout_s)
+    while True:
+        try:
+            with map_kafka_errors(f"listing the offsets of {where}"):
+                bounds = []
+                for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
+                    futures = admin.list_offsets(
+                        {tp: spec},
+                        isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                        request_timeout=timeout,
+                    )
+                    bounds.append(int(next(iter(futures.values())).result().offset))
+            return bounds[0], bounds[1]
+        except SubstrateError as exc:
+            if exc.kind not in (ErrorKind.RETRIABLE, ErrorKind.SUBSTRATE_TRANSIENT):
+                raise
+            if now() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def write_records(
+    producer: Producer,
+    topic: str,
+    partition: int,
+    records: Iterable[tuple[bytes, bytes | None]],
+    *,
+    ledger: DeliveryLedger | None = None,
+    queue_full_timeout_s: float = 30.0,
+    now: Callable[[], float] = time.monotonic,
+) -> int:
+    """Produce ``records`` to ``topic[partition]`` explicitly, in the open transaction.
+
+    The caller owns the transaction (``begin_transaction`` before,
+    ``commit_transaction`` after); the records are committed or aborted with
+    it. The partition is set explicitly: a changelog partition is a task, not
+    a hash of the key.
+
+    Args:
+        producer: a transactional producer with an open transaction.
+        topic: the changelog topic.
+        partition: the task's partition.
+        records: ``(key, value)``; ``value is None`` writes a tombstone.
+        ledger: counts each produce and its delivery report, so the caller
+            can check that everything was delivered before committing.
+        queue_full_timeout_s: s to keep retrying while the local queue is
+            full (``BufferError``) before failing.
+        now: monotonic clock, s.
+
+    Returns:
+        The number of records produced.
+
+    Raises:
+        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` when a record is
+            over the producer's size limit (raised by ``produce()`` itself;
+            one over the topic's limit surfaces at commit instead).
+        SubstrateError: any other produce failure, classified; or the local
+            queue stayed full for ``queue_full_timeout_s``.
+    """
+    on_delivery = ledger.on_delivery if ledger is not None else None
+    count = 0
+    for key, value in records:
+        deadline: float | None = None
+        while True:
+            try:
+                if on_delivery is not None:
+                    producer.produce(
+                        topic, value=value, key=key, partition=partition, on_delivery=on_delivery
+                    )
+                else:
+                    producer.produce(topic, value=value, key=key, partition=partition)
+                break
+            except BufferError:
+                deadline = deadline if deadline is not None else now() + queue_full_timeout_s
+                if now() > deadline:
+                    raise SubstrateError(
+                        ErrorKind.SUBSTRATE_TRANSIENT,
+                        f"writing changelog {topic}[{partition}]: the producer queue stayed "
+                        f"full for {queue_full_timeout_s:g} s",
+                    ) from None
+                producer.poll(0.05)
+            except KafkaException as exc:
+                raise to_exception(
+                    exc, f"writing changelog {topic}[{partition}] ({len(value or b'')} bytes)"
+                ) from exc
+        if ledger is not None:
+            ledger.sent()
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A described topic.
+
+    Attributes:
+        name: the topic name.
+        topic_id: the Kafka topic id.
+        partitions: the partition count.
+        cleanup_policy: the topic's ``cleanup.policy`` (``"compact"`` for a changelog).
+        max_message_bytes: the topic's ``max.message.bytes``, bytes.
+    """
+
+    name: str
+    topic_id: UUID
+    partitions: int
+    cleanup_policy: str
+    max_message_bytes: int
+
+
+def _uuid(kafka_uuid: object) -> UUID:
+    msb = kafka_uuid.get_most_significant_bits() & (2**64 - 1)  # type: ignore[attr-defined]
+    lsb = kafka_uuid.get_least_significant_bits() & (2**64 - 1)  # type: ignore[attr-defined]
+    return UUID(int=(msb << 64) | lsb)
+
+
+def describe_topic(
+    admin: AdminClient, name: str, *, timeout_s: float = ADMIN_TIMEOUT_S
+) -> TopicInfo | None:
+    """Describe ``name`` with its id, partition count and changelog-relevant configs.
+
+    Returns:
+        The :class:`TopicInfo`, or ``None`` when the broker answers that the
+        topic does not exist (one answer; callers that must be sure ask again).
+
+    Raises:
+        SubstrateError: any other failure, classified (``TOPIC_AUTHORIZATION_FAILED``
+            included).
+    """
+    futures = admin.describe_topics(
+        TopicCollection([name]), request_timeout=timeout_s
+    )
+    try:
+        desc = futures[name].result()
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in (
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC,
+        ):
+            return None
+        raise to_exception(exc, f"describing topic {name}") from exc
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    with map_kafka_errors(f"describing the configs of topic {name}"):
+        configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result()
+    return TopicInfo(
+        name=name,
+        topic_id=_uuid(desc.topic_id),
+        partitions=len(desc.partitions),
+        cleanup_policy=str(configs["cleanup.policy"].value),
+        max_message_bytes=int(configs["max.message.bytes"].value),
+    )
+
+
+def _leaders_known(admin: AdminClient, name: str, timeout_s: float) -> bool:
+    with map_kafka_errors(f"reading the metadata of topic {name}"):
+        topic = admin.list_topics(name, timeout=timeout_s).topics.get(name)
+    if topic is None or topic.error is not None or not topic.partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
+
+
+def ensure_changelog_topic(
+    admin: AdminClient,
+    name: str,
+    partitions: int,
+    *,
+    max_message_bytes: int | None = None,
+    replication_factor: int = -1,
+    timeout_s: float = ADMIN_TIMEOUT_S,
+) -> tuple[TopicInfo, bool]:
+    """Create a compacted changelog topic unless it exists; describe it either way.
+
+    An existing topic is returned as it is, never altered: a partition count
+    or cleanup policy that differs is for the caller to judge (the bootstrap
+    refuses ``TASK_WIDTH_CHANGED``; a non-compacted ordering changelog loses
+    state, facts §5 "Topic requirements").
+
+    Args:
+        admin: an AdminClient.
+        name: the changelog topic (``parsley.declarations.ordering_changelog``
+            or ``store_changelog``).
+        partitions: one per task, >= 1.
+        max_message_bytes: the topic's ``max.message.bytes``, bytes, or
+            ``None`` for the broker default (1 MiB).
+        replication_factor: ``-1`` for the broker default.
+        timeout_s: bound on each admin call, s.
+
+    Returns:
+        ``(info, created)``: the description, and whether this call created it.
+        A created topic is returned once every partition has a leader.
+
+    Raises:
+        ValueError: ``partitions < 1``.
+        SubstrateError: an admin failure (classified), or a topic that is
+            still unknown or leaderless ``timeout_s`` after its creation.
+    """
+    if partitions < 1:
+        raise ValueError(f"a changelog needs at least one partition, got {partitions}")
+    info = describe_topic(admin, name, timeout_s=timeout_s)
+    if info is not None:
+        return info, False
+    config = {"cleanup.policy": "compact"}
+    if max_message_bytes is not None:
+        config["max.message.bytes"] = str(max_message_bytes)
+    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                   config=config)
+    created = True
+    try:
+        admin.create_topics([new], request_timeout=timeout_s)[name].result()
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            raise to_exception(exc, f"creating changelog topic {name}") from exc
+        created = False  # another creator won the race
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = describe_topic(admin, name, timeout_s=timeout_s)
+        if info is not None and _leaders_known(admin, name, timeout_s):
+            return info, created
+        if time.monotonic() > deadline:
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"changelog topic {name} still unknown or leaderless {timeout_s:g} s "
+                "after its creation",
+            )
+        time.sleep(0.1)
