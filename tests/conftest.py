@@ -1,0 +1,246 @@
+"""Test session wiring: one real Kafka broker per session, unique names per test.
+
+The broker (fixture ``kafka_broker``) is chosen in this order:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (``make test`` sets it to the broker it started);
+2. testcontainers' Kafka module (Confluent's cp-kafka 8.x image = Apache Kafka 4.x, KRaft)
+   when a Docker engine answers a ping — not merely when a ``docker`` binary exists;
+3. otherwise ``parsley-devbroker`` (``coordinator.devbroker.up``) in a temporary
+   directory, stopped and removed at the end of the session.
+
+Whatever its source, the broker is waited for (AdminClient answers) and warmed up
+(group and transaction coordinators loaded) before the first test uses it.
+
+Only tests that use a broker fixture, or carry ``@pytest.mark.broker``, start one:
+pure unit tests run without Java or Kafka. A test that needs the broker and cannot
+get one fails (it is never skipped); under ``CI=true`` any skipped test also fails
+the session.
+
+Fixtures (see each docstring): ``kafka_broker``, ``kafka_bootstrap``, ``kafka_admin``,
+``unique_names``, ``topic_name``, ``group_id``, ``transactional_id``, ``create_topic``.
+Helpers for code outside fixtures live in ``tests/kafka_support.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
+from tests.kafka_support import create_topic as _create_topic
+
+ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:8.0.0"
+"""Confluent Platform 8.0 ships Apache Kafka 4.0 (KRaft only)."""
+
+BROKER_FIXTURES = frozenset(
+    {"kafka_broker", "kafka_bootstrap", "kafka_admin", "create_topic"}
+)
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTestBroker:
+    """The session's broker.
+
+    Attributes:
+        bootstrap: ``host:port`` for ``bootstrap.servers``.
+        source: ``"env"``, ``"testcontainers"`` or ``"devbroker"``.
+        log_path: the broker log file when the session started a devbroker, else None.
+    """
+
+    bootstrap: str
+    source: str
+    log_path: Path | None = None
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no engine, no socket, no permission: all mean "no Docker"
+        return False
+
+
+def _start_testcontainer() -> tuple[str, Callable[[], None]]:
+    from testcontainers.community.kafka import KafkaContainer
+
+    container = (
+        KafkaContainer(TESTCONTAINERS_IMAGE)
+        .with_kraft()
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+        .with_env("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "1000")
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+    )
+    container.start(timeout=120)
+    return container.get_bootstrap_server(), container.stop
+
+
+def _no_broker(reason: str) -> None:
+    where = " (CI=true: a missing broker fails the run)" if _ci() else ""
+    pytest.fail(
+        f"no Kafka broker for the tests{where}: {reason}. Set {ENV_BOOTSTRAP}, run a Docker "
+        "engine, or install Java 17 and Maven so parsley-devbroker can start one.",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaTestBroker]:
+    """One real Kafka broker for the whole session, ready for groups and transactions.
+
+    Yields:
+        KafkaTestBroker. Fails the requesting test (never skips) when none can be had.
+    """
+    from coordinator import devbroker
+
+    stop: Callable[[], None] | None = None
+    broker: KafkaTestBroker
+    env = os.environ.get(ENV_BOOTSTRAP, "").strip()
+    try:
+        if env:
+            broker = KafkaTestBroker(env, "env")
+        elif _docker_engine_answers():
+            bootstrap, stop = _start_testcontainer()
+            broker = KafkaTestBroker(bootstrap, "testcontainers")
+        else:
+            data_dir = Path(tempfile.mkdtemp(prefix="parsley-devbroker-"))
+            state, _ = devbroker.up(data_dir, warm=False)
+
+            def stop() -> None:
+                devbroker.down(data_dir, keep=bool(os.environ.get("PARSLEY_KEEP_BROKER")))
+                if not os.environ.get("PARSLEY_KEEP_BROKER"):
+                    shutil.rmtree(data_dir, ignore_errors=True)
+
+            broker = KafkaTestBroker(state.bootstrap, "devbroker", state.log_path)
+        devbroker.wait_ready(broker.bootstrap, timeout_s=120)
+        devbroker.warm_up(broker.bootstrap, timeout_s=180)
+    except devbroker.DevBrokerError as exc:
+        if stop is not None:
+            stop()
+        _no_broker(str(exc))
+        raise  # unreachable: pytest.fail raised
+    try:
+        yield broker
+    finally:
+        if stop is not None:
+            stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaTestBroker) -> str:
+    """``host:port`` of the session's broker, for ``bootstrap.servers``."""
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> AdminClient:
+    """An AdminClient on the session's broker (shared; do not close)."""
+    return AdminClient({"bootstrap.servers": kafka_bootstrap, **QUIET})
+
+
+@pytest.fixture
+def unique_names(request: pytest.FixtureRequest) -> UniqueNames:
+    """A :class:`UniqueNames` factory for this test."""
+    return UniqueNames(request.node.name)
+
+
+@pytest.fixture
+def topic_name(unique_names: UniqueNames) -> str:
+    """A topic name unique to this test (the topic is not created)."""
+    return unique_names.topic()
+
+
+@pytest.fixture
+def group_id(unique_names: UniqueNames) -> str:
+    """A consumer group id unique to this test."""
+    return unique_names.group()
+
+
+@pytest.fixture
+def transactional_id(unique_names: UniqueNames) -> str:
+    """A ``transactional.id`` unique to this test."""
+    return unique_names.transactional_id()
+
+
+@pytest.fixture
+def create_topic(kafka_admin: AdminClient, unique_names: UniqueNames) -> Iterator[CreateTopic]:
+    """Create topics on the session broker and wait until they are served.
+
+    Call as ``create_topic(name=None, *, partitions=1, config=None, timeout_s=30.0)``;
+    returns a ``TopicInfo(name, topic_id, partitions)``. With ``name=None`` a unique
+    name is made. Topics created through it are deleted (without waiting) after the test.
+    """
+    created: list[str] = []
+
+    def make(
+        name: str | None = None,
+        *,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ) -> TopicInfo:
+        topic = name or unique_names.topic()
+        info = _create_topic(
+            kafka_admin, topic, partitions=partitions, config=config, timeout_s=timeout_s
+        )
+        created.append(topic)
+        return info
+
+    yield make
+    if created:
+        kafka_admin.delete_topics(created, request_timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _broker_for_marked_tests(request: pytest.FixtureRequest) -> None:
+    """Tests marked ``@pytest.mark.broker`` get the session broker even if they name no fixture."""
+    if request.node.get_closest_marker("broker") is not None:
+        request.getfixturevalue("kafka_broker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works."""
+    for item in items:
+        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.broker)
+
+
+_SKIPPED: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record skips (not xfails) so CI can refuse them."""
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under ``CI=true`` a skipped test fails the run (issue 2: never a skip)."""
+    if _ci() and _SKIPPED and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say why CI failed a run whose tests all passed."""
+    if _ci() and _SKIPPED:
+        terminalreporter.write_line(
+            f"CI=true: {len(_SKIPPED)} skipped test(s) fail the run: " + ", ".join(_SKIPPED[:10]),
+            red=True,
+        )
