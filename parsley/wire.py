@@ -69,6 +69,7 @@ EMPTY_CAUSES: Final = b"\x01\x00"
 _MAX_VARINT: Final = MAX_PARTITION  # 2^31 - 1, Java's non-negative int range
 _ZERO_ID: Final = bytes(16)
 _POSITION = struct.Struct(">q")
+_UNSIGNED_POSITION = struct.Struct(">Q")
 _TRUNCATED: Final = "truncated causes header"
 
 # Bounded caches of immutable values. Topic ids and channels repeat from header
@@ -179,8 +180,9 @@ def decode_causes(value: bytes | None) -> dict[ChannelId, int]:
     out: dict[ChannelId, int] = {}
     if n == 2 and data[1] == 0:
         return out
-    unpack = _POSITION.unpack_from
+    unpack = _UNSIGNED_POSITION.unpack_from
     cache_get = _channel_cache.get
+    fed_to_end = FED_TO_END
     if n < 2:
         raise _undecodable(_TRUNCATED)
     topics = data[1]
@@ -222,14 +224,14 @@ def decode_causes(value: bytes | None) -> dict[ChannelId, int]:
                         f"partitions not strictly ascending at {topic[0]}-{partition}"
                     )
                 last = partition
-                (position,) = unpack(data, i)  # struct.error -> truncated
+                (position,) = unpack(data, i)  # unsigned; struct.error -> truncated
                 i += 8
                 channel = by_partition.get(partition)
                 if channel is None:
                     channel = _channel(topic, partition)
-                if position < 0:
-                    raise _undecodable(f"negative position {position} on {channel}")
-                if position == FED_TO_END:
+                if position >= fed_to_end:  # one test for both constraints 6 and 7
+                    if position > fed_to_end:
+                        raise _undecodable(f"negative position {position - 2**64} on {channel}")
                     raise _undecodable(
                         f"position {position} on {channel} "
                         "is beyond any position a channel can assign"
@@ -255,31 +257,36 @@ def varint_size(value: int) -> int:
     return (value.bit_length() + 6) // 7
 
 
-def _check_entry(channel: ChannelId, position: int) -> None:
-    if not 0 <= position < FED_TO_END:
-        raise ValueError(
-            f"position {position} on {channel} cannot be encoded: it must be in 0..2^63-2"
-        )
-    if channel.topic_id.int == 0:
-        raise ValueError(f"channel {channel} names the zero topic id, which no topic can have")
+def _group(causes: Mapping[ChannelId, int]) -> dict[int, list[tuple[int, int]]]:
+    """Group by topic id (as int): {topic: [(partition, position), ...]}, validated.
 
-
-def _groups(causes: Mapping[ChannelId, int]) -> list[tuple[bytes, list[tuple[int, int]]]]:
-    """Channel-ordered groups: [(16-byte topic id, [(partition, position), ...]), ...]."""
+    Raises ValueError for what every reader refuses (constraints 5-7), so such
+    bytes are never written.
+    """
+    if causes:
+        low = min(causes.values())
+        high = max(causes.values())
+        if low < 0 or high >= FED_TO_END:
+            bad = low if low < 0 else high
+            channel = next(c for c, p in causes.items() if p == bad)
+            raise ValueError(
+                f"position {bad} on {channel} cannot be encoded: it must be in 0..2^63-2"
+            )
     groups: dict[int, list[tuple[int, int]]] = {}
+    get = groups.get
     for channel, position in causes.items():
-        _check_entry(channel, position)
-        pairs = groups.get(channel.topic_id.int)
+        topic = channel.topic_id.int
+        pairs = get(topic)
         if pairs is None:
-            groups[channel.topic_id.int] = [(channel.partition, position)]
+            groups[topic] = [(channel.partition, position)]
         else:
             pairs.append((channel.partition, position))
-    out = []
-    for topic_int in sorted(groups):
-        pairs = groups[topic_int]
-        pairs.sort()
-        out.append((topic_int.to_bytes(16, "big"), pairs))
-    return out
+    if 0 in groups:
+        raise ValueError(
+            f"channel {ChannelId(UUID(int=0), groups[0][0][0])} names the zero topic id, "
+            "which no topic can have"
+        )
+    return groups
 
 
 def _put_varint(buf: bytearray, value: int) -> None:
@@ -311,19 +318,22 @@ def encode_causes(causes: Mapping[ChannelId, int]) -> bytes:
     if not causes:
         return EMPTY_CAUSES
     pack = _POSITION.pack
-    groups = _groups(causes)
+    groups = _group(causes)
     buf = bytearray(b"\x01")
+    append = buf.append
     _put_varint(buf, len(groups))
-    for raw_id, pairs in groups:
-        buf += raw_id
+    for topic in sorted(groups):
+        pairs = groups[topic]
+        pairs.sort()
+        buf += topic.to_bytes(16, "big")
         count = len(pairs)
         if count < 0x80:
-            buf.append(count)
+            append(count)
         else:
             _put_varint(buf, count)
         for partition, position in pairs:
             if partition < 0x80:
-                buf.append(partition)
+                append(partition)
             else:
                 _put_varint(buf, partition)
             buf += pack(position)
@@ -345,15 +355,14 @@ def encoded_size(causes: Mapping[ChannelId, int]) -> int:
     Source: ``JAVA-PARSLEY-FACTS.md`` §1, "Encoded size" (Java
     ``CausesCodec.encodedSize``).
     """
-    per_topic: dict[UUID, int] = {}
-    size = 0
-    for channel, position in causes.items():
-        _check_entry(channel, position)
-        per_topic[channel.topic_id] = per_topic.get(channel.topic_id, 0) + 1
-        size += varint_size(channel.partition) + 8
-    size += 1 + varint_size(len(per_topic))
-    for count in per_topic.values():
-        size += 16 + varint_size(count)
+    groups = _group(causes)
+    size = 1 + varint_size(len(groups)) + 17 * len(groups) + 9 * len(causes)
+    for pairs in groups.values():
+        if len(pairs) >= 0x80:
+            size += varint_size(len(pairs)) - 1
+        for partition, _ in pairs:
+            if partition >= 0x80:
+                size += varint_size(partition) - 1
     return size
 
 
