@@ -18,6 +18,7 @@ from parsley.declarations import (
     validate_declarations,
 )
 from parsley.engine.channel import FED_TO_END, ChannelId
+from parsley.inspector import OrderingStateInspector
 from parsley.refusals import ParsleyFailClosedError, Reason
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Effects",
     "Handler",
     "InitialPosition",
+    "OrderingStateInspector",
     "ParsleyFailClosedError",
     "Process",
     "Reason",
