@@ -46,6 +46,7 @@ from confluent_kafka import (
 
 from parsley.declarations import application_id, group_instance_id, transactional_id
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.protocol import StopKind
 
 __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
@@ -69,6 +70,7 @@ __all__ = [
     "resolve_offset_reset",
     "restore_consumer_config",
     "retriable",
+    "stop_kind",
     "to_exception",
     "txn_requires_abort",
 ]
@@ -520,6 +522,30 @@ def classify(exc_or_err: BaseException | KafkaError) -> Classification:
     else:
         kind = ErrorKind.SUBSTRATE_TRANSIENT
     return Classification(kind, None, code, name, text)
+
+
+_STOP_KINDS: Final = {
+    ErrorKind.REFUSAL: StopKind.REFUSAL,
+    ErrorKind.FENCED: StopKind.FATAL,
+    ErrorKind.FATAL: StopKind.FATAL,
+    ErrorKind.OFFSET_RESET: StopKind.SUBSTRATE,
+    ErrorKind.RETRIABLE: StopKind.SUBSTRATE,
+    ErrorKind.ABORTABLE: StopKind.SUBSTRATE,
+    ErrorKind.SUBSTRATE_TRANSIENT: StopKind.SUBSTRATE,
+}
+
+
+def stop_kind(exc_or_err: BaseException | KafkaError | Classification) -> StopKind | None:
+    """The :class:`workers.protocol.StopKind` a worker reports when it stops on this error.
+
+    ``REFUSAL`` → ``REFUSAL``; ``FENCED``/``FATAL`` → ``FATAL``; every other
+    Kafka kind (a retriable or abortable error the worker gave up on, an
+    unresolved offset reset, a transient condition) → ``SUBSTRATE``;
+    ``None`` for an unclassified exception, whose raiser decides (the
+    handler frame reports ``APPLICATION``).
+    """
+    c = exc_or_err if isinstance(exc_or_err, Classification) else classify(exc_or_err)
+    return _STOP_KINDS.get(c.kind)
 
 
 RECORD_TOO_LARGE_DETAIL: Final = (

@@ -30,9 +30,11 @@ from workers.kafka import (
     producer_config,
     restore_consumer_config,
     retriable,
+    stop_kind,
     to_exception,
     txn_requires_abort,
 )
+from workers.protocol import StopKind
 
 BS = "127.0.0.1:9092"
 
@@ -243,3 +245,18 @@ def test_blank_arguments_refused() -> None:
         producer_config(BS, " ", "p", 0)
     with pytest.raises(ValueError):
         consumer_config(BS, "a", "p", -1)
+
+
+def test_stop_kinds() -> None:
+    assert stop_kind(KafkaError(KafkaError._FENCED, "x", fatal=True)) is StopKind.FATAL
+    assert stop_kind(KafkaError(KafkaError._FATAL, "x", fatal=True)) is StopKind.FATAL
+    assert stop_kind(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "x")) is StopKind.REFUSAL
+    assert stop_kind(KafkaError(KafkaError._TRANSPORT, "x")) is StopKind.SUBSTRATE
+    assert stop_kind(SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT, "stall")) is StopKind.SUBSTRATE
+    assert stop_kind(ParsleyFailClosedError(Reason.TASK_WIDTH_CHANGED, "x")) is StopKind.REFUSAL
+    assert stop_kind(ValueError("application")) is None
+    assert all(
+        stop_kind(SubstrateError(kind, "x")) is not None
+        for kind in ErrorKind
+        if kind not in (ErrorKind.REFUSAL, ErrorKind.UNCLASSIFIED)
+    ), "every Kafka kind must map to a stop kind"
