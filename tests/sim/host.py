@@ -1,0 +1,293 @@
+"""A simulated host for one task: it drives a ``ProcessEngine`` as a worker must.
+
+The host keeps the SPEC's host obligations (facts §8):
+
+* H1: within an execution each channel is fed in increasing offset order;
+  which channel goes next is random, and nothing fetchable is withheld forever
+  (the simulation keeps stepping a task while it has records to fetch).
+* H2/H4: every execution starts with full initialisation: a store rebuilt
+  from the committed changelog image only, ``bind_names``, ``apply_identity``
+  with the broker's answers, then ``start`` with the committed read positions.
+* H3: a commit applies the engine's deltas to the changelog image, appends
+  the step's sends as one committed transaction and advances the committed read
+  positions, all at once. A crash discards all three (the sends become an
+  aborted transaction, whose records still take offsets).
+* H5: after a crash the next execution resumes from the last commit, so
+  every uncommitted record is fed again.
+* H6: a step belongs to one execution; the host refuses to commit a step of a
+  superseded execution (an assertion: the simulation never tries).
+
+The handler is a deterministic function of the delivered record and the
+process (SPEC assumption 16): it sends 0-2 records to declared outputs, each
+stamped with ``causes_header()`` taken right after its delivery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parsley.engine.channel import ChannelId
+from parsley.engine.engine import FeedOutcome, TopicVerdict
+from parsley.engine.store import InMemoryOrderingStore
+from parsley.wire import CAUSES_HEADER
+
+from .broker import Broker, Outgoing, at
+from .generator import Scenario, TaskSpec
+from .oracle import V2_DUP, Body, Delivered, Oracle, Violation
+
+__all__ = ["Clock", "TaskHost", "handler_sends"]
+
+
+@dataclass(slots=True)
+class Clock:
+    """The simulation's record-timestamp source: strictly increasing ms."""
+
+    now_ms: int = 1_700_000_000_000
+
+    def tick(self) -> int:
+        """Advance one millisecond and return the new time."""
+        self.now_ms += 1
+        return self.now_ms
+
+
+def _digest(*parts: bytes) -> bytes:
+    return hashlib.blake2b(b"\x00".join(parts), digest_size=16).digest()
+
+
+def handler_sends(process: str, value: bytes, outputs: tuple[str, ...],
+                  scenario: Scenario) -> list[tuple[str, int, bytes, bytes, tuple[Any, ...]]]:
+    """The deterministic handler: what a process sends for one delivered value.
+
+    A value is ``<hex id>:<depth>``; nothing is sent at ``scenario.max_depth``
+    hops, so cycles end. Each send gets a fresh id derived from the parent's.
+
+    Returns:
+        ``(topic, partition, key, value, app_headers)`` per send, 0-2 of them.
+    """
+    if not outputs:
+        return []
+    depth = int(value.rpartition(b":")[2])
+    h = _digest(process.encode(), value)
+    if depth >= scenario.max_depth:
+        return []
+    count = (0, 0, 0, 1, 1, 1, 1, 2)[h[0] % 8]
+    sends = []
+    for k in range(count):
+        topic = outputs[h[1 + k] % len(outputs)]
+        partition = h[3 + k] % scenario.topics[topic].partitions
+        child = _digest(h, bytes([k])).hex()[:12]
+        key = None if h[5 + k] % 4 == 0 else b"k" + child[:4].encode()
+        app_headers: tuple[Any, ...] = (("hop", bytes([depth + 1])),) if h[7 + k] % 2 else ()
+        sends.append((topic, partition, key, f"{child}:{depth + 1}".encode(), app_headers))
+    return sends
+
+
+@dataclass(slots=True)
+class _Step:
+    deliveries: list[Delivered] = field(default_factory=list)
+    sends: list[tuple[Outgoing, int]] = field(default_factory=list)  # (send, trigger index)
+
+
+class TaskHost:
+    """One task's host: committed image, committed positions, and the live execution.
+
+    Args:
+        spec: the task.
+        scenario: the world (for topic specs and the handler's depth bound).
+        engine_cls: the engine class to build (``ProcessEngine`` or a sabotaged one).
+        broker: the simulated broker.
+        oracle: receives every committed step.
+        clock: record timestamps.
+        log: appends one line per event (the replay trace shown on failure).
+    """
+
+    def __init__(self, spec: TaskSpec, scenario: Scenario, engine_cls: type[Any],
+                 broker: Broker, oracle: Oracle, clock: Clock,
+                 log: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.scenario = scenario
+        self.inputs = next(p.inputs for p in scenario.processes if p.name == spec.process)
+        self.engine_cls = engine_cls
+        self.broker = broker
+        self.oracle = oracle
+        self.clock = clock
+        self.log = log
+        self.image: dict[bytes, bytes | None] = {}  # compacted committed changelog
+        self.committed: dict[ChannelId, int] = dict.fromkeys(spec.received, 0)
+        self.engine: Any = None
+        self.epoch = 0
+        self.fetch: dict[ChannelId, int] = {}
+        self.executions = 0
+        self.crashes = 0
+        self.warnings: list[str] = []
+        self.replay_below: dict[ChannelId, int] = {}
+        self.violations: list[Violation] = []
+        self.replays = 0
+        self.rng = random.Random(f"{scenario.seed}/{spec.name}")
+        self.weights: dict[ChannelId, float] = {}
+        # Figures only, never judged: held messages summed over feeds, and commits
+        # that leave something held (what makes a crash test the hold-back state).
+        self.holds = 0
+        self.held_commits = 0
+
+    @property
+    def name(self) -> str:
+        """The task's name, ``<process>#<index>``."""
+        return self.spec.name
+
+    # ---- executions -----------------------------------------------------
+
+    def start_execution(self) -> None:
+        """H2/H4: rebuild the engine from the committed image only and start it."""
+        store = InMemoryOrderingStore.from_records(self.image.items())
+        engine = self.engine_cls(store, received=self.spec.received,
+                                 on_warning=self.warnings.append)
+        wanted = set(self.inputs) | set(self.spec.outputs)
+        live = self.broker.live_names()
+        engine.bind_names({n: live[n] for n in sorted(wanted) if n in live})
+        named = set(engine.names().values())
+        verdicts = {}
+        for topic_id in engine.known_topic_ids():
+            if self.broker.exists(topic_id):
+                verdicts[topic_id] = TopicVerdict.ALIVE
+            elif topic_id in named:
+                verdicts[topic_id] = TopicVerdict.DELETED
+            # an id never named cannot be judged: it stays pending (facts §5).
+        engine.apply_identity(verdicts)
+        engine.start(dict(self.committed))
+        self.engine = engine
+        self.epoch += 1
+        self.executions += 1
+        self.fetch = dict(self.committed)
+        self.replay_below = dict(self.committed)
+        # Each execution favours some channels, so others lag (H1 allows any
+        # interleaving across channels); lagging is what makes messages wait.
+        self.weights = {ch: self.rng.choice((0.02, 0.2, 1.0)) for ch in self.spec.received}
+        self.log(f"{self.name} start epoch={self.epoch} at {self._positions(self.committed)} "
+                 f"verdicts={ {str(k)[:8]: v.name for k, v in verdicts.items()} }")
+
+    def rewind(self, rng: random.Random) -> None:
+        """Re-fetch some records below the start positions (a replay of committed input).
+
+        Everything below a start position lies at or below the session floor,
+        so the engine must drop each such feed silently (facts §4, "Session
+        floor", case 4); an accepted one is reported as ``V2 duplicate``.
+        """
+        for ch in self.spec.received:
+            start = self.committed[ch]
+            if start > 0 and ch.topic_id not in self.broker.deleted and rng.random() < 0.5:
+                self.fetch[ch] = max(0, start - rng.randint(1, 6))
+
+    def stop(self) -> None:
+        """A clean stop: the next step starts a new execution from committed state."""
+        self.engine = None
+
+    def _positions(self, positions: dict[ChannelId, int]) -> str:
+        return ",".join(f"{str(c.topic_id)[:4]}-{c.partition}:{p}"
+                        for c, p in sorted(positions.items()))
+
+    # ---- fetching ----------------------------------------------------------
+
+    def fetchable(self) -> list[ChannelId]:
+        """Received channels holding a committed record at or past the fetch position."""
+        positions = self.fetch if self.engine is not None else self.committed
+        return [ch for ch in self.spec.received
+                if self.broker.fetch(ch, positions[ch]) is not None]
+
+    def needs_step(self) -> bool:
+        """Whether stepping this task could make progress (H1: never withhold)."""
+        return self.engine is None or bool(self.fetchable())
+
+    # ---- one step ------------------------------------------------------------
+
+    def step(self, rng: random.Random) -> None:
+        """Fetch and feed a few records, deliver everything deliverable, then commit or crash.
+
+        Raises:
+            ParsleyFailClosedError: the engine refused (the simulation reports it).
+        """
+        if self.engine is None:
+            self.start_execution()
+            if rng.random() < 0.2:
+                self.rewind(rng)
+        engine = self.engine
+        epoch = self.epoch
+        step = _Step()
+        for _ in range(rng.randint(1, 6)):
+            channels = self.fetchable()
+            if not channels:
+                break
+            ch = rng.choices(channels, [self.weights[c] for c in channels])[0]
+            record = self.broker.fetch(ch, self.fetch[ch])
+            assert record is not None
+            outcome = engine.receive(record.as_received())
+            if record.offset < self.replay_below[ch]:
+                self.replays += 1
+                if outcome is not FeedOutcome.DUPLICATE_DROPPED:
+                    self.violations.append(Violation(
+                        V2_DUP, f"{self.name}: replay of {ch}@{record.offset}, below the start "
+                                f"position {self.replay_below[ch]}, was {outcome} instead of "
+                                "dropped (facts §4, session floor)"))
+            self.fetch[ch] = record.offset + 1
+            if rng.random() < 0.5:
+                self._drain(step)
+        self._drain(step)
+        self._skip_trailing_markers(rng)
+        if rng.random() < self.scenario.crash_rate:
+            self._crash(step)
+        else:
+            self._commit(step, epoch)
+
+    def _drain(self, step: _Step) -> None:
+        engine = self.engine
+        while (msg := engine.deliver_next()) is not None:
+            body = Body(msg.timestamp_ms, msg.key, msg.value, tuple(msg.headers))
+            trigger = len(step.deliveries)
+            step.deliveries.append(Delivered(msg.channel, msg.position, body))
+            for topic, partition, key, value, app in handler_sends(
+                    self.spec.process, msg.value, self.spec.outputs, self.scenario):
+                channel = ChannelId(self.scenario.topics[topic].topic_id, partition)
+                headers = (*app, (CAUSES_HEADER, engine.causes_header()))
+                out = Outgoing(channel, self.clock.tick(), key, value, headers)
+                step.sends.append((out, trigger))
+        self.holds += engine.held_count()
+
+    def _skip_trailing_markers(self, rng: random.Random) -> None:
+        # A consumer's position moves past markers and aborted records once it
+        # has seen there is nothing visible before the log end (V4, V6).
+        for ch in self.spec.received:
+            if (self.broker.fetch(ch, self.fetch[ch]) is None
+                    and ch.topic_id not in self.broker.deleted
+                    and self.broker.end_offset(ch) > self.fetch[ch] and rng.random() < 0.5):
+                self.fetch[ch] = self.broker.end_offset(ch)
+
+    def _commit(self, step: _Step, epoch: int) -> None:
+        assert epoch == self.epoch, f"H6: {self.name} committing a superseded execution"
+        deltas = self.engine.take_deltas()
+        if self.engine.held_count():
+            self.held_commits += 1
+        for key, value in deltas:
+            self.image[key] = value
+        records = self.broker.transaction([out for out, _ in step.sends], commit=True)
+        self.committed = dict(self.fetch)
+        sends = []
+        for rec, (_, trigger) in zip(records, step.sends, strict=True):
+            app = tuple(h for h in rec.headers if h[0] != CAUSES_HEADER)
+            sends.append((rec.channel, rec.offset, Body(rec.timestamp_ms, rec.key, rec.value, app),
+                          trigger))
+        self.oracle.on_commit(self.name, step.deliveries, sends)
+        self.log(f"{self.name} commit delivered="
+                 f"{[at(d.channel, d.position) for d in step.deliveries]} "
+                 f"sent={[at(r.channel, r.offset) for r in records]} "
+                 f"deltas={len(deltas)} positions={self._positions(self.committed)}")
+
+    def _crash(self, step: _Step) -> None:
+        self.broker.transaction([out for out, _ in step.sends], commit=False)
+        self.engine = None
+        self.crashes += 1
+        self.log(f"{self.name} CRASH discarding {len(step.deliveries)} deliveries, "
+                 f"{len(step.sends)} sends")
