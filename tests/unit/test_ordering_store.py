@@ -158,3 +158,23 @@ def test_rebuild_of_100k_rows_is_fast(tmp_path: Path) -> None:
         count = sum(1 for _ in store.scan(b"h" + channel))
         print(f"scan of {count} rows: {time.perf_counter() - start:.3f} s")
         assert count == 100_000
+
+
+def test_satisfies_the_engine_protocol_and_matches_the_in_memory_store(tmp_path: Path) -> None:
+    from parsley.engine.store import InMemoryOrderingStore, OrderingStore
+
+    rng = random.Random(23)
+    records: list[tuple[bytes, bytes | None]] = []
+    for _ in range(5000):
+        key = bytes([rng.choice(b"vfcpnh")]) + rng.randbytes(rng.randint(0, 3))
+        records.append((key, None if rng.random() < 0.25 else rng.randbytes(rng.randint(0, 9))))
+    reference = InMemoryOrderingStore.from_records(records)
+    with SqliteOrderingStore.create(tmp_path) as store:
+        assert isinstance(store, OrderingStore)
+        store.rebuild(records)
+        for prefix in [b"", b"h", b"f", b"v", b"n\x00"]:
+            assert list(store.scan(prefix)) == list(reference.scan(prefix)), (
+                f"scan({prefix!r}) differs from InMemoryOrderingStore"
+            )
+        for key, _ in records[:500]:
+            assert store.get(key) == reference.get(key)
