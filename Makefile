@@ -1,0 +1,43 @@
+# Parsley for Python: developer commands.
+#
+#   make test    create .venv if needed, install the project with its test extra, start a
+#                local Kafka broker with parsley-devbroker (unless KAFKA_BOOTSTRAP_SERVERS
+#                is set), run every test, stop the broker (also on failure or Ctrl-C) and
+#                exit with pytest's status. Extra pytest arguments: make test PYTEST_ARGS=-x
+#   make lint    ruff over the repository
+#   make venv    only create .venv and install the project with its test extra
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+DEVBROKER := $(VENV)/bin/parsley-devbroker
+STAMP := $(VENV)/.parsley-installed
+PYTEST_ARGS ?=
+
+.PHONY: test lint venv
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+test: $(STAMP)
+	@if [ -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then \
+	  echo "make test: using KAFKA_BOOTSTRAP_SERVERS=$$KAFKA_BOOTSTRAP_SERVERS"; \
+	  exec $(VPY) -m pytest tests $(PYTEST_ARGS); \
+	fi; \
+	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/parsley-devbroker-XXXXXX"); \
+	trap '$(DEVBROKER) down --dir "$$dir" || true; rm -rf "$$dir"' EXIT; \
+	trap 'exit 130' INT TERM; \
+	out=$$($(DEVBROKER) up --dir "$$dir") || exit 1; \
+	bootstrap=$$(printf '%s\n' "$$out" | tail -n 1 | sed -n 's/^bootstrap.servers=//p'); \
+	[ -n "$$bootstrap" ] || { echo "make test: parsley-devbroker up printed no bootstrap address" >&2; exit 1; }; \
+	echo "make test: broker $$bootstrap, log $$dir/logs/server.log"; \
+	status=0; KAFKA_BOOTSTRAP_SERVERS=$$bootstrap $(VPY) -m pytest tests $(PYTEST_ARGS) || status=$$?; \
+	[ "$$status" -eq 0 ] || echo "make test: pytest exited $$status" >&2; \
+	exit $$status
+
+lint: $(STAMP)
+	$(VPY) -m ruff check .
