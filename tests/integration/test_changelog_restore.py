@@ -337,3 +337,24 @@ def test_held_message_survives_a_restore_through_the_changelog(
     assert second.headers == (("app", b"1"),)
     store1.close()
     store2.close()
+
+
+def test_restore_throughput_of_100k_records(
+    bootstrap: str, admin: AdminClient, restore_consumer: Consumer, tmp_path
+) -> None:
+    topic = _name("bulk")
+    ensure_changelog_topic(admin, topic, 1)
+    producer = _txn_producer(bootstrap)
+    n = 100_000
+    producer.begin_transaction()
+    write_records(producer, topic, 0, ((b"h%08d" % i, b"x" * 120) for i in range(n)))
+    producer.commit_transaction(60)
+    _wait_end(admin, topic, 0, n + 1)
+    store = SqliteOrderingStore.create(tmp_path)
+    start = time.monotonic()
+    loaded = store.rebuild(read_partition(restore_consumer, admin, topic, 0))
+    elapsed = time.monotonic() - start
+    print(f"\nrestore of {n} changelog records into sqlite: {elapsed:.2f} s "
+          f"({n / elapsed:,.0f} records/s)")
+    assert loaded == n
+    store.close()
