@@ -123,7 +123,7 @@ def test_empty_partition_finishes_at_once(admin: AdminClient, restore_consumer: 
     records, progress, elapsed = _read(restore_consumer, topic, 1, admin)
     assert records == []
     assert progress[-1].done and progress[-1].end_offset == 0 and progress[-1].records_read == 0
-    assert elapsed < 5, f"an empty partition took {elapsed:.1f} s"
+    assert elapsed < 8, f"an empty partition took {elapsed:.1f} s"
     assert describe_topic(admin, _name("absent")) is None
 
 
@@ -143,7 +143,7 @@ def test_partition_ending_in_commit_marker(
     # 4 records + 2 commit markers: the last offset below the end is a marker.
     assert progress[-1].end_offset == 6 and progress[-1].position >= 6 and progress[-1].done
     assert progress[-1].records_read == 4
-    assert elapsed < 5, f"a marker-terminated partition took {elapsed:.1f} s"
+    assert elapsed < 8, f"a marker-terminated partition took {elapsed:.1f} s"
     assert _read(restore_consumer, topic, 0, admin)[0] == [], "partition 0 was never written"
     producer.flush(10)
 
@@ -159,7 +159,7 @@ def test_partition_ending_in_abort_marker(
     records, progress, elapsed = _read(restore_consumer, topic, 0, admin)
     assert records == [], "an aborted write is not state"
     assert progress[-1].done and progress[-1].end_offset == 2 and progress[-1].records_read == 0
-    assert elapsed < 5
+    assert elapsed < 8
     committed: list[Record] = [(b"k", b"v")]
     _write_txn(producer, topic, 0, committed)
     _write_txn(producer, topic, 0, [(b"k", b"lost"), (b"x", b"lost")], commit=False)
@@ -167,7 +167,7 @@ def test_partition_ending_in_abort_marker(
     records, progress, elapsed = _read(restore_consumer, topic, 0, admin)
     assert records == committed
     assert progress[-1].end_offset == 7 and progress[-1].done
-    assert elapsed < 5, f"an abort-terminated partition took {elapsed:.1f} s"
+    assert elapsed < 8, f"an abort-terminated partition took {elapsed:.1f} s"
 
 
 def test_records_committed_after_the_listing_are_not_read(
@@ -280,7 +280,7 @@ def test_stall_deadline_on_an_open_transaction(
     assert seen == [(b"a", b"1")]
     assert info.value.kind is ErrorKind.SUBSTRATE_TRANSIENT
     assert "made no progress for 2 s" in info.value.detail and topic in info.value.detail
-    assert 2 <= elapsed < 8, f"stall deadline of 2 s fired after {elapsed:.1f} s"
+    assert 2 <= elapsed < 10, f"stall deadline of 2 s fired after {elapsed:.1f} s"
     producer.abort_transaction(30)
 
 

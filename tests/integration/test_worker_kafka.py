@@ -239,4 +239,4 @@ def test_range_assignor_hands_partition_i_to_task_i(
     print(f"\nstatic members left the group {emptied_s:.1f} s after close "
           "(session.timeout.ms=3000)")
     assert members == 0, "closed static members must leave the group at their session timeout"
-    assert emptied_s < 3 + 5, f"the group took {emptied_s:.1f} s to empty"
+    assert emptied_s < 3 + 7, f"the group took {emptied_s:.1f} s to empty"
