@@ -116,6 +116,10 @@ def read_partition(
     or without a record at ``end - 1``. An empty partition ends at once.
     Records committed after the listing are not read.
 
+    A worker restores after its producer's ``init_transactions``: that fences
+    a previous worker of the task and resolves its open transaction, which
+    would otherwise hold the read until the transaction timeout (10 s).
+
     Args:
         consumer: a consumer built from
             :func:`workers.kafka.restore_consumer_config` (``read_committed``,
