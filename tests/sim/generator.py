@@ -106,6 +106,8 @@ class Scenario:
         crash_rate: probability that a task step crashes instead of committing.
         restart_rate: probability of a clean restart after a committed step.
         deletable: source topics deleted once they carry no obligations.
+        late: processes that start at the log end (``LATEST``) rather than at 0:
+            what lies below their first start position is never theirs.
     """
 
     seed: int
@@ -118,6 +120,7 @@ class Scenario:
     crash_rate: float
     restart_rate: float
     deletable: tuple[str, ...]
+    late: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """A one-paragraph summary used in failure messages (replay aid)."""
@@ -128,7 +131,8 @@ class Scenario:
                         for s in self.sources)
         return (f"seed={self.seed} shape={self.shape} topics=[{parts}] sources=[{srcs}] "
                 f"processes=[{procs}] crash={self.crash_rate:.2f} "
-                f"restart={self.restart_rate:.2f} delete={list(self.deletable)}")
+                f"restart={self.restart_rate:.2f} delete={list(self.deletable)} "
+                f"late={list(self.late)}")
 
 
 def _shape_edges(rng: random.Random, shape: str) -> tuple[list[str], list[tuple[str, ...]],
@@ -204,9 +208,14 @@ def generate(seed: int) -> Scenario:
     deletable: tuple[str, ...] = ()
     if rng.random() < 0.3:
         deletable = (rng.choice(sources).topic,)
+    late: tuple[str, ...] = ()
+    source_names = {s.topic for s in sources}
+    downstream = [p.name for p in processes if not source_names & set(p.inputs)]
+    if downstream and rng.random() < 0.3:  # a source reader starting late may see nothing
+        late = (rng.choice(downstream),)
     return Scenario(
         seed=seed, shape=shape, topics=topics, sources=sources, processes=processes,
         tasks=tuple(tasks), max_depth=rng.randint(2, 5),
         crash_rate=rng.choice((0.0, 0.1, 0.25)), restart_rate=rng.choice((0.0, 0.05, 0.15)),
-        deletable=deletable,
+        deletable=deletable, late=late,
     )

@@ -143,6 +143,8 @@ class TaskHost:
 
     def start_execution(self) -> None:
         """H2/H4: rebuild the engine from the committed image only and start it."""
+        if self.executions == 0:
+            self._bootstrap()
         store = InMemoryOrderingStore.from_records(self.image.items())
         engine = self.engine_cls(store, received=self.spec.received,
                                  on_warning=self.warnings.append)
@@ -169,6 +171,13 @@ class TaskHost:
         self.weights = {ch: self.rng.choice((0.02, 0.2, 1.0)) for ch in self.spec.received}
         self.log(f"{self.name} start epoch={self.epoch} at {self._positions(self.committed)} "
                  f"verdicts={ {str(k)[:8]: v.name for k, v in verdicts.items()} }")
+
+    def _bootstrap(self) -> None:
+        # Java's bootstrap commits the start positions before the first
+        # execution: 0 (EARLIEST), or the log end for a late process (LATEST).
+        if self.spec.process in self.scenario.late:
+            self.committed = {ch: self.broker.end_offset(ch) for ch in self.spec.received}
+        self.oracle.on_start(self.name, self.committed)
 
     def rewind(self, rng: random.Random) -> None:
         """Re-fetch some records below the start positions (a replay of committed input).

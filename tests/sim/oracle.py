@@ -113,6 +113,10 @@ class Oracle:
         self._seen: dict[str, dict[ChannelId, set[int]]] = {t: {} for t in self.received}
         self._top: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self._prefix: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
+        # First start position per task and channel (absent: 0), and how many
+        # records lie below it (never owed to the task).
+        self._start: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
+        self._base: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self._task_past: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self._snapshots: dict[str, list[dict[ChannelId, int]]] = {t: [] for t in self.received}
         self.deliveries = 0
@@ -154,6 +158,20 @@ class Oracle:
         """A source committed a record after reading ``observed`` (empty: no causes)."""
         self._add_record(channel, offset, body, self.observed_past(observed))
 
+    def on_start(self, task: str, positions: Mapping[ChannelId, int]) -> None:
+        """A task's first start positions (its bootstrap commit), before any delivery.
+
+        Records below a start position are never owed to the task, and lie
+        below it for the receiver rule too ("the position the receiver started
+        reading from covers every offset below it", facts §1).
+        """
+        for ch, start in positions.items():
+            base = sum(1 for off in self._records.get(ch, ()) if off < start)
+            self._start[task][ch] = start
+            self._base[task][ch] = base
+            self._prefix[task][ch] = base
+            self._top[task][ch] = base - 1
+
     def on_commit(self, task: str, deliveries: Sequence[Delivered],
                   sends: Sequence[tuple[ChannelId, int, Body, int]]) -> None:
         """A task committed a step.
@@ -194,6 +212,10 @@ class Oracle:
         if self._body[key] != d.body:
             self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position} with body "
                                      f"{d.body}, but the record is {self._body[key]}")
+        if index < self._base[task].get(d.channel, 0):
+            self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position}, below the "
+                                     f"position it started from ({self._start[task][d.channel]})")
+            return
         seen = self._seen[task].setdefault(d.channel, set())
         if index in seen:
             self._flag(V2_DUP, f"{task} delivered {d.channel}@{d.position} a second time")
@@ -224,7 +246,8 @@ class Oracle:
     def _delivered_upto(self, task: str, ch: ChannelId) -> int:
         """Highest offset ``p`` such that ``task`` delivered every record on ``ch`` up to ``p``."""
         prefix = self._prefix[task].get(ch, 0)
-        return self._records[ch][prefix - 1] if prefix else -1
+        done = self._records[ch][prefix - 1] if prefix else -1
+        return max(done, self._start[task].get(ch, 0) - 1)
 
     def finish(self) -> list[Violation]:
         """Completeness at drain: every committed record on a received channel was delivered.
@@ -238,7 +261,8 @@ class Oracle:
                 offsets = self._records.get(ch, [])
                 seen = self._seen[task].get(ch, set())
                 top = self._top[task].get(ch, -1)
-                lost = [offsets[i] for i in range(top) if i not in seen]
+                base = self._base[task].get(ch, 0)
+                lost = [offsets[i] for i in range(base, top) if i not in seen]
                 if lost:
                     self._flag(V2_LOSS, f"{task} never delivered {ch}@{lost[0]} though it "
                                         f"delivered {ch}@{offsets[top]} ({len(lost)} lost)")

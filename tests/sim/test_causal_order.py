@@ -57,5 +57,7 @@ def test_sweep_exercises_every_hazard() -> None:
     multi = sum(1 for r in results
                 if any(len(t.received) > 1 for t in r.scenario.tasks))
     assert multi >= 50, f"only {multi} of 100 worlds have a task receiving several channels"
+    late = sum(1 for r in results if r.scenario.late)
+    assert late >= 5, f"only {late} of 100 worlds start a process late (LATEST)"
     wide = sum(1 for r in results if any(t.index > 0 for t in r.scenario.tasks))
     assert wide >= 20, f"only {wide} of 100 worlds have a process with several tasks"
