@@ -45,6 +45,7 @@ __all__ = [
     "EMPTY_CAUSES",
     "FORMAT_VERSION",
     "RESERVED_PREFIX",
+    "cached_channel",
     "causes_from_headers",
     "decode_causes",
     "encode_causes",
@@ -104,6 +105,25 @@ def _channel(topic: tuple[UUID, dict[int, ChannelId]], partition: int) -> Channe
             by_partition.clear()
         channel = ChannelId(topic[0], partition)
         by_partition[partition] = channel
+    return channel
+
+
+def cached_channel(raw_id: bytes, partition: int) -> ChannelId:
+    """The channel for a 16-byte topic id and a partition, from the decoder's cache.
+
+    The same (immutable) object is returned for the same channel while it stays
+    cached; the cache is bounded (4,096 topics x 4,096 partitions, cleared
+    wholesale when full). For other flat-form readers (the held-blob codec).
+
+    Raises:
+        ValueError: ``raw_id`` is not 16 bytes, or the partition is out of range.
+    """
+    topic = _channel_cache.get(raw_id)
+    if topic is None:
+        topic = _topic_entry(bytes(raw_id))
+    channel = topic[1].get(partition)
+    if channel is None:
+        channel = _channel(topic, partition)
     return channel
 
 

@@ -36,6 +36,7 @@ from uuid import UUID
 
 from parsley.engine.channel import CHANNEL_BYTES, FED_TO_END, ChannelId, Header
 from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.wire import cached_channel
 
 __all__ = [
     "CHANNEL_KEY_BYTES",
@@ -375,7 +376,7 @@ def _parse_held(blob: bytes, keep: bool) -> HeldMessage | None:
         if partition < 0:
             raise _refuse(f"{_CORRUPT_HELD}cause names negative partition {partition}")
         if keep:
-            causes.append((ChannelId(UUID(bytes=raw_id), partition), position))
+            causes.append((cached_channel(raw_id, partition), position))
     if not keep:
         return None
     return HeldMessage(timestamp, key, value, tuple(headers), tuple(causes))
