@@ -468,11 +468,17 @@ def _log_tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+_SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
+"""JVM flags for one-shot commands: C1 only and the serial GC start faster (not for the
+broker or the perf-test tools, which run long enough for C2 to pay off)."""
+
+
 def _format_storage(java: str, lib: Path, data_dir: Path) -> None:
     config = data_dir / "config"
     out = subprocess.run(
         [
-            java, f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
+            java, *_SHORT_LIVED_JVM,
+            f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
             "-cp", _classpath(lib), STORAGE_MAIN, "format",
             "-t", _cluster_id(), "-c", str(config / "server.properties"),
         ],
@@ -794,8 +800,9 @@ def tool_argv(name: str, args: Sequence[str], *, java: str | None = None) -> lis
     config = lib.parent / "tools-log4j2.properties"
     if not config.exists():
         config.write_text(_TOOLS_LOG4J)
+    quick = () if key.endswith("perf-test") else _SHORT_LIVED_JVM
     return [
-        java, "-Xmx512m", f"-Dlog4j2.configurationFile={config}",
+        java, "-Xmx512m", *quick, f"-Dlog4j2.configurationFile={config}",
         "-cp", _classpath(lib), TOOLS[key], *args,
     ]
 
