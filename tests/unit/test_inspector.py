@@ -9,6 +9,8 @@ from __future__ import annotations
 from uuid import UUID
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
@@ -121,3 +123,44 @@ def test_empty_key_does_not_break_questions() -> None:
     inspector = OrderingStateInspector([(b"", b"x")])
     assert inspector.held_channels() == {}
     assert inspector.covered_positions() == {}
+
+
+# ------------------------------------------------------------------ against load_image
+
+_CHANNELS = [O0, O1, P0, ChannelId(ORDERS_NEW, 7)]
+_NAMES = ["orders", "payments", "x"]
+_KEYS = (
+    [sc.fed_key(c) for c in _CHANNELS]
+    + [sc.held_key(c, p) for c in _CHANNELS for p in (0, 3, 9)]
+    + [sc.name_key(n) for n in _NAMES]
+    + [sc.frontier_key(c) for c in _CHANNELS]
+)
+
+
+def _value_for(key: bytes, n: int) -> bytes:
+    if key[:1] in (b"f", b"c"):
+        return sc.encode_long(FED_TO_END if key[:1] == b"f" and n % 5 == 0 else n)
+    if key[:1] == b"n":
+        return sc.encode_binding([ORDERS, PAYMENTS, ORDERS_NEW][n % 3])
+    return BLOB
+
+
+@given(st.lists(st.tuples(st.sampled_from(_KEYS), st.one_of(st.none(), st.integers(0, 99))),
+                max_size=60))
+def test_inspector_agrees_with_a_full_restore(writes: list[tuple[bytes, int | None]]) -> None:
+    records: list[tuple[bytes, bytes | None]] = [(sc.VERSION_KEY, sc.VERSION_VALUE)]
+    records += [(k, None if n is None else _value_for(k, n)) for k, n in writes]
+    latest: dict[bytes, bytes] = {}
+    for key, value in records:
+        if value is None:
+            latest.pop(key, None)
+        else:
+            latest[key] = value
+    image = sc.load_image(sorted(latest.items()))
+    inspector = OrderingStateInspector(records)
+    assert inspector.covered_positions() == image.fed
+    assert inspector.held_channels() == {c: len(ps) for c, ps in image.held.items()}
+    assert inspector.name_bindings() == image.names
+    current = {"orders": ORDERS, "payments": PAYMENTS, "x": PAYMENTS}
+    expected = sorted(n for n, t in current.items() if n in image.names and image.names[n] != t)
+    assert inspector.identity_changed_topics(current) == expected
