@@ -1,0 +1,121 @@
+"""The worker holds a message whose cause has not arrived and delivers in causal order (issue 4
+item 6a), on the real broker, with the worker in its own spawned OS process.
+
+A derived message on topic B names, in its ``parsley.causes`` header, a record
+on topic A that plain consumption has not seen yet: the cause is produced in a
+transaction left open (so ``read_committed`` consumption cannot see it), and B's
+record is committed first. The worker must report the B message held with A@0
+as its blocker, deliver nothing derived from B, and once A's transaction
+commits deliver A's message first, then B's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from parsley import Channel, Effects, Process
+from parsley.engine.channel import ChannelId
+from parsley.serdes import BYTES
+from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
+from tests.kafka_support import QUIET, CreateTopic, UniqueNames
+from tests.worker_support import (
+    StatusCollector,
+    bootstrap,
+    make_spec,
+    read_committed,
+    spawn,
+    stop_worker,
+)
+from workers.protocol import EXIT_CODES, StopKind
+
+
+def relay_handler(out_name: str) -> Any:
+    """A handler that relays ``value`` to ``out_name`` prefixed with the source topic."""
+    out = Channel(out_name, BYTES, BYTES)
+
+    def handle(delivery: Any, state: Any) -> Effects:
+        return (Effects.builder()
+                .send(out, delivery.key, delivery.topic.encode() + b":" + delivery.value,
+                      headers=delivery.headers)
+                .build())
+
+    return handle
+
+
+def relay_process(name: str, sources: list[str], out_name: str) -> Process:
+    """``name`` receives every topic in ``sources`` and relays to ``out_name``."""
+    proc = Process(name)
+    handler = relay_handler(out_name)
+    for s in sources:
+        proc = proc.receives(Channel(s, BYTES, BYTES), handler)
+    return proc.sends(Channel(out_name, BYTES, BYTES))
+
+
+def test_derived_message_is_held_until_its_cause_commits_then_delivered_in_order(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
+    unique_names: UniqueNames, tmp_path: Path,
+) -> None:
+    a = create_topic(unique_names.topic("a"))
+    b = create_topic(unique_names.topic("b"))
+    out = create_topic(unique_names.topic("out"))
+    prefix = unique_names.group("app")
+    process = relay_process("relay", [a.name, b.name], out.name)
+    topics = {a.name: a, b.name: b, out.name: out}
+    bootstrap(kafka_admin, prefix, process, topics)
+
+    # The cause: A@0, produced in a transaction left open.
+    upstream = Producer({"bootstrap.servers": kafka_bootstrap,
+                         "transactional.id": unique_names.transactional_id(), **QUIET})
+    upstream.init_transactions(30)
+    upstream.begin_transaction()
+    upstream.produce(a.name, key=b"k", value=b"cause", partition=0)
+    upstream.flush(30)
+    # The derived message on B, committed, naming A@0 as its cause.
+    plain = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    causes = encode_causes({ChannelId(a.topic_id, 0): 0})
+    plain.produce(b.name, key=b"k", value=b"effect", partition=0,
+                  headers=[(CAUSES_HEADER, causes), ("app", b"1")])
+    assert plain.flush(30) == 0
+
+    collector = StatusCollector()
+    try:
+        spec = make_spec(process, prefix, kafka_bootstrap, collector.endpoint, str(tmp_path),
+                         topics, commit_interval_ms=100, status_interval_ms=300)
+        worker = spawn(spec)
+        held = collector.wait_for(
+            lambda m: m["kind"] == "status" and m["state"] == "RUNNING" and m["held_total"] == 1,
+            timeout_s=60)
+        (entry,) = held["held"]
+        assert (entry["topic"], entry["partition"], entry["count"], entry["head"]) == \
+            (b.name, 0, 1, 0)
+        assert entry["blockers"] == [
+            {"topic": a.name, "partition": 0, "required": 0, "settled": None}]
+        time.sleep(1.0)  # several commit intervals: still nothing may be delivered
+        assert read_committed(kafka_bootstrap, out.name) == []
+        still = collector.wait_for(lambda m: m["kind"] == "status", since=len(
+            collector.snapshot()))
+        assert still["held_total"] == 1 and still["delivered"] == 0
+
+        upstream.commit_transaction(30)
+        collector.wait_for(
+            lambda m: m["kind"] == "status" and m["delivered"] == 2 and m["held_total"] == 0
+            and m["commits"] >= 1, timeout_s=60)
+        records = read_committed(kafka_bootstrap, out.name)
+        assert [r.value for r in records] == [a.name.encode() + b":cause",
+                                             b.name.encode() + b":effect"]
+        # Every send carries parsley.causes; the effect's names both A@0 and B@0.
+        last = dict(records[1].headers)
+        assert decode_causes(last[CAUSES_HEADER]) == {
+            ChannelId(a.topic_id, 0): 0, ChannelId(b.topic_id, 0): 0}
+        assert last["app"] == b"1"
+        code = stop_worker(worker)
+        assert code == EXIT_CODES[StopKind.CLEAN]
+        final = collector.final(worker.pid)
+        assert final["stop_kind"] == "CLEAN" and final["refusal_reason"] is None
+    finally:
+        collector.close()

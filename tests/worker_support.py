@@ -1,0 +1,220 @@
+"""Test-side bootstrap and observation for worker tests on the real broker.
+
+* :func:`bootstrap` does what the coordinator's bootstrap does for a test:
+  creates the changelogs and pre-commits start offsets (metadata
+  ``parsley.bootstrap``) with ``AdminClient.alter_consumer_group_offsets``;
+* :func:`make_spec` builds a :class:`workers.protocol.TaskSpec`;
+* :func:`spawn` starts ``workers.main.run`` in a ``multiprocess`` spawn-context process;
+* :class:`StatusCollector` binds a ZeroMQ PULL socket and collects status and
+  final messages;
+* :func:`read_committed` is a tiny independent ``read_committed`` reader the
+  checkers judge output with.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import multiprocess
+import orjson
+import zmq
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
+from tests.kafka_support import QUIET, TopicInfo
+from workers.changelog import ensure_changelog_topic
+from workers.protocol import TaskSpec
+
+BOOTSTRAP_METADATA = "parsley.bootstrap"
+
+
+def bootstrap(
+    admin: AdminClient,
+    prefix: str,
+    process: Process,
+    topics: Mapping[str, TopicInfo],
+    *,
+    start: Mapping[tuple[str, int], int] | None = None,
+) -> int:
+    """Create the process's changelogs and pre-commit its start offsets (0 unless ``start``).
+
+    Returns:
+        W, the task count.
+    """
+    received = process.received_topics
+    width = max(topics[t].partitions for t in received)
+    ensure_changelog_topic(admin, ordering_changelog(prefix, process.name), width)
+    for store in process.declared_stores:
+        ensure_changelog_topic(admin, store_changelog(prefix, process.name, store.name), width)
+    tps = [
+        TopicPartition(t, p, (start or {}).get((t, p), 0), metadata=BOOTSTRAP_METADATA)
+        for t in received for p in range(topics[t].partitions)
+    ]
+    group = application_id(prefix, process.name)
+    futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
+                                                 request_timeout=30)
+    for f in futures.values():
+        f.result(timeout=30)
+    return width
+
+
+def make_spec(
+    process: Process,
+    prefix: str,
+    bootstrap_servers: str,
+    endpoint: str,
+    state_dir: str,
+    topics: Mapping[str, TopicInfo],
+    task: int = 0,
+    **kwargs: Any,
+) -> TaskSpec:
+    """A TaskSpec for task ``task`` of ``process`` over the described ``topics``."""
+    received = process.received_topics
+    width = max(topics[t].partitions for t in received)
+    props = {"log_level": 0, "consumer.session.timeout.ms": 3000,
+             "consumer.heartbeat.interval.ms": 500}
+    props.update(kwargs.pop("kafka_properties", {}))
+    return TaskSpec(
+        process=process, prefix=prefix, task=task, task_count=width,
+        bootstrap_servers=bootstrap_servers, status_endpoint=endpoint, state_dir=state_dir,
+        topic_ids={n: t.topic_id for n, t in topics.items()},
+        partitions={n: t.partitions for n, t in topics.items()},
+        kafka_properties=props, **kwargs)
+
+
+def spawn(spec: TaskSpec) -> Any:
+    """Start ``workers.main.run(spec)`` in a new spawn-context process; returns the Process."""
+    from workers.main import run
+
+    ctx = multiprocess.get_context("spawn")
+    proc = ctx.Process(target=run, args=(spec,), daemon=True)
+    proc.start()
+    return proc
+
+
+class StatusCollector:
+    """A ZeroMQ PULL socket on 127.0.0.1 collecting worker messages on a background thread.
+
+    Attributes:
+        endpoint: what to put in ``TaskSpec.status_endpoint``.
+        messages: every message received, decoded, in arrival order.
+    """
+
+    def __init__(self) -> None:
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.PULL)
+        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.messages: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop:
+            if poller.poll(100):
+                msg = orjson.loads(self._sock.recv())
+                with self._lock:
+                    self.messages.append(msg)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """A copy of the messages so far."""
+        with self._lock:
+            return list(self.messages)
+
+    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 60.0,
+                 since: int = 0) -> dict[str, Any]:
+        """The first message (at index >= ``since``) satisfying ``pred``.
+
+        Raises:
+            AssertionError: none within ``timeout_s``; names the last message seen.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for m in self.snapshot()[since:]:
+                if pred(m):
+                    return m
+            time.sleep(0.05)
+        last = self.snapshot()[-1:] or [None]
+        raise AssertionError(f"no matching worker message in {timeout_s} s; last: {last[0]}")
+
+    def final(self, pid: int, timeout_s: float = 60.0) -> dict[str, Any]:
+        """The final message of worker ``pid``."""
+        return self.wait_for(lambda m: m["kind"] == "final" and m["pid"] == pid, timeout_s)
+
+    def close(self) -> None:
+        """Stop the thread and close the socket."""
+        self._stop = True
+        self._thread.join(2)
+        self._sock.close(0)
+        self._ctx.term()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read by :func:`read_committed`."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def read_committed(bootstrap_servers: str, topic: str, partitions: Sequence[int] = (0,),
+                   timeout_s: float = 30.0) -> list[Record]:
+    """Every committed record of ``topic`` (the given partitions), from the start to the
+    last stable offset, in offset order per partition.
+
+    Independent of the worker: a plain assign()-ed consumer with
+    ``isolation.level=read_committed``.
+    """
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap_servers, "group.id": "checker-unused",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "enable.partition.eof": True, **QUIET})
+    out: list[Record] = []
+    try:
+        ends = {}
+        for p in partitions:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        todo = {p for p in partitions if ends[p] > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for msg in consumer.consume(500, 0.2):
+                if msg.error() is not None:
+                    if msg.error().code() == -191:  # _PARTITION_EOF
+                        todo.discard(msg.partition())
+                    continue
+                out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                                  msg.value(), tuple(msg.headers() or ())))
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    todo.discard(msg.partition())
+        if todo:
+            raise AssertionError(f"reading {topic} {sorted(todo)} did not reach the end "
+                                 f"{ends} in {timeout_s} s")
+    finally:
+        consumer.close()
+    return out
+
+
+def stop_worker(proc: Any, timeout_s: float = 30.0) -> int | None:
+    """SIGTERM the worker and wait for it; returns its exit code."""
+    if proc.is_alive():
+        proc.terminate()
+    proc.join(timeout_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    return proc.exitcode

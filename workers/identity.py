@@ -1,0 +1,248 @@
+"""The identity check at task initialisation (``JAVA-PARSLEY-FACTS.md`` §5; issue 4 item 4).
+
+Every topic id the task's state names and has a name for is checked by
+describing that name (confluent-kafka describes topics by name) and comparing
+ids. An id that was never bound to a name is never judged dead (facts §5
+step 3). A topic that does not answer with its own id is corroborated: three
+answers 500 ms apart under one 10 s deadline; three non-alive answers mean
+dead — **recreated** if any of them resolved the name to another id, else
+**deleted**. A denied describe counts as alive (seed 001's log line). A check
+that cannot be made leaves the ids *pending*; the worker asks again from the
+status punctuation with :class:`Backoff` (one status interval, doubling, capped
+at one minute).
+
+The pure core is :func:`judge` (answers -> verdict) and :class:`Backoff`;
+:class:`IdentityChecker` does the I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+from uuid import UUID
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from parsley.engine.engine import TopicVerdict
+
+__all__ = [
+    "ANSWERS_NEEDED",
+    "Answer",
+    "Backoff",
+    "IdentityChecker",
+    "IdentityResult",
+    "judge",
+]
+
+log = logging.getLogger("parsley.worker.identity")
+
+ANSWERS_NEEDED: Final = 3
+"""Consistent non-alive answers that make a topic dead (facts §5)."""
+ANSWER_SPACING_S: Final = 0.5
+"""Seconds between corroborating answers (facts §5)."""
+CHECK_DEADLINE_S: Final = 10.0
+"""One deadline for a topic's corroboration, s (facts §5)."""
+RETRY_CAP_S: Final = 60.0
+"""Identity retry backoff cap, s (facts §5, ``IDENTITY_RETRY_CAP``)."""
+
+
+class Answer(enum.Enum):
+    """One describe-by-name answer about a topic id."""
+
+    SAME = "SAME"
+    """The name resolves to the id: alive."""
+    UNKNOWN = "UNKNOWN"
+    """The broker does not know the name."""
+    ELSEWHERE = "ELSEWHERE"
+    """The name resolves to another id."""
+    DENIED = "DENIED"
+    """Describe was not authorized: treated as alive, never dead."""
+
+
+def judge(answers: Sequence[Answer]) -> TopicVerdict | None:
+    """The verdict from the answers gathered so far (facts §5, "Identity check", step 2).
+
+    Returns:
+        ``ALIVE`` as soon as one answer is SAME or DENIED; ``RECREATED`` or
+        ``DELETED`` after :data:`ANSWERS_NEEDED` non-alive answers (recreated if
+        any resolved the name elsewhere); ``None`` while undecided.
+    """
+    if any(a in (Answer.SAME, Answer.DENIED) for a in answers):
+        return TopicVerdict.ALIVE
+    if len(answers) < ANSWERS_NEEDED:
+        return None
+    if Answer.ELSEWHERE in answers:
+        return TopicVerdict.RECREATED
+    return TopicVerdict.DELETED
+
+
+@dataclass
+class Backoff:
+    """When to ask a pending identity question again: ``first_s``, doubling, capped at ``cap_s``.
+
+    Source: facts §5 ("starts at 1 s, doubles, and is capped at 1 min"); seed
+    001 ("backing off from one status interval to a minute").
+    """
+
+    first_s: float = 1.0
+    cap_s: float = RETRY_CAP_S
+    _delay: float = field(default=0.0, init=False)
+    _due: float = field(default=0.0, init=False)
+
+    def failed(self, now: float) -> None:
+        """Record a failed attempt at monotonic time ``now`` (s)."""
+        self._delay = self.first_s if self._delay == 0.0 else min(self._delay * 2, self.cap_s)
+        self._due = now + self._delay
+
+    def due(self, now: float) -> bool:
+        """Whether the next attempt is due at ``now``."""
+        return now >= self._due
+
+    @property
+    def delay_s(self) -> float:
+        """The current delay, s (0 before any failure)."""
+        return self._delay
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityResult:
+    """What one check found.
+
+    Attributes:
+        verdicts: topic id -> verdict for every id answered.
+        pending: topic name -> id for the ids whose check could not be made.
+    """
+
+    verdicts: Mapping[UUID, TopicVerdict]
+    pending: Mapping[str, UUID]
+
+
+class _Unanswered(Exception):
+    pass
+
+
+class IdentityChecker:
+    """Describes topics by name to judge the ids a task's state names.
+
+    Args:
+        admin: an AdminClient.
+        sleep: ``time.sleep`` (tests pass a fake).
+        now: monotonic clock, s.
+    """
+
+    def __init__(
+        self,
+        admin: AdminClient,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._admin = admin
+        self._sleep = sleep
+        self._now = now
+
+    def _describe(self, names: Sequence[str], timeout_s: float) -> dict[str, UUID | Answer]:
+        """One answer per name: the id it resolves to, UNKNOWN or DENIED.
+
+        Raises:
+            _Unanswered: any other failure (no answer for these names).
+        """
+        futures = self._admin.describe_topics(
+            TopicCollection(list(names)), request_timeout=max(0.5, timeout_s)
+        )
+        out: dict[str, UUID | Answer] = {}
+        for name in names:
+            try:
+                desc = futures[name].result()
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                code = err.code() if isinstance(err, KafkaError) else None
+                if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    out[name] = Answer.UNKNOWN
+                elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    out[name] = Answer.DENIED
+                else:
+                    raise _Unanswered(str(err if err is not None else exc)) from exc
+            else:
+                raw = desc.topic_id
+                msb = raw.get_most_significant_bits() & (2**64 - 1)
+                lsb = raw.get_least_significant_bits() & (2**64 - 1)
+                out[name] = UUID(int=(msb << 64) | lsb)
+        return out
+
+    @staticmethod
+    def _answer(found: UUID | Answer, topic_id: UUID) -> Answer:
+        if isinstance(found, Answer):
+            return found
+        return Answer.SAME if found == topic_id else Answer.ELSEWHERE
+
+    def check(self, bindings: Mapping[str, UUID]) -> IdentityResult:
+        """Judge every ``name -> id`` binding.
+
+        Args:
+            bindings: the topic names the state binds, with the ids it binds them to
+                (only ids the state names; an id with no name is not passed).
+
+        Returns:
+            The verdicts, and what stays pending. Logs seed 001's lines:
+            ``describe denied for topic '<name>' (<id>); treating as denied, not dead``,
+            ``topic identity could not be checked (<error>); continuing on the
+            identities resolved at start, and asking again from the status
+            punctuation`` and ``topic identity could not be corroborated for
+            [<names>]; asking again``.
+        """
+        if not bindings:
+            return IdentityResult({}, {})
+        names = sorted(bindings)
+        try:
+            first = self._describe(names, CHECK_DEADLINE_S)
+        except _Unanswered as exc:
+            log.warning(
+                "topic identity could not be checked (%s); continuing on the identities "
+                "resolved at start, and asking again from the status punctuation", exc)
+            return IdentityResult({}, dict(bindings))
+        verdicts: dict[UUID, TopicVerdict] = {}
+        answers: dict[str, list[Answer]] = {}
+        for name in names:
+            answer = self._answer(first[name], bindings[name])
+            if answer is Answer.DENIED:
+                log.warning("describe denied for topic '%s' (%s); treating as denied, not dead",
+                            name, bindings[name])
+            verdict = judge([answer])
+            if verdict is not None:
+                verdicts[bindings[name]] = verdict
+            else:
+                answers[name] = [answer]
+        deadline = self._now() + CHECK_DEADLINE_S
+        pending: dict[str, UUID] = {}
+        while answers:
+            remaining = deadline - self._now()
+            if remaining <= ANSWER_SPACING_S:
+                pending.update({n: bindings[n] for n in answers})
+                break
+            self._sleep(ANSWER_SPACING_S)
+            try:
+                found = self._describe(sorted(answers), deadline - self._now())
+            except _Unanswered:
+                pending.update({n: bindings[n] for n in answers})
+                break
+            for name in sorted(answers):
+                answer = self._answer(found[name], bindings[name])
+                if answer is Answer.DENIED:
+                    log.warning(
+                        "describe denied for topic '%s' (%s); treating as denied, not dead",
+                        name, bindings[name])
+                answers[name].append(answer)
+                verdict = judge(answers[name])
+                if verdict is not None:
+                    verdicts[bindings[name]] = verdict
+                    del answers[name]
+        if pending:
+            log.warning("topic identity could not be corroborated for [%s]; asking again",
+                        ", ".join(sorted(pending)))
+        return IdentityResult(verdicts, pending)

@@ -1,0 +1,599 @@
+"""The task worker process: ``run(spec)`` builds a task's clients and state and runs its loop.
+
+The coordinator spawns one OS process per task with the ``multiprocess``
+spawn context, targeting :func:`run` with a :class:`workers.protocol.TaskSpec`.
+The worker (issue 4; DESIGN.md, "Architecture"):
+
+1. builds a transactional producer and calls ``init_transactions`` first, which
+   fences any zombie of the task and aborts its open transaction;
+2. restores (``RESTORING``) the ordering store from partition ``i`` of
+   ``<app-id>-__parsley.ordering-changelog`` and each declared store from
+   partition ``i`` of its changelog, ``read_committed`` to the end;
+3. builds the engine over it, binds the received topic names to the ids the
+   bootstrap resolved, and runs the identity check (facts §5);
+4. joins group ``<app-id>`` as static member ``<app-id>-task-<i>`` with the
+   range assignor; unless its assignment is exactly partition ``i`` of each
+   received topic with more than ``i`` partitions it processes nothing and
+   reports ``REBALANCING``; on the exact assignment it starts the engine at the
+   group's committed offsets (``RUNNING``);
+5. loops: consume a batch (up to 500), feed, drain, commit once per commit
+   interval; every status interval it drains, retries a pending identity
+   check, checks partition counts, and pushes status over ZeroMQ.
+
+It stops on SIGTERM (commits what it has, exit 0), on a refusal (aborts,
+logs ERROR ``... (failing closed)``, exit 10), a handler failure (exit 11), a
+substrate condition (exit 12) or a fenced/fatal client (exit 13), pushing one
+``final`` message first (:mod:`workers.protocol`). An abortable Kafka error
+aborts, rebuilds the state from the changelogs and rewinds to the committed
+offsets, then goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from parsley.declarations import application_id, ordering_changelog, store_changelog
+from parsley.engine.channel import ChannelId
+from parsley.engine.engine import ProcessEngine
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.changelog import RestoreProgress, read_partition
+from workers.frame import HandlerFailure, HandlerFrame
+from workers.identity import Backoff, IdentityChecker
+from workers.kafka import (
+    ErrorKind,
+    SubstrateError,
+    admin_config,
+    consumer_config,
+    producer_config,
+    resolve_offset_reset,
+    restore_consumer_config,
+    to_exception,
+)
+from workers.ordering_store import SqliteOrderingStore, task_state_dir
+from workers.protocol import EXIT_CODES, StopKind, TaskSpec, TaskState
+from workers.status import StatusReporter
+from workers.step import TaskStep
+from workers.stores import TaskStores
+from workers.transaction import TaskTransaction
+
+__all__ = ["Stop", "Worker", "run"]
+
+log = logging.getLogger("parsley.worker")
+
+BATCH: Final = 500
+"""Records per ``consume`` call."""
+MAX_ABORTABLE_RETRIES: Final = 5
+"""Consecutive abortable failures (without a commit between) before the worker gives up."""
+SHAPE_CHECK_INTERVAL_S: Final = 2.0
+"""How often the received topics' partition counts are compared with the bootstrap's, s."""
+
+
+class Stop(Exception):
+    """How the worker ends: a stop kind, a refusal reason, a detail."""
+
+    def __init__(self, kind: StopKind, reason: Reason | None, detail: str | None) -> None:
+        super().__init__(f"{kind.value}: {detail}")
+        self.kind = kind
+        self.reason = reason
+        self.detail = detail
+
+
+def stop_of(exc: BaseException) -> Stop:
+    """Classify an exception into the worker's :class:`Stop` (never from message text).
+
+    ``ParsleyFailClosedError`` (anywhere on the cause chain) -> REFUSAL with its
+    reason; ``HandlerFailure`` -> APPLICATION; ``SubstrateError``/``KafkaException``
+    -> FATAL (fenced or fatal) or SUBSTRATE; any other exception is a worker bug,
+    reported FATAL so that it is never restarted blindly.
+    """
+    if isinstance(exc, Stop):
+        return exc
+    refusal = ParsleyFailClosedError.find_in(exc)
+    if refusal is not None:
+        return Stop(StopKind.REFUSAL, refusal.reason, refusal.detail)
+    if isinstance(exc, HandlerFailure):
+        return Stop(StopKind.APPLICATION, None, str(exc))
+    if isinstance(exc, KafkaException):
+        exc = to_exception(exc)
+    if isinstance(exc, SubstrateError):
+        kind = StopKind.FATAL if exc.kind in (ErrorKind.FENCED, ErrorKind.FATAL) \
+            else StopKind.SUBSTRATE
+        return Stop(kind, None, exc.detail)
+    return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
+
+
+class Worker:
+    """One task's worker: clients, state, loop. Built and run by :func:`run`.
+
+    Args:
+        spec: the task's spec.
+        reporter: where status goes (``None``: nowhere, for in-process use).
+        should_stop: returns ``True`` once a clean stop was asked for (SIGTERM).
+    """
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        reporter: StatusReporter | None,
+        should_stop: Callable[[], bool],
+    ) -> None:
+        self.spec = spec
+        self.reporter = reporter
+        self.should_stop = should_stop
+        process = spec.process
+        self.process = process
+        self.app_id = application_id(spec.prefix, process.name)
+        self.task = spec.task
+        self.state = TaskState.STARTING
+        self.received = list(process.received_topics)
+        self.expected = frozenset(
+            (t, self.task) for t in self.received if spec.partitions[t] > self.task
+        )
+        self.channels = {
+            t: ChannelId(spec.topic_ids[t], self.task) for t, _ in sorted(self.expected)
+        }
+        self.ordering_topic = ordering_changelog(spec.prefix, process.name)
+        self.store_topics = {
+            s.name: store_changelog(spec.prefix, process.name, s.name)
+            for s in process.declared_stores
+        }
+        self.dir = task_state_dir(spec.state_dir, self.app_id, self.task)
+        props = dict(spec.kafka_properties)
+        W = spec.task_count
+        self.admin = AdminClient(admin_config(spec.bootstrap_servers, props))
+        self.producer = Producer(producer_config(
+            spec.bootstrap_servers, spec.prefix, process.name, self.task, props, task_count=W))
+        self.txn = TaskTransaction(self.producer)
+        self.restore_consumer = Consumer(restore_consumer_config(
+            spec.bootstrap_servers, spec.prefix, process.name, self.task, props, task_count=W))
+        self.consumer_conf = consumer_config(
+            spec.bootstrap_servers, spec.prefix, process.name, self.task, props, task_count=W)
+        self.consumer: Consumer | None = None
+        self.identity = IdentityChecker(self.admin)
+        self.backoff = Backoff(first_s=spec.status_interval_ms / 1000.0)
+        self.pending_identity: dict[str, Any] = {}
+        self.store: SqliteOrderingStore | None = None
+        self.stores: TaskStores | None = None
+        self.engine: ProcessEngine | None = None
+        self.step: TaskStep | None = None
+        self.restore: dict[str, RestoreProgress] = {}
+        self.assignment: frozenset[tuple[str, int]] = frozenset()
+        self.assignment_changed = False
+        self.needs_rebuild = False
+        self.callback_error: BaseException | None = None
+        self.delivered_before = 0
+        self.commits_before = 0
+        self.abortable_in_a_row = 0
+        self.next_shape_check = 0.0
+
+    # -- state -------------------------------------------------------------------
+
+    def _progress(self, p: RestoreProgress) -> None:
+        self.restore[p.topic] = p
+        self._maybe_status()
+
+    def build_state(self) -> None:
+        """Restore the ordering store and the declared stores from partition ``i`` of their
+        changelogs, build the engine, bind names and run the identity check.
+
+        Raises:
+            ParsleyFailClosedError: the engine's restore refusals, CHANNEL_IDENTITY_CHANGED,
+                CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES.
+            SubstrateError: a changelog read failed or stalled.
+        """
+        self.state = TaskState.RESTORING
+        self.restore = {}
+        self._close_state()
+        spec = self.spec
+        self.store = SqliteOrderingStore.create(self.dir)
+        self.store.rebuild(read_partition(
+            self.restore_consumer, self.admin, self.ordering_topic, self.task,
+            on_progress=self._progress))
+        self.stores = TaskStores(self.dir, self.store_topics)
+        for name, topic in self.store_topics.items():
+            self.stores.rebuild(name, read_partition(
+                self.restore_consumer, self.admin, topic, self.task, on_progress=self._progress))
+        engine = ProcessEngine(
+            self.store, received=self.channels.values(),
+            budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning)
+        engine.bind_names({t: spec.topic_ids[t] for t in self.channels})
+        ids = engine.known_topic_ids()
+        bindings = {n: i for n, i in engine.names().items() if i in ids}
+        result = self.identity.check(bindings)
+        engine.apply_identity(result.verdicts)
+        self.pending_identity = dict(result.pending)
+        if self.pending_identity:
+            self.backoff.failed(time.monotonic())
+        self.engine = engine
+        frame = HandlerFrame(self.process, self.task, self.stores)
+        if self.step is not None:
+            self.delivered_before += self.step.delivered
+        self.step = TaskStep(
+            task=self.task, engine=engine, frame=frame, stores=self.stores, txn=self.txn,
+            channels=self.channels, ordering_topic=self.ordering_topic,
+            store_topics=self.store_topics)
+        self.needs_rebuild = False
+        self.state = TaskState.REBALANCING
+
+    def _close_state(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.stores is not None:
+            self.stores.close()
+            self.stores = None
+        self.engine = None
+
+    def _committed(self) -> dict[tuple[str, int], int]:
+        assert self.consumer is not None
+        tps = [TopicPartition(t, p) for t, p in sorted(self.expected)]
+        try:
+            got = self.consumer.committed(tps, timeout=30)
+        except KafkaException as exc:
+            raise to_exception(exc, "reading the group's committed offsets") from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in got}
+
+    def start_engine(self, *, seek: bool) -> None:
+        """Start the engine at the group's committed read positions (and rewind to them)."""
+        assert self.engine is not None and self.consumer is not None
+        committed = self._committed()
+        self.engine.start({
+            self.channels[t]: off for (t, _p), off in committed.items()
+            if off != OFFSET_INVALID and off >= 0
+        })
+        if seek:
+            for (t, p), off in committed.items():
+                if off >= 0:
+                    self.consumer.seek(TopicPartition(t, p, off))
+        self.state = TaskState.RUNNING
+        log.info("%s task %d running from committed positions %s", self.app_id, self.task,
+                 {f"{t}-{p}": o for (t, p), o in committed.items()})
+
+    # -- group membership ----------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
+        self.assignment_changed = True
+        if self.assignment != self.expected and partitions:
+            consumer.pause(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.engine is not None and self.engine.started:
+            self.needs_rebuild = True
+        try:
+            self.txn.abort()
+        except BaseException as exc:  # re-raised from the loop
+            self.callback_error = exc
+        if self.stores is not None:
+            self.stores.discard()
+        self.assignment = frozenset()
+        self.assignment_changed = True
+        self.state = TaskState.REBALANCING
+
+    def _handle_assignment(self) -> None:
+        self.assignment_changed = False
+        if self.assignment != self.expected:
+            self.state = TaskState.REBALANCING
+            if self.assignment:
+                log.warning(
+                    "%s task %d was assigned %s, not exactly %s: processing nothing until the "
+                    "missing members rejoin", self.app_id, self.task, sorted(self.assignment),
+                    sorted(self.expected))
+            return
+        if self.needs_rebuild or self.engine is None or self.engine.started:
+            self.build_state()
+        self.start_engine(seek=False)
+
+    # -- errors ----------------------------------------------------------------------
+
+    def _consumer_error(self, err: KafkaError, msg: Any) -> None:
+        code = err.code()
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            topic, partition = msg.topic(), msg.partition()
+            if topic is None or partition is None or partition < 0:
+                topic, partition = sorted(self.expected)[0]
+            raise resolve_offset_reset(self.consumer, topic, partition, group_id=self.app_id)
+        if code == KafkaError._PARTITION_EOF:
+            return
+        if err.fatal() or code == KafkaError.FENCED_INSTANCE_ID:
+            raise SubstrateError(ErrorKind.FENCED if code == KafkaError.FENCED_INSTANCE_ID
+                                 else ErrorKind.FATAL, f"consumer: {err.name()}: {err.str()}",
+                                 code)
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                    KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"a received topic is missing or unreadable ({err.name()}: {err.str()}); "
+                "restart the process once the topic is restored (the start re-resolves it)",
+                code)
+        # Transient fetch/connection errors: librdkafka retries them itself.
+        log.debug("consumer error (retried by the client): %s", err)
+
+    def _check_shape(self) -> None:
+        assert self.consumer is not None
+        try:
+            md = self.consumer.list_topics(timeout=5)
+        except KafkaException:
+            return  # an unreachable cluster is not a shape change
+        for topic in self.received:
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue
+            now = len(meta.partitions)
+            before = self.spec.partitions[topic]
+            if now != before:
+                raise Stop(
+                    StopKind.SUBSTRATE, None,
+                    f"the partition shape of the process's topics changed while it ran: "
+                    f"received topic {topic} had {before} partition(s) at start and has {now} "
+                    "now; restart the process (the start re-resolves the topics and pre-commits "
+                    "new partitions)")
+
+    # -- status ----------------------------------------------------------------------
+
+    _next_status = 0.0
+
+    def _maybe_status(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_status:
+            return
+        self._next_status = now + self.spec.status_interval_ms / 1000.0
+        if self.reporter is None:
+            return
+        self.reporter.status(self.state, self.status_fields())
+
+    def _lag(self) -> int | None:
+        if self.consumer is None or self.state is not TaskState.RUNNING:
+            return None
+        total = 0
+        try:
+            tps = [TopicPartition(t, p) for t, p in sorted(self.expected)]
+            for tp in self.consumer.position(tps):
+                _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
+                if high < 0 or tp.offset < 0:
+                    return None
+                total += max(0, high - tp.offset)
+        except KafkaException:
+            return None
+        return total
+
+    def status_fields(self) -> dict[str, Any]:
+        """The ``status`` message's fields besides kind, process, task, pid, sent_ms, state,
+        rss and cpu (:mod:`workers.protocol`)."""
+        engine = self.engine
+        if engine is not None:
+            fields = engine.diagnose().to_json()
+            held_total = engine.held_count()
+        else:
+            fields = {"held": [], "frontier_channels": 0, "frontier_bytes": 0,
+                      "budget_bytes": self.spec.metadata_budget_bytes}
+            held_total = 0
+        restore = None
+        if self.restore:
+            ps = list(self.restore.values())
+            restore = {
+                "records": sum(p.records_read for p in ps),
+                "position": sum(p.position - p.start_offset for p in ps),
+                "end": sum(p.end_offset - p.start_offset for p in ps),
+                "done": all(p.done for p in ps),
+            }
+        delivered = self.delivered_before + (self.step.delivered if self.step else 0)
+        fields.update({
+            "held_total": held_total,
+            "lag": self._lag(),
+            "restore": restore,
+            "delivered": delivered,
+            "commits": self.txn.commits,
+            "commit_latency_ms": self.txn.last_commit_ms,
+        })
+        return fields
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def _punctuate(self) -> None:
+        now = time.monotonic()
+        step = self.step
+        if self.state is TaskState.RUNNING and step is not None:
+            if self.pending_identity and self.backoff.due(now):
+                assert self.engine is not None
+                result = self.identity.check(self.pending_identity)
+                if result.verdicts:
+                    self.engine.apply_identity(result.verdicts)
+                    step.touch()
+                self.pending_identity = dict(result.pending)
+                if self.pending_identity:
+                    self.backoff.failed(time.monotonic())
+            step.drain()
+        if now >= self.next_shape_check and self.consumer is not None:
+            self.next_shape_check = now + SHAPE_CHECK_INTERVAL_S
+            self._check_shape()
+        self._maybe_status()
+
+    def _commit(self) -> None:
+        assert self.step is not None and self.consumer is not None
+        if self.step.commit(self.consumer.consumer_group_metadata()):
+            self.abortable_in_a_row = 0
+
+    def _recover(self, exc: SubstrateError) -> None:
+        """Abort, rebuild the state from the changelogs, rewind to the committed offsets."""
+        self.abortable_in_a_row += 1
+        if self.abortable_in_a_row > MAX_ABORTABLE_RETRIES:
+            raise exc
+        log.warning("%s task %d: aborting and rebuilding after an abortable error: %s",
+                    self.app_id, self.task, exc.detail)
+        self.txn.abort()
+        if self.stores is not None:
+            self.stores.discard()
+        self.build_state()
+        if self.assignment == self.expected:
+            self.start_engine(seek=True)
+
+    def run(self) -> None:
+        """Initialise and loop until a stop; raises :class:`Stop` or the error that ended it."""
+        self._maybe_status(force=True)
+        self.txn.init()
+        self.build_state()
+        self.consumer = Consumer(self.consumer_conf)
+        self.consumer.subscribe(self.received, on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        interval = self.spec.commit_interval_ms / 1000.0
+        consumer = self.consumer
+        while not self.should_stop():
+            try:
+                self._iterate(consumer, interval)
+            except SubstrateError as exc:
+                if exc.kind is not ErrorKind.ABORTABLE:
+                    raise
+                self._recover(exc)
+            except KafkaException as exc:
+                mapped = to_exception(exc, "in the task's loop")
+                if isinstance(mapped, SubstrateError) and mapped.kind is ErrorKind.ABORTABLE:
+                    self._recover(mapped)
+                else:
+                    raise mapped from exc
+        # Clean stop: commit what was fed and delivered.
+        if self.state is TaskState.RUNNING and self.step is not None:
+            self.step.drain()
+            self._commit()
+        raise Stop(StopKind.CLEAN, None, None)
+
+    def _iterate(self, consumer: Consumer, interval: float) -> None:
+        txn = self.txn
+        if txn.open:
+            timeout = max(0.0, min(0.1, txn.opened_at + interval - time.monotonic()))
+        else:
+            timeout = 0.1
+        messages = consumer.consume(num_messages=BATCH, timeout=timeout)
+        if self.callback_error is not None:
+            err, self.callback_error = self.callback_error, None
+            raise err
+        if self.assignment_changed:
+            self._handle_assignment()
+        if messages:
+            good = []
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    self._consumer_error(err, msg)
+                else:
+                    good.append(msg)
+            if good and self.state is TaskState.RUNNING:
+                assert self.step is not None
+                self.step.feed(good)
+                self.step.drain()
+        if txn.open and time.monotonic() - txn.opened_at >= interval:
+            self._commit()
+        if time.monotonic() >= self._next_status:
+            self._punctuate()
+
+    def close(self, clean: bool) -> None:
+        """Close the clients: the consumer (static: it stays a member until its session
+        times out), the producer (flushed when ``clean``) and the admin client."""
+        if self.consumer is not None:
+            try:
+                self.consumer.close()
+            except Exception:  # best effort: the worker is ending
+                log.debug("consumer close failed", exc_info=True)
+        try:
+            self.restore_consumer.close()
+        except Exception:
+            log.debug("restore consumer close failed", exc_info=True)
+        if clean:
+            self.producer.flush(5)
+        self._close_state()
+
+
+def _configure_logging(spec: TaskSpec) -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr,
+            format=f"%(asctime)s %(levelname)s [{spec.prefix}-{spec.process.name} "
+                   f"task {spec.task} pid %(process)d] %(name)s: %(message)s")
+
+
+def _in_spawned_child() -> bool:
+    try:
+        import multiprocess
+
+        return multiprocess.parent_process() is not None
+    except Exception:
+        return False
+
+
+def run(spec: TaskSpec) -> int:
+    """Run task ``spec.task`` until it stops; the target of the coordinator's spawned process.
+
+    SIGTERM asks for a clean stop: the worker commits what it fed and
+    delivered, closes its clients and exits 0. Every stop pushes one ``final``
+    message to ``spec.status_endpoint`` first.
+
+    Args:
+        spec: the task's spec, resolved by the bootstrap.
+
+    Returns:
+        The exit code of the stop kind (:data:`workers.protocol.EXIT_CODES`).
+        In a process spawned by ``multiprocess`` it exits with that code instead
+        (``SystemExit``), so ``Process.exitcode`` carries it.
+    """
+    _configure_logging(spec)
+    stop_asked = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop_asked
+        stop_asked = True
+
+    with contextlib.suppress(ValueError):  # not the main thread: no signal handling
+        signal.signal(signal.SIGTERM, on_term)
+    reporter = StatusReporter(spec.status_endpoint, spec.process.name, spec.task)
+    worker: Worker | None = None
+    outcome: Stop
+    try:
+        worker = Worker(spec, reporter, lambda: stop_asked)
+        worker.run()
+        outcome = Stop(StopKind.CLEAN, None, None)  # pragma: no cover - run always raises
+    except BaseException as exc:  # every end is classified and reported
+        outcome = stop_of(exc)
+        if outcome.kind is not StopKind.CLEAN and worker is not None:
+            try:
+                worker.txn.abort()
+            except Exception:
+                log.debug("abort after the stop failed", exc_info=True)
+        if outcome.kind is StopKind.REFUSAL:
+            assert outcome.reason is not None
+            log.error("%s-%s task %d stopped: %s: %s (failing closed)", spec.prefix,
+                      spec.process.name, spec.task, outcome.reason.name, outcome.detail)
+        elif outcome.kind is not StopKind.CLEAN:
+            log.error("%s-%s task %d stopped (%s): %s", spec.prefix, spec.process.name,
+                      spec.task, outcome.kind.value, outcome.detail,
+                      exc_info=not isinstance(exc, Stop | SubstrateError | HandlerFailure))
+    if worker is not None:
+        try:
+            worker._maybe_status(force=True)
+        except Exception:
+            log.debug("last status failed", exc_info=True)
+        worker.close(outcome.kind is StopKind.CLEAN)
+    reporter.final(outcome.kind, outcome.reason, outcome.detail)
+    reporter.close()
+    code = EXIT_CODES[outcome.kind]
+    if _in_spawned_child():
+        logging.shutdown()
+        raise SystemExit(code)
+    return code
+

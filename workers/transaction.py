@@ -1,0 +1,168 @@
+"""One task's transactional producer: begin lazily, write, send offsets, verify, commit or abort.
+
+One transaction per commit interval, none while idle (issue 4 item 2): the
+step calls :meth:`TaskTransaction.begin` whenever it is about to write, which
+opens a transaction only if none is open; :meth:`TaskTransaction.commit`
+sends the read positions with ``send_offsets_to_transaction(...,
+consumer_group_metadata())``, flushes, checks that every produced record was
+delivered (:class:`workers.kafka.DeliveryLedger`), and commits.
+
+Every Kafka error is classified by :mod:`workers.kafka` and re-raised as a
+:class:`~parsley.refusals.ParsleyFailClosedError` (a record over a size limit:
+``SUBSTRATE_MISCONFIGURED``) or a :class:`workers.kafka.SubstrateError` whose
+``kind`` tells the caller what to do (``ABORTABLE``: abort and rebuild;
+``FENCED``/``FATAL``: stop).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer, TopicPartition
+
+from parsley.engine.channel import Header
+from workers.changelog import write_records
+from workers.kafka import DeliveryLedger, ErrorKind, SubstrateError, map_kafka_errors, to_exception
+
+__all__ = ["TaskTransaction"]
+
+_QUEUE_FULL_TIMEOUT_S = 30.0
+
+
+class TaskTransaction:
+    """The transactional producer of one task and the account of its open transaction.
+
+    Args:
+        producer: built from :func:`workers.kafka.producer_config`; this
+            object calls ``init_transactions`` (which fences any zombie with the
+            same ``transactional.id``).
+        timeout_s: bound on ``init``/``send_offsets``/``commit``/``abort`` calls, s.
+
+    Attributes:
+        open: whether a transaction is open.
+        commits: transactions committed.
+        last_commit_ms: duration of the last commit (offsets + flush + commit), ms.
+    """
+
+    def __init__(self, producer: Producer, *, timeout_s: float = 30.0) -> None:
+        self.producer = producer
+        self.timeout_s = timeout_s
+        self.ledger = DeliveryLedger()
+        self.open = False
+        self.commits = 0
+        self.last_commit_ms: float | None = None
+        self.opened_at = 0.0
+
+    def init(self) -> None:
+        """``init_transactions``: fences the previous producer of this task, aborting its
+        open transaction (facts §5; issue 4 item 1).
+
+        Raises:
+            SubstrateError: classified failure.
+        """
+        with map_kafka_errors("initialising the task's transactions"):
+            self.producer.init_transactions(self.timeout_s)
+
+    def begin(self) -> None:
+        """Open a transaction unless one is open (lazy: none while idle)."""
+        if self.open:
+            return
+        with map_kafka_errors("beginning a transaction"):
+            self.producer.begin_transaction()
+        self.ledger.reset()
+        self.open = True
+        self.opened_at = time.monotonic()
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        timestamp_ms: int,
+    ) -> None:
+        """Produce one emission in the open transaction (partitioned by the key, murmur2_random).
+
+        Raises:
+            ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` for a record over
+                the producer's size limit.
+            SubstrateError: any other produce failure, or a local queue full for 30 s.
+        """
+        deadline: float | None = None
+        while True:
+            try:
+                self.producer.produce(
+                    topic, value=value, key=key, headers=list(headers), timestamp=timestamp_ms,
+                    on_delivery=self.ledger.on_delivery,
+                )
+                break
+            except BufferError:
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + _QUEUE_FULL_TIMEOUT_S
+                if now > deadline:
+                    raise SubstrateError(
+                        ErrorKind.SUBSTRATE_TRANSIENT,
+                        f"sending to {topic}: the producer queue stayed full for "
+                        f"{_QUEUE_FULL_TIMEOUT_S:g} s",
+                    ) from None
+                self.producer.poll(0.05)
+            except KafkaException as exc:
+                raise to_exception(
+                    exc, f"sending to {topic} ({len(value or b'')} bytes)"
+                ) from exc
+        self.ledger.sent()
+
+    def write_changelog(
+        self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+    ) -> int:
+        """Write merged changelog records to ``topic[partition]`` explicitly (see
+        :func:`workers.changelog.write_records`). Returns the count written."""
+        return write_records(self.producer, topic, partition, records, ledger=self.ledger)
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], group_metadata: Any) -> None:
+        """Send the read positions, verify every record was delivered, and commit.
+
+        Args:
+            offsets: ``(topic, partition) -> next offset to read`` (last fed + 1).
+            group_metadata: ``consumer.consumer_group_metadata()``.
+
+        Raises:
+            ParsleyFailClosedError: a delivery failed with a record too large.
+            SubstrateError: classified; the transaction is then still open
+                (``ABORTABLE``: call :meth:`abort`) or the producer is unusable.
+        """
+        if not self.open:
+            return
+        started = time.monotonic()
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        with map_kafka_errors("sending the read positions to the transaction"):
+            if tps:
+                self.producer.send_offsets_to_transaction(tps, group_metadata, self.timeout_s)
+        with map_kafka_errors("flushing the transaction's records"):
+            remaining = self.producer.flush(self.timeout_s)
+        if remaining:
+            raise SubstrateError(
+                ErrorKind.ABORTABLE,
+                f"{remaining} records still queued {self.timeout_s:g} s into the commit's flush",
+            )
+        self.ledger.check("committing the task's transaction")
+        with map_kafka_errors("committing the task's transaction"):
+            self.producer.commit_transaction(self.timeout_s)
+        self.open = False
+        self.commits += 1
+        self.last_commit_ms = (time.monotonic() - started) * 1000.0
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any (nothing written in it becomes visible).
+
+        Raises:
+            SubstrateError: classified; the producer is then unusable (fenced or fatal).
+        """
+        if not self.open:
+            return
+        self.open = False
+        self.ledger.reset()
+        with map_kafka_errors("aborting the task's transaction"):
+            self.producer.abort_transaction(self.timeout_s)
