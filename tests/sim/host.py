@@ -33,11 +33,11 @@ from typing import Any
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import FeedOutcome, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
-from parsley.wire import CAUSES_HEADER
+from parsley.wire import CAUSES_HEADER, decode_causes
 
 from .broker import Broker, Outgoing, at
 from .generator import Scenario, TaskSpec
-from .oracle import V2_DUP, Body, Delivered, Oracle, Violation
+from .oracle import V2_DUP, Body, Delivered, Oracle, Sent, Violation
 
 __all__ = ["Clock", "TaskHost", "handler_sends"]
 
@@ -132,6 +132,7 @@ class TaskHost:
         # Figures only, never judged: held messages summed over feeds, and commits
         # that leave something held (what makes a crash test the hold-back state).
         self.holds = 0
+        self.deleted_verdicts = 0  # executions told a received topic is gone
         self.held_commits = 0
 
     @property
@@ -160,6 +161,9 @@ class TaskHost:
                 verdicts[topic_id] = TopicVerdict.DELETED
             # an id never named cannot be judged: it stays pending (facts §5).
         engine.apply_identity(verdicts)
+        received_ids = {ch.topic_id for ch in self.spec.received}
+        self.deleted_verdicts += sum(1 for tid, v in verdicts.items()
+                                     if v is TopicVerdict.DELETED and tid in received_ids)
         engine.start(dict(self.committed))
         self.engine = engine
         self.epoch += 1
@@ -286,8 +290,10 @@ class TaskHost:
         sends = []
         for rec, (_, trigger) in zip(records, step.sends, strict=True):
             app = tuple(h for h in rec.headers if h[0] != CAUSES_HEADER)
-            sends.append((rec.channel, rec.offset, Body(rec.timestamp_ms, rec.key, rec.value, app),
-                          trigger))
+            raw = next(v for k, v in rec.headers if k == CAUSES_HEADER)
+            sends.append(Sent(rec.channel, rec.offset,
+                              Body(rec.timestamp_ms, rec.key, rec.value, app), trigger,
+                              decode_causes(raw)))
         self.oracle.on_commit(self.name, step.deliveries, sends)
         self.log(f"{self.name} commit delivered="
                  f"{[at(d.channel, d.position) for d in step.deliveries]} "

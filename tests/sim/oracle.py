@@ -29,12 +29,19 @@ Clauses it names (facts §8 and §1, "Receiver rule"):
   headers must be stripped).
 * ``V5 liveness``: at drain, a committed record on a received channel was
   never delivered.
+* ``M1 causes expressed`` and ``M2 entries name records`` (facts §1, "Meaning
+  of an entry"), checked on each task's sends from their ``parsley.causes``
+  bytes as they went on the wire: every real cause is expressed at or above
+  its position, except on channels of deleted topics; every entry names a
+  committed record, and never the send's own channel at or above its offset.
+  Headers may over-approximate (receipts of undelivered messages count).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from uuid import UUID
 
 from parsley.engine.channel import ChannelId, Header
 
@@ -42,6 +49,7 @@ __all__ = [
     "Body",
     "Delivered",
     "Oracle",
+    "Sent",
     "Violation",
 ]
 
@@ -51,6 +59,8 @@ V2_DUP = "V2 duplicate"
 V2_LOSS = "V2 loss"
 V2_INTEGRITY = "V2 integrity"
 V5 = "V5 liveness"
+M1 = "M1 causes expressed"
+M2 = "M2 entries name records"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,25 @@ class Delivered:
     channel: ChannelId
     position: int
     body: Body
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A task's committed send: where it landed, its body, and what it claimed.
+
+    Attributes:
+        channel, offset: where the record landed.
+        body: its timestamp, key, value and application headers.
+        trigger: index into the step's deliveries of the one whose handler sent it.
+        causes: its decoded ``parsley.causes`` header, or ``None`` to skip the
+            metadata checks (hand-built histories).
+    """
+
+    channel: ChannelId
+    offset: int
+    body: Body
+    trigger: int
+    causes: Mapping[ChannelId, int] | None = None
 
 
 def _join(into: dict[ChannelId, int], other: Mapping[ChannelId, int]) -> None:
@@ -119,6 +148,7 @@ class Oracle:
         self._base: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self._task_past: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self._snapshots: dict[str, list[dict[ChannelId, int]]] = {t: [] for t in self.received}
+        self._deleted: set[UUID] = set()
         self.deliveries = 0
 
     # ---- ground truth in ------------------------------------------------
@@ -173,14 +203,13 @@ class Oracle:
             self._top[task][ch] = base - 1
 
     def on_commit(self, task: str, deliveries: Sequence[Delivered],
-                  sends: Sequence[tuple[ChannelId, int, Body, int]]) -> None:
+                  sends: Sequence[Sent]) -> None:
         """A task committed a step.
 
         Args:
             task: the task's name.
             deliveries: the step's deliveries in the order the handler ran.
-            sends: ``(channel, offset, body, trigger)`` per committed send, where
-                ``trigger`` indexes ``deliveries``: the delivery whose handler sent it.
+            sends: the step's committed sends, in send order.
         """
         snaps = self._snapshots[task]
         base = len(snaps)
@@ -190,8 +219,15 @@ class Oracle:
             _join(self._task_past[task], {d.channel: d.position})
             snaps.append(dict(self._task_past[task]))
             self.deliveries += 1
-        for channel, offset, body, trigger in sends:
-            self._add_record(channel, offset, body, dict(snaps[base + trigger]))
+        for sent in sends:
+            past = dict(snaps[base + sent.trigger])
+            if sent.causes is not None:
+                self._check_metadata(task, sent, past)
+            self._add_record(sent.channel, sent.offset, sent.body, past)
+
+    def on_delete(self, topic_id: UUID) -> None:
+        """A topic was deleted: senders may stop expressing causes on it (facts §1)."""
+        self._deleted.add(topic_id)
 
     # ---- checks -------------------------------------------------------------
 
@@ -242,6 +278,19 @@ class Oracle:
             if done < pos:
                 self._flag(V1, f"{task} delivered {d.channel}@{d.position} before its cause "
                                f"{ch}@{pos} (it had delivered {ch} only up to {done})")
+
+    def _check_metadata(self, task: str, sent: Sent, past: Mapping[ChannelId, int]) -> None:
+        where = f"{task}'s send {sent.channel}@{sent.offset}"
+        assert sent.causes is not None
+        for ch, pos in sorted(sent.causes.items()):
+            if (ch, pos) not in self._index:
+                self._flag(M2, f"{where} names {ch}@{pos}, which holds no committed record")
+            if ch == sent.channel and pos >= sent.offset:
+                self._flag(M2, f"{where} names its own channel at {pos}, not below its offset")
+        for ch, pos in sorted(past.items()):
+            if ch.topic_id not in self._deleted and sent.causes.get(ch, -1) < pos:
+                self._flag(M1, f"{where} omits its cause {ch}@{pos} "
+                               f"(header has {sent.causes.get(ch)})")
 
     def _delivered_upto(self, task: str, ch: ChannelId) -> int:
         """Highest offset ``p`` such that ``task`` delivered every record on ``ch`` up to ``p``."""

@@ -52,7 +52,8 @@ def test_sweep_exercises_every_hazard() -> None:
         for key, value in r.stats.items():
             totals[key] = totals.get(key, 0) + value
     assert totals["offsets"] > totals["records"], "no markers or aborts: offsets all contiguous"
-    for figure in ("crashes", "executions", "deleted", "replays", "held_commits", "holds"):
+    for figure in ("crashes", "executions", "deleted", "deleted_verdicts", "replays",
+                   "held_commits", "holds"):
         assert totals[figure] > 0, f"the sweep never produced any {figure}: {totals}"
     multi = sum(1 for r in results
                 if any(len(t.received) > 1 for t in r.scenario.tasks))

@@ -15,7 +15,20 @@ from uuid import UUID
 from parsley.engine.channel import ChannelId
 from tests.sim.broker import Broker, Outgoing
 from tests.sim.generator import TopicSpec
-from tests.sim.oracle import V1, V2_DUP, V2_FIFO, V2_INTEGRITY, V2_LOSS, V5, Body, Delivered, Oracle
+from tests.sim.oracle import (
+    M1,
+    M2,
+    V1,
+    V2_DUP,
+    V2_FIFO,
+    V2_INTEGRITY,
+    V2_LOSS,
+    V5,
+    Body,
+    Delivered,
+    Oracle,
+    Sent,
+)
 
 A = ChannelId(UUID(int=0xA), 0)
 B = ChannelId(UUID(int=0xB), 0)
@@ -38,7 +51,7 @@ def diamond() -> Oracle:
     oracle = Oracle({"P#0": [A], "Q#0": [A, B], "R#0": [C, B]})
     oracle.on_source_record(A, 0, body(0), {})
     oracle.on_source_record(A, 2, body(2), {})
-    oracle.on_commit("P#0", [d(A, 0, 0), d(A, 2, 2)], [(B, 5, body(5), 0)])
+    oracle.on_commit("P#0", [d(A, 0, 0), d(A, 2, 2)], [Sent(B, 5, body(5), 0)])
     return oracle
 
 
@@ -69,7 +82,7 @@ def test_effect_before_its_cause_is_v1() -> None:
 def test_cause_through_a_chain_is_v1() -> None:
     # Q delivers B@5 (after A@0, fine) and sends C@1; R receives C and B: C@1 needs B@5 first.
     oracle = diamond()
-    oracle.on_commit("Q#0", [d(A, 0, 0), d(B, 5, 5)], [(C, 1, body(9), 1)])
+    oracle.on_commit("Q#0", [d(A, 0, 0), d(B, 5, 5)], [Sent(C, 1, body(9), 1)])
     oracle.on_commit("R#0", [d(C, 1, 9)], [])
     assert clauses(oracle) == [V1], "a transitive cause on a received channel was not required"
 
@@ -78,7 +91,7 @@ def test_cause_on_unreceived_channel_imposes_nothing() -> None:
     # R receives C and B, not A: C@1 caused by A@0 only (sent by P before B mattered).
     oracle = Oracle({"P#0": [A], "R#0": [C, B]})
     oracle.on_source_record(A, 0, body(0), {})
-    oracle.on_commit("P#0", [d(A, 0, 0)], [(C, 1, body(9), 0)])
+    oracle.on_commit("P#0", [d(A, 0, 0)], [Sent(C, 1, body(9), 0)])
     oracle.on_commit("R#0", [d(C, 1, 9)], [])
     assert oracle.finish() == [], oracle.violations
 
@@ -87,7 +100,7 @@ def test_sends_are_not_causes() -> None:
     # P sends B@5 then C@6 from the same delivery: C@6 does not need B@5.
     oracle = Oracle({"P#0": [A], "R#0": [C, B]})
     oracle.on_source_record(A, 0, body(0), {})
-    oracle.on_commit("P#0", [d(A, 0, 0)], [(B, 5, body(5), 0), (C, 6, body(6), 0)])
+    oracle.on_commit("P#0", [d(A, 0, 0)], [Sent(B, 5, body(5), 0), Sent(C, 6, body(6), 0)])
     oracle.on_commit("R#0", [d(C, 6, 6), d(B, 5, 5)], [])
     assert oracle.finish() == [], oracle.violations
 
@@ -160,3 +173,45 @@ def test_broker_offsets_skip_markers_and_aborts() -> None:
     assert broker.fetch(ch, 6) is None
     broker.delete_topic("t")
     assert broker.fetch(ch, 0) is None and not broker.exists(topic.topic_id)
+
+
+def test_header_missing_a_cause_is_m1_and_over_approximation_is_fine() -> None:
+    oracle = Oracle({"P#0": [A]})
+    oracle.on_source_record(A, 0, body(0), {})
+    oracle.on_source_record(A, 2, body(2), {})
+    # Sent after delivering A@0 only: {A: 2} over-approximates (A@2 was received), fine.
+    oracle.on_commit("P#0", [d(A, 0, 0)], [Sent(B, 0, body(5), 0, {A: 2})])
+    assert oracle.violations == []
+    oracle.on_commit("P#0", [d(A, 2, 2)], [Sent(B, 1, body(6), 0, {A: 0})])
+    assert clauses(oracle) == [M1], oracle.violations
+    assert "omits its cause 00000000-0000-0000-0000-00000000000a-0@2" in (
+        oracle.violations[0].detail)
+
+
+def test_header_naming_no_record_or_its_own_offset_is_m2() -> None:
+    oracle = Oracle({"P#0": [A, B]})
+    oracle.on_source_record(A, 0, body(0), {})
+    oracle.on_source_record(A, 2, body(2), {})
+    oracle.on_commit("P#0", [d(A, 0, 0)], [Sent(B, 3, body(5), 0, {A: 1})])  # A@1: a marker
+    oracle.on_commit("P#0", [d(A, 2, 2)], [Sent(B, 4, body(6), 0, {A: 2, B: 4})])
+    assert clauses(oracle) == [M2, M2, M2], oracle.violations
+    assert "own channel" in oracle.violations[-1].detail
+
+
+def test_deleted_channel_may_be_dropped_from_headers() -> None:
+    oracle = Oracle({"P#0": [A, C]})
+    oracle.on_source_record(A, 0, body(0), {})
+    oracle.on_source_record(C, 0, body(1), {})
+    oracle.on_delete(A.topic_id)
+    oracle.on_commit("P#0", [d(A, 0, 0), d(C, 0, 1)], [Sent(B, 0, body(5), 1, {C: 0})])
+    assert oracle.finish() == [], oracle.violations
+
+
+def test_late_start_owes_nothing_below_it() -> None:
+    oracle = diamond()  # A@0, A@2 committed; B@5 caused by A@0
+    oracle.on_start("Q#0", {A: 1, B: 0})
+    oracle.on_commit("Q#0", [d(B, 5, 5), d(A, 2, 2)], [])
+    oracle.on_commit("R#0", [d(B, 5, 5)], [])
+    assert oracle.finish() == [], "a cause below the start position was still required"
+    oracle.on_commit("Q#0", [d(A, 0, 0)], [])
+    assert clauses(oracle) == [V2_INTEGRITY], "a delivery below the start position passed"

@@ -154,6 +154,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
 
     def delete(topic: str) -> None:
         broker.delete_topic(topic)
+        oracle.on_delete(scenario.topics[topic].topic_id)
         pending_deletes.remove(topic)
         trace.append(f"DELETE topic {topic} ({scenario.topics[topic].topic_id})")
         for h in hosts:
@@ -216,5 +217,6 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["replays"] = sum(h.replays for h in hosts)
     stats["held_commits"] = sum(h.held_commits for h in hosts)
     stats["holds"] = sum(h.holds for h in hosts)
+    stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
     found = oracle.violations + [v for h in hosts for v in h.violations] + extra
     return SimResult(scenario, tuple(found), stats, tuple(trace))
