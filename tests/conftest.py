@@ -6,7 +6,8 @@ The broker (fixture ``kafka_broker``) is chosen in this order:
 2. testcontainers' Kafka module (Confluent's cp-kafka 8.x image = Apache Kafka 4.x, KRaft)
    when a Docker engine answers a ping — not merely when a ``docker`` binary exists;
 3. otherwise ``parsley-devbroker`` (``coordinator.devbroker.up``) in a temporary
-   directory, stopped and removed at the end of the session.
+   directory, stopped and removed at the end of the session (``PARSLEY_KEEP_BROKER=1``
+   keeps the directory and its ``logs/server.log`` for a post-mortem).
 
 Whatever its source, the broker is waited for (AdminClient answers) and warmed up
 (group and transaction coordinators loaded) before the first test uses it.
@@ -121,13 +122,14 @@ def kafka_broker() -> Iterator[KafkaTestBroker]:
             broker = KafkaTestBroker(bootstrap, "testcontainers")
         else:
             data_dir = Path(tempfile.mkdtemp(prefix="parsley-devbroker-"))
-            state, _ = devbroker.up(data_dir, warm=False)
 
             def stop() -> None:
-                devbroker.down(data_dir, keep=bool(os.environ.get("PARSLEY_KEEP_BROKER")))
-                if not os.environ.get("PARSLEY_KEEP_BROKER"):
+                keep = bool(os.environ.get("PARSLEY_KEEP_BROKER"))
+                devbroker.down(data_dir, keep=keep)
+                if not keep:
                     shutil.rmtree(data_dir, ignore_errors=True)
 
+            state, _ = devbroker.up(data_dir, warm=False)
             broker = KafkaTestBroker(state.bootstrap, "devbroker", state.log_path)
         devbroker.wait_ready(broker.bootstrap, timeout_s=120)
         devbroker.warm_up(broker.bootstrap, timeout_s=180)
