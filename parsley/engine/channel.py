@@ -11,7 +11,7 @@ Pure: standard library only (see ``tests/unit/test_purity.py``).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID
 
@@ -62,12 +62,19 @@ class ChannelId:
 
     topic_id: UUID
     partition: int
+    # The hash, computed once: channels key every engine map, and hashing a UUID runs
+    # Python code (uuid.UUID.__hash__), which dominated the engine's hot path.
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic_id, UUID):
             raise TypeError(f"topic_id must be a uuid.UUID, got {type(self.topic_id).__name__}")
         if not 0 <= self.partition <= MAX_PARTITION:
             raise ValueError(f"partition must be in 0..2^31-1, got {self.partition}")
+        object.__setattr__(self, "_hash", hash((self.topic_id, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         # Java's Channel renders as <topicId>-<partition>; details use this form.

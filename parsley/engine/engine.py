@@ -29,6 +29,7 @@ Pure: standard library plus :mod:`parsley.wire` and the state codec.
 from __future__ import annotations
 
 import enum
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from heapq import heappop, heappush
@@ -75,7 +76,8 @@ _Body = tuple[int, bytes | None, bytes | None, tuple[Header, ...], Causes]
 _NOTHING_SETTLED: Final = -1
 """Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
 
-_DECODE_CACHE_ENTRIES: Final = 1024
+_DECODE_CACHE_ENTRIES: Final = 64
+_LONG: Final = struct.Struct(">q")
 _NO_CAUSES: Final[Causes] = ()
 
 
@@ -231,7 +233,13 @@ class ProcessEngine:
         self._decoded: dict[bytes, _Decoded] = {}
         self._epoch = 0
         self._last_past: Causes | None = None
-        self._encoded: bytes | None = None
+        # The encoded frontier, patched in place: positions are fixed-width int64s at
+        # known offsets, so a merge that moves positions only re-packs those; a new or
+        # pruned channel changes the layout and the next header re-encodes.
+        self._header: bytes | None = None
+        self._buf = bytearray()
+        self._layout: dict[ChannelId, int] | None = None
+        self._patch: list[ChannelId] = []
         self._warned = False
         self._check_warning()
 
@@ -360,7 +368,8 @@ class ProcessEngine:
             # Merges remembered as no-ops may now add entries back.
             self._epoch += 1
             self._last_past = None
-            self._encoded = None
+            self._header = None
+            self._layout = None
 
     # ------------------------------------------------------------ start
 
@@ -571,6 +580,7 @@ class ProcessEngine:
     def _merge_causes(self, causes: Causes) -> None:
         frontier = self._frontier
         dirty = self._dirty_c
+        patch = self._patch
         changed = False
         for c, p in causes:
             current = frontier.get(c)
@@ -580,14 +590,16 @@ class ProcessEngine:
             elif p > current:
                 frontier[c] = p
                 dirty[c] = None
+                patch.append(c)
                 changed = True
         if changed:
-            self._encoded = None
+            self._header = None
 
     def _merge_new(self, ch: ChannelId, position: int) -> None:
         self._frontier[ch] = position
         self._dirty_c[ch] = None
-        self._encoded = None
+        self._header = None
+        self._layout = None
         self._size_add(ch)
         size = self.frontier_bytes()
         if size > self._budget:
@@ -651,9 +663,19 @@ class ProcessEngine:
                 causal frontier needs <n> bytes (<k> channels); ...") when the
                 encoding is longer than the budget (emission site).
         """
-        encoded = self._encoded
+        encoded = self._header
         if encoded is None:
-            encoded = self._encoded = encode_causes(self._frontier)
+            layout = self._layout
+            if layout is None:
+                self._relayout()
+            else:
+                buf = self._buf
+                frontier = self._frontier
+                pack_into = _LONG.pack_into
+                for c in self._patch:
+                    pack_into(buf, layout[c], frontier[c])
+            self._patch.clear()
+            encoded = self._header = bytes(self._buf)
         if len(encoded) > self._budget:
             raise _refuse(
                 Reason.METADATA_BUDGET_EXCEEDED,
@@ -662,6 +684,25 @@ class ProcessEngine:
                 "bytes.",
             )
         return encoded
+
+    def _relayout(self) -> None:
+        """Encode the frontier afresh and record where each position's int64 sits."""
+        frontier = self._frontier
+        encoded = encode_causes(frontier)
+        layout: dict[ChannelId, int] = {}
+        offset = 1 + varint_size(len(self._topic_counts))
+        topic = None
+        for ch in sorted(frontier, key=lambda c: (c.topic_id.int, c.partition)):
+            if ch.topic_id != topic:
+                topic = ch.topic_id
+                offset += 16 + varint_size(self._topic_counts[topic])
+            offset += varint_size(ch.partition)
+            layout[ch] = offset
+            offset += 8
+        if offset != len(encoded):  # pragma: no cover - the size formula and codec disagree
+            raise AssertionError(f"frontier layout {offset} bytes, encoding {len(encoded)}")
+        self._buf = bytearray(encoded)
+        self._layout = layout
 
     # ------------------------------------------------------------ decisions
 
@@ -770,7 +811,8 @@ class ProcessEngine:
         elif q > current:
             frontier[ch] = q
             self._dirty_c[ch] = None
-            self._encoded = None
+            self._patch.append(ch)
+            self._header = None
         if causes and causes is not self._last_past:
             past = self._past
             dirty_p = self._dirty_p
@@ -842,6 +884,10 @@ class ProcessEngine:
                 (sc.name_key(name), None if topic_id is None else sc.encode_binding(topic_id))
             )
         self._dirty_n.clear()
+        if self._layout is None or len(self._patch) > len(self._frontier):
+            # No header was asked for in a while: re-encode at the next one instead.
+            self._patch.clear()
+            self._layout = None
         store = self._store
         for key, value in rows:
             if value is None:
