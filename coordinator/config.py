@@ -1,0 +1,274 @@
+"""``ParsleyConfig``: what a coordinator needs to start processes, from code, a file, env or flags.
+
+Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
+
+1. a TOML file (``--config FILE``)::
+
+       bootstrap_servers = "127.0.0.1:9092"
+       application_id_prefix = "shop"
+       state_dir = "/var/lib/parsley"
+       metadata_budget_bytes = 262144
+       status_interval_ms = 1000
+       commit_interval_ms = 100
+
+       [kafka_properties]
+       "linger.ms" = 5
+
+2. ``PARSLEY_*`` environment variables: ``PARSLEY_BOOTSTRAP_SERVERS``,
+   ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
+   ``PARSLEY_METADATA_BUDGET_BYTES``, ``PARSLEY_STATUS_INTERVAL_MS``,
+   ``PARSLEY_COMMIT_INTERVAL_MS``, and one ``PARSLEY_KAFKA_<NAME>`` per client
+   property, ``<NAME>`` upper-cased with dots as underscores
+   (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
+3. explicit overrides (the CLI's flags).
+
+The Kafka properties Parsley owns are refused, naming the property.
+
+Source: issue 5 item 1; ``JAVA-PARSLEY-FACTS.md`` §5 ("ParsleyConfig (Era A)",
+"Intervals", "Streams properties Parsley forces").
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_COMMIT_INTERVAL_MS",
+    "DEFAULT_METADATA_BUDGET_BYTES",
+    "DEFAULT_STATUS_INTERVAL_MS",
+    "ENV_PREFIX",
+    "OWNED_KAFKA_PROPERTIES",
+    "ParsleyConfig",
+    "default_state_dir",
+]
+
+DEFAULT_METADATA_BUDGET_BYTES: Final = 262_144
+"""The causal metadata budget, bytes (facts §5: 262,144)."""
+DEFAULT_STATUS_INTERVAL_MS: Final = 1_000
+"""How often each task publishes its status entry, ms (facts §5 "Intervals": 1 s)."""
+DEFAULT_COMMIT_INTERVAL_MS: Final = 100
+"""How long a task's transaction stays open at most, ms (Kafka Streams' EOS default)."""
+ENV_PREFIX: Final = "PARSLEY_"
+_ENV_KAFKA: Final = "PARSLEY_KAFKA_"
+
+OWNED_KAFKA_PROPERTIES: Final = frozenset(
+    {
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "group.remote.assignor",
+        "partition.assignment.strategy",
+        "transactional.id",
+        "transaction.timeout.ms",
+        "enable.idempotence",
+        "isolation.level",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "partitioner",
+        "application.id",
+        "processing.guarantee",
+    }
+)
+"""Client properties Parsley sets itself (issue 5 item 1; facts §5 forbidden keys and
+suffixes; the worker's own list, ``workers.kafka.OWNED_PROPERTIES``, is a subset).
+A ``consumer.``/``producer.``/``admin.`` prefix does not make one acceptable."""
+
+_CLIENT_PREFIXES: Final = (
+    "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",
+)
+
+
+def default_state_dir() -> str:
+    """``<tmp>/parsley``: local state's root when none is configured.
+
+    Java's default is ``/tmp/kafka-streams``.
+    """
+    return str(Path(tempfile.gettempdir()) / "parsley")
+
+
+def _owned(key: str) -> str | None:
+    bare = key.strip().lower()
+    for prefix in _CLIENT_PREFIXES:
+        if bare.startswith(prefix):
+            bare = bare[len(prefix):]
+            break
+    return bare if bare in OWNED_KAFKA_PROPERTIES else None
+
+
+@dataclass(frozen=True)
+class ParsleyConfig:
+    """How a coordinator runs its processes.
+
+    Attributes:
+        bootstrap_servers: Kafka ``bootstrap.servers``, ``host:port[,...]``; non-blank.
+        application_id_prefix: the ``<prefix>`` of every application id
+            ``<prefix>-<process>``; non-blank, no ``__parsley.``.
+        state_dir: root of local state (``<state_dir>/<prefix>-<process>/<task>``)
+            and of the coordinator's ``ipc://`` sockets.
+        metadata_budget_bytes: causal metadata budget, bytes, > 0.
+        status_interval_ms: a task's status period, ms, >= 1.
+        commit_interval_ms: a task's transaction period, ms, >= 1.
+        kafka_properties: librdkafka properties for every client (``consumer.``,
+            ``producer.``, ``admin.`` prefixes select one kind); read-only.
+
+    Raises:
+        ValueError: a blank server list or prefix, a prefix containing
+            ``__parsley.``, a non-positive budget or interval, a property
+            Parsley owns (the message names it), or a property with no value.
+        TypeError: a property name that is not a string.
+    """
+
+    bootstrap_servers: str
+    application_id_prefix: str
+    state_dir: str = field(default_factory=default_state_dir)
+    metadata_budget_bytes: int = DEFAULT_METADATA_BUDGET_BYTES
+    status_interval_ms: int = DEFAULT_STATUS_INTERVAL_MS
+    commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS
+    kafka_properties: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ValueError("bootstrap_servers must be non-blank")
+        prefix = self.application_id_prefix
+        if not isinstance(prefix, str) or not prefix.strip():
+            raise ValueError("application_id_prefix must be non-blank")
+        if "__parsley." in prefix:
+            raise ValueError(f"application_id_prefix '{prefix}' may not contain '__parsley.'")
+        if not isinstance(self.state_dir, str) or not self.state_dir.strip():
+            raise ValueError("state_dir must be non-blank")
+        for name in ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        props: dict[str, Any] = {}
+        for key, value in dict(self.kafka_properties or {}).items():
+            if not isinstance(key, str):
+                raise TypeError(f"kafka property names must be str, got {key!r}")
+            owned = _owned(key)
+            if owned is not None:
+                raise ValueError(
+                    f"kafka property '{key}' is owned by Parsley and cannot be set "
+                    f"('{owned}' is set per process and task by the coordinator)"
+                    + ("; give bootstrap_servers separately" if owned == "bootstrap.servers"
+                       else "")
+                )
+            if value is None:
+                raise ValueError(f"kafka property '{key}' has no value")
+            props[key] = value
+        object.__setattr__(self, "kafka_properties", MappingProxyType(props))
+
+    @property
+    def status_interval_s(self) -> float:
+        """The status interval in seconds."""
+        return self.status_interval_ms / 1000.0
+
+    def with_overrides(self, **overrides: Any) -> ParsleyConfig:
+        """A copy with the given fields replaced (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values (``kafka_properties`` as a dict)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["kafka_properties"] = dict(self.kafka_properties)
+        return out
+
+    # --- loading ---------------------------------------------------------
+
+    @staticmethod
+    def file_values(path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The settings in a TOML file (see the module docstring), unvalidated.
+
+        Raises:
+            ValueError: a key that is not a setting, or unparsable TOML.
+            OSError: the file cannot be read.
+        """
+        with open(path, "rb") as fh:
+            try:
+                data = tomllib.load(fh)
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"config file {path}: {exc}") from exc
+        if isinstance(data.get("parsley"), dict):
+            data = {**data["parsley"], **{k: v for k, v in data.items() if k != "parsley"}}
+        known = {f.name for f in fields(ParsleyConfig)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config file {path}: unknown setting(s) {unknown}; known: "
+                             f"{sorted(known)}")
+        return data
+
+    @staticmethod
+    def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The settings in ``PARSLEY_*`` environment variables, unvalidated.
+
+        Raises:
+            ValueError: a numeric setting that is not an integer.
+        """
+        env = os.environ if environ is None else environ
+        out: dict[str, Any] = {}
+        props: dict[str, Any] = {}
+        ints = {"metadata_budget_bytes", "status_interval_ms", "commit_interval_ms"}
+        for f in fields(ParsleyConfig):
+            if f.name == "kafka_properties":
+                continue
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            if f.name in ints:
+                try:
+                    out[f.name] = int(raw)
+                except ValueError:
+                    raise ValueError(
+                        f"{ENV_PREFIX}{f.name.upper()}={raw!r} is not an integer"
+                    ) from None
+            else:
+                out[f.name] = raw
+        for key, raw in env.items():
+            if key.startswith(_ENV_KAFKA) and len(key) > len(_ENV_KAFKA):
+                props[key[len(_ENV_KAFKA):].lower().replace("_", ".")] = raw
+        if props:
+            out["kafka_properties"] = props
+        return out
+
+    @classmethod
+    def load(
+        cls,
+        config_file: str | os.PathLike[str] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> ParsleyConfig:
+        """Build a config from a file, then ``PARSLEY_*`` variables, then ``overrides``.
+
+        Later sources win per setting; ``kafka_properties`` merge key by key.
+        ``None`` overrides are ignored (an unset CLI flag).
+
+        Raises:
+            ValueError: as the constructor, or a required setting
+                (``bootstrap_servers``, ``application_id_prefix``) found nowhere.
+        """
+        merged: dict[str, Any] = {}
+        props: dict[str, Any] = {}
+        sources = [cls.file_values(config_file) if config_file else {}, cls.env_values(environ),
+                   {k: v for k, v in overrides.items() if v is not None}]
+        for source in sources:
+            for key, value in source.items():
+                if key == "kafka_properties":
+                    props.update(dict(value))
+                else:
+                    merged[key] = value
+        for required in ("bootstrap_servers", "application_id_prefix"):
+            if required not in merged:
+                raise ValueError(
+                    f"{required} is not set: give it in the config file, as "
+                    f"{ENV_PREFIX}{required.upper()}, or as --{required.replace('_', '-')}"
+                )
+        return cls(**merged, kafka_properties=props)

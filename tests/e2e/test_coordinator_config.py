@@ -1,0 +1,88 @@
+"""ParsleyConfig: defaults, refusal of Parsley-owned properties, TOML, environment, overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.config import OWNED_KAFKA_PROPERTIES, ParsleyConfig
+
+ISSUE_OWNED = [
+    "group.id", "group.instance.id", "group.protocol", "partition.assignment.strategy",
+    "transactional.id", "isolation.level", "auto.offset.reset", "enable.auto.commit",
+    "partitioner", "bootstrap.servers",
+]
+
+
+def test_defaults() -> None:
+    c = ParsleyConfig("h:1", "shop")
+    assert c.metadata_budget_bytes == 262144
+    assert (c.status_interval_ms, c.commit_interval_ms) == (1000, 100)
+    assert c.status_interval_s == 1.0
+    assert dict(c.kafka_properties) == {}
+
+
+@pytest.mark.parametrize("key", ISSUE_OWNED)
+def test_owned_property_refused_naming_it(key: str) -> None:
+    assert key in OWNED_KAFKA_PROPERTIES
+    with pytest.raises(ValueError, match=f"'{key}' is owned by Parsley"):
+        ParsleyConfig("h:1", "shop", kafka_properties={key: "x"})
+    with pytest.raises(ValueError, match=f"'consumer.{key}' is owned by Parsley"):
+        ParsleyConfig("h:1", "shop", kafka_properties={f"consumer.{key}": "x"})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"bootstrap_servers": " "}, "bootstrap_servers"),
+        ({"application_id_prefix": ""}, "application_id_prefix"),
+        ({"application_id_prefix": "a__parsley.b"}, "__parsley."),
+        ({"metadata_budget_bytes": 0}, "metadata_budget_bytes"),
+        ({"status_interval_ms": -1}, "status_interval_ms"),
+        ({"commit_interval_ms": 0}, "commit_interval_ms"),
+        ({"kafka_properties": {"linger.ms": None}}, "has no value"),
+    ],
+)
+def test_invalid_settings(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    base = {"bootstrap_servers": "h:1", "application_id_prefix": "shop"}
+    with pytest.raises(ValueError, match=message):
+        ParsleyConfig(**{**base, **kwargs})
+
+
+def test_kafka_properties_are_read_only() -> None:
+    c = ParsleyConfig("h:1", "shop", kafka_properties={"linger.ms": 5})
+    with pytest.raises(TypeError):
+        c.kafka_properties["linger.ms"] = 6  # type: ignore[index]
+
+
+def test_load_file_then_env_then_overrides(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "parsley.toml"
+    path.write_text(
+        'bootstrap_servers = "file:1"\napplication_id_prefix = "filep"\n'
+        'status_interval_ms = 500\n[kafka_properties]\n"linger.ms" = 5\n"acks" = "all"\n'
+    )
+    env = {"PARSLEY_APPLICATION_ID_PREFIX": "envp", "PARSLEY_COMMIT_INTERVAL_MS": "250",
+           "PARSLEY_KAFKA_LINGER_MS": "7", "UNRELATED": "x"}
+    c = ParsleyConfig.load(path, environ=env, bootstrap_servers="flag:1", state_dir=None)
+    assert c.bootstrap_servers == "flag:1"
+    assert c.application_id_prefix == "envp"
+    assert (c.status_interval_ms, c.commit_interval_ms) == (500, 250)
+    assert dict(c.kafka_properties) == {"linger.ms": "7", "acks": "all"}
+
+
+def test_load_refuses_unknown_file_keys_owned_env_properties_and_missing_required(
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('bootstrap_servers = "h:1"\nprefix = "x"\n')
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['prefix'\]"):
+        ParsleyConfig.load(path, environ={})
+    with pytest.raises(ValueError, match=r"'group\.id' is owned by Parsley"):
+        ParsleyConfig.load(environ={"PARSLEY_BOOTSTRAP_SERVERS": "h:1",
+                                    "PARSLEY_APPLICATION_ID_PREFIX": "p",
+                                    "PARSLEY_KAFKA_GROUP_ID": "mine"})
+    with pytest.raises(ValueError, match="application_id_prefix is not set"):
+        ParsleyConfig.load(environ={"PARSLEY_BOOTSTRAP_SERVERS": "h:1"})
+    with pytest.raises(ValueError, match="not an integer"):
+        ParsleyConfig.load(environ={"PARSLEY_BOOTSTRAP_SERVERS": "h:1",
+                                    "PARSLEY_APPLICATION_ID_PREFIX": "p",
+                                    "PARSLEY_STATUS_INTERVAL_MS": "1s"})
