@@ -73,38 +73,52 @@ _POSITION = struct.Struct(">q")
 _UNSIGNED_POSITION = struct.Struct(">Q")
 _TRUNCATED: Final = "truncated causes header"
 
-# Bounded caches of immutable values. Topic ids and channels repeat from header
+# A bounded cache of immutable values. Topic ids and channels repeat from header
 # to header (a frontier is mostly the same channels every time), and building a
 # UUID and a validated ChannelId costs ~1.1 us per entry against ~40 ns for a
-# dict hit; perf/bench_wire.py measures the difference. Each level is cleared
-# wholesale when full, so memory stays bounded whatever a sender writes.
+# dict hit; perf/bench_wire.py measures the difference. The whole cache is
+# cleared when it holds 4,096 topics or 65,536 channels (a few MB), so memory
+# stays bounded whatever a sender writes.
 _CACHE_TOPICS: Final = 4096
-_CACHE_PARTITIONS: Final = 4096
-_channel_cache: dict[bytes, tuple[UUID, dict[int, ChannelId]]] = {}
+_CACHE_CHANNELS: Final = 65_536
+_Topic = tuple[UUID, dict[int, ChannelId], bytes]  # (id, partition -> channel, raw id)
+_channel_cache: dict[bytes, _Topic] = {}
+_cached_channels = 0
 
 
 def _undecodable(diagnosis: str) -> ParsleyFailClosedError:
     return ParsleyFailClosedError(Reason.UNDECODABLE_METADATA, diagnosis)
 
 
-def _topic_entry(raw_id: bytes) -> tuple[UUID, dict[int, ChannelId]]:
+def _clear_cache() -> None:
+    global _cached_channels
+    _channel_cache.clear()
+    _cached_channels = 0
+
+
+def _topic_entry(raw_id: bytes) -> _Topic:
     entry = _channel_cache.get(raw_id)
     if entry is None:
         if len(_channel_cache) >= _CACHE_TOPICS:
-            _channel_cache.clear()
-        entry = (UUID(bytes=raw_id), {})
+            _clear_cache()
+        entry = (UUID(bytes=raw_id), {}, raw_id)
         _channel_cache[raw_id] = entry
     return entry
 
 
-def _channel(topic: tuple[UUID, dict[int, ChannelId]], partition: int) -> ChannelId:
+def _channel(topic: _Topic, partition: int) -> ChannelId:
+    global _cached_channels
     by_partition = topic[1]
     channel = by_partition.get(partition)
     if channel is None:
-        if len(by_partition) >= _CACHE_PARTITIONS:
+        if _cached_channels >= _CACHE_CHANNELS:
+            _clear_cache()
+            # keep the topic being decoded attached, emptied, so the count stays exact
             by_partition.clear()
+            _channel_cache[topic[2]] = topic
         channel = ChannelId(topic[0], partition)
         by_partition[partition] = channel
+        _cached_channels += 1
     return channel
 
 
@@ -112,7 +126,7 @@ def cached_channel(raw_id: bytes, partition: int) -> ChannelId:
     """The channel for a 16-byte topic id and a partition, from the decoder's cache.
 
     The same (immutable) object is returned for the same channel while it stays
-    cached; the cache is bounded (4,096 topics x 4,096 partitions, cleared
+    cached; the cache is bounded (4,096 topics, 65,536 channels, cleared
     wholesale when full). For other flat-form readers (the held-blob codec).
 
     Raises:

@@ -57,7 +57,7 @@ def run(repeat: int) -> list[tuple[int, int, int, float, float, float, float]]:
         calls = max(20, 40_000 // entries)
 
         def cold(value: bytes = value) -> object:
-            wire._channel_cache.clear()
+            wire._clear_cache()
             return wire.decode_causes(value)
 
         rows.append((

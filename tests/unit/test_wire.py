@@ -415,9 +415,19 @@ def test_strip_reserved() -> None:
     assert wire.is_reserved("parsley.causes") and not wire.is_reserved("parsley")
 
 
+def _cached() -> int:
+    return sum(len(entry[1]) for entry in wire._channel_cache.values())
+
+
 def test_cache_stays_bounded() -> None:
     # Many distinct topics: the decoder's channel cache must not grow without bound.
     for n in range(1, 5000):
         value = wire.encode_causes({ch(UUID(int=n), 0): 1})
         assert wire.decode_causes(value) == {ch(UUID(int=n), 0): 1}
-    assert len(wire._channel_cache) <= wire._CACHE_TOPICS
+        assert len(wire._channel_cache) <= wire._CACHE_TOPICS, "topic level unbounded"
+    # Many partitions: the channel total is bounded too, and decoding stays right
+    # across a clear in the middle of a group.
+    many = {ch(UUID(int=7), p): p for p in range(wire._CACHE_CHANNELS + 1000)}
+    assert wire.decode_causes(wire.encode_causes(many)) == many
+    assert _cached() <= wire._CACHE_CHANNELS, "channel level unbounded"
+    assert wire._cached_channels == _cached(), "the channel count drifted"
