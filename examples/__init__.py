@@ -1,0 +1,6 @@
+"""Examples built on Parsley's public API only (``from parsley import ...``).
+
+``examples.mailing_list``: a real mailing-list archive threaded and digested by
+two Parsley processes, with an independent checker (``python -m
+examples.mailing_list.demo``, or ``make demo``).
+"""
