@@ -16,7 +16,7 @@ records stay here only so that the simulation can report on them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -62,23 +62,30 @@ class Record:
 
 
 class ChannelLog:
-    """One channel's log: offsets, markers, and the read_committed view."""
+    """One channel's log: offsets, markers, and the read_committed view.
 
-    __slots__ = ("kinds", "visible", "visible_offsets")
+    Args:
+        base_offset: the first offset the log assigns (a log whose earlier
+            segments are long gone starts high; positions are int64).
+    """
 
-    def __init__(self) -> None:
-        self.kinds: list[str] = []  # per offset: "D" data, "A" aborted, "M" marker
+    __slots__ = ("base_offset", "kinds", "log_start", "visible", "visible_offsets")
+
+    def __init__(self, base_offset: int = 0) -> None:
+        self.base_offset = base_offset
+        self.log_start = base_offset  # earliest retained offset (delete-records moves it)
+        self.kinds: list[str] = []  # per offset from base_offset: "D", "A" aborted, "M" marker
         self.visible: list[Record] = []  # committed data records in offset order
         self.visible_offsets: list[int] = []
 
     @property
     def end_offset(self) -> int:
         """The next offset the log will assign (Kafka's log-end offset)."""
-        return len(self.kinds)
+        return self.base_offset + len(self.kinds)
 
     def append(self, out: Outgoing, committed: bool) -> Record:
         """Give ``out`` the next offset; visible only when ``committed``."""
-        record = Record(out.channel, len(self.kinds), out.timestamp_ms, out.key, out.value,
+        record = Record(out.channel, self.end_offset, out.timestamp_ms, out.key, out.value,
                         out.headers, committed)
         self.kinds.append("D" if committed else "A")
         if committed:
@@ -91,7 +98,14 @@ class ChannelLog:
         self.kinds.append("M")
 
     def next_visible(self, position: int) -> Record | None:
-        """The first committed data record at or after ``position`` (read_committed fetch)."""
+        """The first committed data record at or after ``position`` (read_committed fetch).
+
+        Raises:
+            AssertionError: ``position`` is below the log start: the substrate
+                refuses such reads (SPEC assumption 15), so a host must never ask.
+        """
+        assert position >= self.log_start, (
+            f"fetch at {position} below the log start {self.log_start} (retention outran a reader)")
         i = bisect.bisect_left(self.visible_offsets, position)
         return self.visible[i] if i < len(self.visible) else None
 
@@ -100,7 +114,7 @@ class ChannelLog:
         return self.visible_offsets[-1] if self.visible_offsets else -1
 
     def layout(self) -> str:
-        """The log as one letter per offset (D/A/M), for failure messages."""
+        """The log as one letter per offset from the base (D/A/M), for failure messages."""
         return "".join(self.kinds)
 
 
@@ -111,10 +125,12 @@ class Broker:
         topics: the topics to create, each with its partitions.
     """
 
-    def __init__(self, topics: Iterable[TopicSpec]) -> None:
+    def __init__(self, topics: Iterable[TopicSpec],
+                 base_offsets: Mapping[ChannelId, int] | None = None) -> None:
         self.topics = {t.name: t for t in topics}
+        bases = base_offsets or {}
         self.logs: dict[ChannelId, ChannelLog] = {
-            ch: ChannelLog() for t in self.topics.values() for ch in t.channels()
+            ch: ChannelLog(bases.get(ch, 0)) for t in self.topics.values() for ch in t.channels()
         }
         self.deleted: set[UUID] = set()
 
@@ -151,6 +167,15 @@ class Broker:
     def end_offset(self, channel: ChannelId) -> int:
         """The channel's log-end offset (also its last stable offset here)."""
         return self.logs[channel].end_offset
+
+    def log_start(self, channel: ChannelId) -> int:
+        """The channel's earliest retained offset (Kafka's log-start offset)."""
+        return self.logs[channel].log_start
+
+    def truncate(self, channel: ChannelId, offset: int) -> None:
+        """``kafka-delete-records``: raise the log start to ``offset`` (never lowers it)."""
+        log = self.logs[channel]
+        log.log_start = max(log.log_start, min(offset, log.end_offset))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: its channels stop answering fetches and identity checks."""

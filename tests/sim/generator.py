@@ -15,7 +15,7 @@ received topic that has one (facts §3, "one partition per task").
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from parsley.engine.channel import ChannelId
@@ -106,8 +106,12 @@ class Scenario:
         crash_rate: probability that a task step crashes instead of committing.
         restart_rate: probability of a clean restart after a committed step.
         deletable: source topics deleted once they carry no obligations.
-        late: processes that start at the log end (``LATEST``) rather than at 0:
-            what lies below their first start position is never theirs.
+        late: processes that start at the log end (``LATEST``) rather than at
+            the log start: what lies below their first start position is never theirs.
+        base_offsets: first offset of each channel's log (absent: 0); some are
+            large or just below 2^31, so positions exercise int64 arithmetic.
+        truncate: whether retention (delete-records) advances log starts up to
+            the committed read positions of every receiver (V7).
     """
 
     seed: int
@@ -121,6 +125,8 @@ class Scenario:
     restart_rate: float
     deletable: tuple[str, ...]
     late: tuple[str, ...] = ()
+    base_offsets: dict[ChannelId, int] = field(default_factory=dict)
+    truncate: bool = False
 
     def describe(self) -> str:
         """A one-paragraph summary used in failure messages (replay aid)."""
@@ -132,7 +138,8 @@ class Scenario:
         return (f"seed={self.seed} shape={self.shape} topics=[{parts}] sources=[{srcs}] "
                 f"processes=[{procs}] crash={self.crash_rate:.2f} "
                 f"restart={self.restart_rate:.2f} delete={list(self.deletable)} "
-                f"late={list(self.late)}")
+                f"late={list(self.late)} truncate={self.truncate} "
+                f"bases={sorted(set(self.base_offsets.values()))}")
 
 
 def _shape_edges(rng: random.Random, shape: str) -> tuple[list[str], list[tuple[str, ...]],
@@ -213,9 +220,15 @@ def generate(seed: int) -> Scenario:
     downstream = [p.name for p in processes if not source_names & set(p.inputs)]
     if downstream and rng.random() < 0.3:  # a source reader starting late may see nothing
         late = (rng.choice(downstream),)
+    base_offsets: dict[ChannelId, int] = {}
+    if rng.random() < 0.3:
+        for topic in topics.values():
+            for ch in topic.channels():
+                base_offsets[ch] = rng.choice((0, 2**31 - 3, rng.randrange(2**40, 2**50)))
     return Scenario(
         seed=seed, shape=shape, topics=topics, sources=sources, processes=processes,
         tasks=tuple(tasks), max_depth=rng.randint(2, 5),
         crash_rate=rng.choice((0.0, 0.1, 0.25)), restart_rate=rng.choice((0.0, 0.05, 0.15)),
-        deletable=deletable, late=late,
+        deletable=deletable, late=late, base_offsets=base_offsets,
+        truncate=rng.random() < 0.3,
     )

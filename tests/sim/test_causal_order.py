@@ -53,12 +53,14 @@ def test_sweep_exercises_every_hazard() -> None:
             totals[key] = totals.get(key, 0) + value
     assert totals["offsets"] > totals["records"], "no markers or aborts: offsets all contiguous"
     for figure in ("crashes", "executions", "deleted", "deleted_verdicts", "replays",
-                   "held_commits", "holds"):
+                   "truncations", "held_commits", "holds"):
         assert totals[figure] > 0, f"the sweep never produced any {figure}: {totals}"
     multi = sum(1 for r in results
                 if any(len(t.received) > 1 for t in r.scenario.tasks))
     assert multi >= 50, f"only {multi} of 100 worlds have a task receiving several channels"
     late = sum(1 for r in results if r.scenario.late)
     assert late >= 5, f"only {late} of 100 worlds start a process late (LATEST)"
+    high = sum(1 for r in results if any(b >= 2**31 for b in r.scenario.base_offsets.values()))
+    assert high >= 5, f"only {high} of 100 worlds have offsets at or past 2^31"
     wide = sum(1 for r in results if any(t.index > 0 for t in r.scenario.tasks))
     assert wide >= 20, f"only {wide} of 100 worlds have a process with several tasks"

@@ -215,3 +215,21 @@ def test_late_start_owes_nothing_below_it() -> None:
     assert oracle.finish() == [], "a cause below the start position was still required"
     oracle.on_commit("Q#0", [d(A, 0, 0)], [])
     assert clauses(oracle) == [V2_INTEGRITY], "a delivery below the start position passed"
+
+
+def test_broker_log_start_and_truncation() -> None:
+    topic = TopicSpec("t", UUID(int=7), 1)
+    (ch,) = topic.channels()
+    broker = Broker([topic], {ch: 2**31 - 1})
+    first = broker.produce(Outgoing(ch, 0, None, b"a", ()))
+    second = broker.produce(Outgoing(ch, 1, None, b"b", ()))
+    assert (first.offset, second.offset) == (2**31 - 1, 2**31), "base offset not honoured"
+    broker.truncate(ch, 2**31)
+    assert broker.log_start(ch) == 2**31
+    assert broker.fetch(ch, 2**31) == second
+    try:
+        broker.fetch(ch, 2**31 - 1)
+    except AssertionError as exc:
+        assert "below the log start" in str(exc)
+    else:
+        raise AssertionError("a fetch below the log start was answered")

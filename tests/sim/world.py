@@ -2,7 +2,8 @@
 
 ``run(seed)`` builds the scenario for ``seed``, then repeatedly picks one
 enabled action at random (a source sends a batch, a task steps, an eligible
-topic is deleted) until nothing is enabled. It then restarts every task from
+topic is deleted, retention truncates a log below every receiver's committed
+read position) until nothing is enabled. It then restarts every task from
 its committed state and steps it once more, repeating until a whole round
 makes no progress, and asks the oracle whether everything received was
 delivered (V5). The schedule draws from its own ``random.Random``, so the
@@ -134,7 +135,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     engine_cls = engine_cls or _engine_class()
     rng = random.Random(seed * 1_000_003 + 17)
     trace: list[str] = []
-    broker = Broker(scenario.topics.values())
+    broker = Broker(scenario.topics.values(), scenario.base_offsets)
     oracle = Oracle({t.name: t.received for t in scenario.tasks})
     clock = Clock()
     hosts = [TaskHost(t, scenario, engine_cls, broker, oracle, clock, trace.append)
@@ -161,6 +162,33 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             if rng.random() < 0.7:
                 h.stop()
 
+    receivers: dict[ChannelId, list[TaskHost]] = {}
+    for h in hosts:
+        for ch in h.spec.received:
+            receivers.setdefault(ch, []).append(h)
+    truncations = 0
+
+    def stability_bound(ch: ChannelId) -> int:
+        # V7: below every receiver's committed read position, nobody will read again.
+        readers = receivers.get(ch, [])
+        if any(h.executions == 0 for h in readers):
+            return broker.log_start(ch)  # a reader yet to start reads from the log start
+        return min((h.committed[ch] for h in readers), default=broker.end_offset(ch))
+
+    def truncatable() -> list[ChannelId]:
+        if not scenario.truncate:
+            return []
+        return [ch for ch in sorted(broker.logs)
+                if ch.topic_id not in broker.deleted
+                and stability_bound(ch) > broker.log_start(ch)]
+
+    def truncate(ch: ChannelId) -> None:
+        nonlocal truncations
+        point = rng.randint(broker.log_start(ch) + 1, stability_bound(ch))
+        broker.truncate(ch, point)
+        truncations += 1
+        trace.append(f"TRUNCATE {at(ch, point)}")
+
     def progress() -> int:
         return oracle.deliveries + sum(len(log.kinds) for log in broker.logs.values())
 
@@ -176,6 +204,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             actions += [("source", s) for s in sources if s.remaining]
             actions += [("task", h) for h in hosts if h.needs_step()]
             actions += [("delete", t) for t in pending_deletes if eligible(t)]
+            if rng.random() < 0.05:
+                actions += [("truncate", ch) for ch in truncatable()]
             if actions:
                 kind, actor = rng.choice(actions)
                 if kind == "source":
@@ -185,6 +215,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                     if actor.engine is not None and rng.random() < scenario.restart_rate:
                         trace.append(f"{actor.name} clean restart")
                         actor.stop()
+                elif kind == "truncate":
+                    truncate(actor)
                 else:
                     delete(actor)
                 continue
@@ -215,6 +247,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
         "deleted": len(broker.deleted),
     }
     stats["replays"] = sum(h.replays for h in hosts)
+    stats["truncations"] = truncations
     stats["held_commits"] = sum(h.held_commits for h in hosts)
     stats["holds"] = sum(h.holds for h in hosts)
     stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
