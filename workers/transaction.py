@@ -109,17 +109,34 @@ class TaskTransaction:
                     ) from None
                 self.producer.poll(0.05)
             except KafkaException as exc:
+                self._delivery_failure_first()
                 raise to_exception(
                     exc, f"sending to {topic} ({len(value or b'')} bytes)"
                 ) from exc
         self.ledger.sent()
+
+    def _delivery_failure_first(self) -> None:
+        """Raise the first failed delivery's classification, if any.
+
+        A failed delivery (a record over the topic's size limit) puts the
+        transaction into an abortable state, after which every call fails with
+        ``_STATE``; the delivery's own error is the cause to report (seed 000:
+        a record too large is ``SUBSTRATE_MISCONFIGURED``, not a retry).
+        """
+        self.producer.poll(0)
+        if self.ledger.first_error is not None:
+            self.ledger.check("in the task's transaction")
 
     def write_changelog(
         self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
     ) -> int:
         """Write merged changelog records to ``topic[partition]`` explicitly (see
         :func:`workers.changelog.write_records`). Returns the count written."""
-        return write_records(self.producer, topic, partition, records, ledger=self.ledger)
+        try:
+            return write_records(self.producer, topic, partition, records, ledger=self.ledger)
+        except SubstrateError:
+            self._delivery_failure_first()
+            raise
 
     def commit(self, offsets: Mapping[tuple[str, int], int], group_metadata: Any) -> None:
         """Send the read positions, verify every record was delivered, and commit.
@@ -137,19 +154,27 @@ class TaskTransaction:
             return
         started = time.monotonic()
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        with map_kafka_errors("sending the read positions to the transaction"):
-            if tps:
-                self.producer.send_offsets_to_transaction(tps, group_metadata, self.timeout_s)
-        with map_kafka_errors("flushing the transaction's records"):
-            remaining = self.producer.flush(self.timeout_s)
+        try:
+            with map_kafka_errors("sending the read positions to the transaction"):
+                if tps:
+                    self.producer.send_offsets_to_transaction(tps, group_metadata, self.timeout_s)
+            with map_kafka_errors("flushing the transaction's records"):
+                remaining = self.producer.flush(self.timeout_s)
+        except SubstrateError:
+            self._delivery_failure_first()
+            raise
         if remaining:
             raise SubstrateError(
                 ErrorKind.ABORTABLE,
                 f"{remaining} records still queued {self.timeout_s:g} s into the commit's flush",
             )
         self.ledger.check("committing the task's transaction")
-        with map_kafka_errors("committing the task's transaction"):
-            self.producer.commit_transaction(self.timeout_s)
+        try:
+            with map_kafka_errors("committing the task's transaction"):
+                self.producer.commit_transaction(self.timeout_s)
+        except SubstrateError:
+            self._delivery_failure_first()
+            raise
         self.open = False
         self.commits += 1
         self.last_commit_ms = (time.monotonic() - started) * 1000.0
