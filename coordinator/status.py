@@ -1,0 +1,309 @@
+"""Aggregated status per process: what ``status()`` returns and the socket serves.
+
+The JSON form (issue 5 item 4; seed 000, "Diagnosis")::
+
+    {"processes": {"<process>": {"state": "RUNNING", "refusal_reason": null,
+      "failure_detail": null, "restarts": 0,
+      "tasks": [{"task": 0, "pid": 1234, "state": "RUNNING",
+                 "held": [{"topic": "b", "partition": 0, "count": 1, "head": 0,
+                           "blockers": [{"topic": "a", "partition": 0, "required": 1,
+                                         "settled": 0}]}],
+                 "frontier_channels": 2, "frontier_bytes": 54, "budget_bytes": 262144,
+                 "lag": 0, "restore": null, "rss_bytes": 31457280, "cpu_percent": 1.5,
+                 "updated_ms_ago": 230, "stale": false}]}}}
+
+``settled`` is ``null`` where the channel has settled nothing yet. A task's
+entry is its last report, aged by ``updated_ms_ago`` (ms since the coordinator
+received it): a healthy task's is at most one status interval old, and one
+older than three intervals is ``stale`` — the seed's sign of a stalled task
+loop. A task's entry is retired when its worker exits. After a stop the
+process keeps ``refusal_reason`` and ``failure_detail``, with no tasks.
+
+The Python objects mirror the JSON with the same field names
+(:meth:`ProcessStatus.to_json`, :meth:`ProcessStatus.from_json`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from parsley.refusals import Reason
+from parsley.status import Blocker, HeldChannel
+
+__all__ = [
+    "STALE_INTERVALS",
+    "ProcessState",
+    "ProcessStatus",
+    "RestoreStatus",
+    "TaskStatus",
+    "aggregate_state",
+    "parse_status",
+    "status_to_json",
+    "task_status_from_report",
+]
+
+STALE_INTERVALS: Final = 3
+"""An entry older than this many status intervals is flagged stale (issue 5 item 4)."""
+
+
+class ProcessState(enum.Enum):
+    """A process's state as ``status()`` reports it (seed 000, seed 001 "Triage")."""
+
+    STARTING = "STARTING"
+    """Workers spawned; not every task reports RUNNING yet."""
+    RUNNING = "RUNNING"
+    """Every task reports RUNNING."""
+    REBALANCING = "REBALANCING"
+    """A task is restoring its changelog or its consumer's assignment is moving."""
+    STOPPED = "STOPPED"
+    """Stopped: by a refusal (``refusal_reason``), a failure (``failure_detail`` only),
+    or closed by the application (neither)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreStatus:
+    """A task's changelog restore progress.
+
+    Attributes:
+        records: records read so far.
+        position: next offset to read.
+        end: offset the restore reads up to (exclusive).
+        done: the restore reached ``end``.
+    """
+
+    records: int
+    position: int
+    end: int
+    done: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"records", "position", "end", "done"}``."""
+        return {"records": self.records, "position": self.position, "end": self.end,
+                "done": self.done}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus:
+    """One task's entry, from its worker's last status report.
+
+    Attributes:
+        task: the task index.
+        pid: the worker's OS process id.
+        state: the worker's own state (``STARTING``, ``RESTORING``, ``RUNNING``,
+            ``REBALANCING``).
+        held: per channel with held messages: count, head, blockers.
+        frontier_channels: channels the frontier names.
+        frontier_bytes: the frontier's encoded size, bytes.
+        budget_bytes: the metadata budget, bytes.
+        lag: offsets behind the log end summed over the task's partitions, or
+            ``None`` when not known yet.
+        restore: restore progress, or ``None``.
+        rss_bytes: the worker's resident memory, bytes (psutil).
+        cpu_percent: the worker's CPU use, percent of one core (psutil).
+        updated_ms_ago: ms since the report was received.
+        stale: ``updated_ms_ago`` is beyond three status intervals.
+    """
+
+    task: int
+    pid: int
+    state: str
+    held: tuple[HeldChannel, ...]
+    frontier_channels: int
+    frontier_bytes: int
+    budget_bytes: int
+    lag: int | None
+    restore: RestoreStatus | None
+    rss_bytes: int | None
+    cpu_percent: float | None
+    updated_ms_ago: int
+    stale: bool
+
+    @property
+    def held_count(self) -> int:
+        """Messages held across the task's channels."""
+        return sum(h.count for h in self.held)
+
+    def to_json(self) -> dict[str, Any]:
+        """The task's JSON object (module docstring)."""
+        return {
+            "task": self.task,
+            "pid": self.pid,
+            "state": self.state,
+            "held": [h.to_json() for h in self.held],
+            "frontier_channels": self.frontier_channels,
+            "frontier_bytes": self.frontier_bytes,
+            "budget_bytes": self.budget_bytes,
+            "lag": self.lag,
+            "restore": None if self.restore is None else self.restore.to_json(),
+            "rss_bytes": self.rss_bytes,
+            "cpu_percent": self.cpu_percent,
+            "updated_ms_ago": self.updated_ms_ago,
+            "stale": self.stale,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TaskStatus:
+        """Parse :meth:`to_json`'s form (missing optional fields default to ``None``).
+
+        Raises:
+            KeyError, TypeError, ValueError: a malformed object.
+        """
+        return cls(
+            task=int(obj["task"]),
+            pid=int(obj["pid"]),
+            state=str(obj.get("state", "RUNNING")),
+            held=_held(obj.get("held") or ()),
+            frontier_channels=int(obj.get("frontier_channels", 0)),
+            frontier_bytes=int(obj.get("frontier_bytes", 0)),
+            budget_bytes=int(obj.get("budget_bytes", 0)),
+            lag=None if obj.get("lag") is None else int(obj["lag"]),
+            restore=_restore(obj.get("restore")),
+            rss_bytes=None if obj.get("rss_bytes") is None else int(obj["rss_bytes"]),
+            cpu_percent=None if obj.get("cpu_percent") is None else float(obj["cpu_percent"]),
+            updated_ms_ago=int(obj.get("updated_ms_ago", 0)),
+            stale=bool(obj.get("stale", False)),
+        )
+
+
+def _held(items: Iterable[Mapping[str, Any]]) -> tuple[HeldChannel, ...]:
+    return tuple(
+        HeldChannel(
+            topic=str(h["topic"]), partition=int(h["partition"]), count=int(h["count"]),
+            head=int(h["head"]),
+            blockers=tuple(
+                Blocker(str(b["topic"]), int(b["partition"]), int(b["required"]),
+                        None if b.get("settled") is None else int(b["settled"]))
+                for b in h.get("blockers") or ()
+            ),
+        )
+        for h in items
+    )
+
+
+def _restore(obj: Mapping[str, Any] | None) -> RestoreStatus | None:
+    if not obj:
+        return None
+    return RestoreStatus(int(obj.get("records", 0)), int(obj.get("position", 0)),
+                         int(obj.get("end", 0)), bool(obj.get("done", False)))
+
+
+def task_status_from_report(
+    report: Mapping[str, Any],
+    *,
+    age_ms: int,
+    status_interval_ms: int,
+    rss_bytes: int | None = None,
+    cpu_percent: float | None = None,
+) -> TaskStatus:
+    """Build a task entry from a worker's ``"status"`` message (``workers.protocol``).
+
+    Args:
+        report: the decoded status message.
+        age_ms: ms since the coordinator received it.
+        status_interval_ms: the status interval, ms (stale beyond 3x).
+        rss_bytes: resident memory measured by the coordinator (psutil), else
+            the worker's own figure.
+        cpu_percent: CPU measured by the coordinator, else the worker's own.
+
+    Raises:
+        KeyError, TypeError, ValueError: a malformed report.
+    """
+    rss = rss_bytes if rss_bytes is not None else report.get("rss_bytes")
+    cpu = cpu_percent if cpu_percent is not None else report.get("cpu_percent")
+    return TaskStatus(
+        task=int(report["task"]),
+        pid=int(report["pid"]),
+        state=str(report.get("state", "RUNNING")),
+        held=_held(report.get("held") or ()),
+        frontier_channels=int(report.get("frontier_channels", 0)),
+        frontier_bytes=int(report.get("frontier_bytes", 0)),
+        budget_bytes=int(report.get("budget_bytes", 0)),
+        lag=None if report.get("lag") is None else int(report["lag"]),
+        restore=_restore(report.get("restore")),
+        rss_bytes=None if rss is None else int(rss),
+        cpu_percent=None if cpu is None else float(cpu),
+        updated_ms_ago=max(0, int(age_ms)),
+        stale=age_ms > STALE_INTERVALS * status_interval_ms,
+    )
+
+
+def aggregate_state(task_states: Iterable[str | None]) -> ProcessState:
+    """A live process's state from its tasks' states (``None``: no report yet).
+
+    No report from some task, or any task STARTING: ``STARTING``; any task
+    ``RESTORING`` or ``REBALANCING``: ``REBALANCING``; all ``RUNNING``: ``RUNNING``.
+    """
+    states = list(task_states)
+    if not states or any(s is None or s == "STARTING" for s in states):
+        return ProcessState.STARTING
+    if all(s == "RUNNING" for s in states):
+        return ProcessState.RUNNING
+    return ProcessState.REBALANCING
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStatus:
+    """One process's status (Java ``ProcessStatus``; seed 001 "If a process stopped").
+
+    Attributes:
+        state: :class:`ProcessState`.
+        refusal_reason: the refusal that stopped it, or ``None``.
+        failure_detail: the diagnosis of a refusal, or a failure's detail, or
+            ``None`` (running, or closed by the application).
+        tasks: one entry per running task with a report, in task order.
+        restarts: restarts the coordinator's policy made for this process.
+    """
+
+    state: ProcessState
+    refusal_reason: Reason | None
+    failure_detail: str | None
+    tasks: tuple[TaskStatus, ...] = ()
+    restarts: int = 0
+
+    @property
+    def held_count(self) -> int:
+        """Messages held across all tasks."""
+        return sum(t.held_count for t in self.tasks)
+
+    def to_json(self) -> dict[str, Any]:
+        """The process's JSON object (module docstring)."""
+        return {
+            "state": self.state.value,
+            "refusal_reason": None if self.refusal_reason is None else self.refusal_reason.name,
+            "failure_detail": self.failure_detail,
+            "restarts": self.restarts,
+            "tasks": [t.to_json() for t in self.tasks],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ProcessStatus:
+        """Parse :meth:`to_json`'s form.
+
+        Raises:
+            KeyError, TypeError, ValueError: a malformed object or an unknown reason.
+        """
+        reason = obj.get("refusal_reason")
+        return cls(
+            state=ProcessState(obj["state"]),
+            refusal_reason=None if reason is None else Reason(reason),
+            failure_detail=obj.get("failure_detail"),
+            tasks=tuple(TaskStatus.from_json(t) for t in obj.get("tasks") or ()),
+            restarts=int(obj.get("restarts", 0)),
+        )
+
+
+def status_to_json(statuses: Mapping[str, ProcessStatus]) -> dict[str, Any]:
+    """``{"processes": {name: ProcessStatus JSON}}``."""
+    return {"processes": {name: s.to_json() for name, s in statuses.items()}}
+
+
+def parse_status(obj: Mapping[str, Any]) -> dict[str, ProcessStatus]:
+    """Inverse of :func:`status_to_json`.
+
+    Raises:
+        KeyError, TypeError, ValueError: a malformed document.
+    """
+    return {name: ProcessStatus.from_json(p) for name, p in obj["processes"].items()}

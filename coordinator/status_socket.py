@@ -1,0 +1,232 @@
+"""The coordinator's control socket: status and stop requests over ZeroMQ, one reply each.
+
+A ``REP`` socket served by one thread. Every request gets exactly one reply,
+and every reply carries an :class:`Outcome` (seed 002: outcomes classified by
+a kind, never by message text) — a malformed request included, which gets a
+clear refusal, never a crash or silence.
+
+Requests and replies are JSON objects (orjson)::
+
+    {"op": "ping"}                      -> {"outcome": "OK", "op": "ping"}
+    {"op": "status"}                    -> {"outcome": "OK", "op": "status", "status": {...}}
+    {"op": "stop", "deadline_s": 10}    -> {"outcome": "OK", "op": "stop", "shutdown": {...}}
+    b"not json"                         -> {"outcome": "MALFORMED_REQUEST", "error": "..."}
+    {"op": "dance"}                     -> {"outcome": "UNKNOWN_OPERATION", "error": "..."}
+    a handler that raised               -> {"outcome": "FAILED", "error": "..."}
+
+Endpoints (:func:`resolve_endpoint`): an ``ipc://`` path under the state dir
+by default; ``tcp`` only when asked, on 127.0.0.1 unless a host is given
+explicitly. The bound endpoint is written to :func:`endpoint_file` so that
+``parsley-coordinator status`` finds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import zmq
+
+from coordinator.config import ParsleyConfig
+
+__all__ = [
+    "OPERATIONS",
+    "ControlServer",
+    "NoReplyError",
+    "Outcome",
+    "default_endpoint",
+    "endpoint_file",
+    "request",
+    "resolve_endpoint",
+]
+
+log = logging.getLogger("parsley.coordinator.control")
+
+OPERATIONS: Final = ("ping", "status", "stop")
+_MAX_REQUEST_BYTES: Final = 65_536
+
+
+class Outcome(enum.Enum):
+    """The kind of every reply."""
+
+    OK = "OK"
+    """The operation ran; its result is in the reply."""
+    MALFORMED_REQUEST = "MALFORMED_REQUEST"
+    """Not a JSON object with a string ``op`` (or too large, or a bad argument)."""
+    UNKNOWN_OPERATION = "UNKNOWN_OPERATION"
+    """``op`` names no operation; the reply lists the known ones."""
+    FAILED = "FAILED"
+    """The operation raised; ``error`` says what."""
+
+
+class NoReplyError(TimeoutError):
+    """No reply within the caller's deadline (the coordinator is gone or busy)."""
+
+
+def endpoint_file(config: ParsleyConfig) -> Path:
+    """``<state_dir>/<prefix>.coordinator.endpoint``: where a running coordinator
+    records its control endpoint."""
+    return Path(config.state_dir) / f"{config.application_id_prefix}.coordinator.endpoint"
+
+
+def default_endpoint(config: ParsleyConfig) -> str:
+    """``ipc://<state_dir>/<prefix>.coordinator.ipc``."""
+    return f"ipc://{Path(config.state_dir) / (config.application_id_prefix + '.coordinator.ipc')}"
+
+
+def resolve_endpoint(listen: str | None, config: ParsleyConfig) -> str:
+    """The endpoint to bind for ``--listen``.
+
+    Args:
+        listen: ``None`` or ``"ipc"`` (the default ipc path), ``"tcp"`` (a free
+            port on 127.0.0.1), ``"tcp:<port>"`` (127.0.0.1), or a full
+            ``ipc://...``/``tcp://host:port`` endpoint (bound as given).
+        config: for the state dir and prefix.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if listen is None or listen == "ipc":
+        return default_endpoint(config)
+    if listen == "tcp":
+        return "tcp://127.0.0.1:*"
+    if listen.startswith("tcp:") and not listen.startswith("tcp://"):
+        port = listen[4:]
+        if not port.isdigit():
+            raise ValueError(f"--listen tcp:<port> needs a port number, got {listen!r}")
+        return f"tcp://127.0.0.1:{port}"
+    if listen.startswith(("ipc://", "tcp://")):
+        return listen
+    raise ValueError(f"--listen must be ipc, tcp, tcp:<port>, ipc://<path> or "
+                     f"tcp://<host>:<port>, got {listen!r}")
+
+
+Handler = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""``request -> result fields``; raising gives a ``FAILED`` reply."""
+
+
+class ControlServer:
+    """Serves ``ping``/``status``/``stop`` on a REP socket, on its own thread.
+
+    Args:
+        endpoint: the endpoint to bind (:func:`resolve_endpoint`).
+        handlers: ``{op: handler}``; each returns the reply's result fields.
+        record_to: a file to write the bound endpoint to (removed on close), or ``None``.
+
+    Raises:
+        zmq.ZMQError: the endpoint cannot be bound.
+    """
+
+    def __init__(self, endpoint: str, handlers: Mapping[str, Handler],
+                 record_to: Path | None = None) -> None:
+        self._handlers = dict(handlers)
+        self._sock = zmq.Context.instance().socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        if endpoint.startswith("ipc://"):
+            Path(endpoint[len("ipc://"):]).parent.mkdir(parents=True, exist_ok=True)
+        self._sock.bind(endpoint)
+        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._record_to = record_to
+        if record_to is not None:
+            record_to.parent.mkdir(parents=True, exist_ok=True)
+            record_to.write_text(self.endpoint + "\n")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="parsley-control", daemon=True)
+        self._thread.start()
+
+    def reply_for(self, raw: bytes) -> dict[str, Any]:
+        """The one reply to one raw request (pure apart from the handler it calls)."""
+        if len(raw) > _MAX_REQUEST_BYTES:
+            return {"outcome": Outcome.MALFORMED_REQUEST.value,
+                    "error": f"request of {len(raw)} bytes is over {_MAX_REQUEST_BYTES}"}
+        try:
+            req = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return {"outcome": Outcome.MALFORMED_REQUEST.value,
+                    "error": f"request is not JSON: {exc}"}
+        if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+            return {"outcome": Outcome.MALFORMED_REQUEST.value,
+                    "error": 'a request is a JSON object with a string "op", e.g. {"op": "status"}'}
+        op = req["op"]
+        handler = self._handlers.get(op)
+        if handler is None:
+            return {"outcome": Outcome.UNKNOWN_OPERATION.value, "op": op,
+                    "error": f"unknown operation {op!r}; known: {sorted(self._handlers)}"}
+        try:
+            result = dict(handler(req))
+        except ValueError as exc:
+            return {"outcome": Outcome.MALFORMED_REQUEST.value, "op": op, "error": str(exc)}
+        except Exception as exc:
+            log.exception("control operation %s failed", op)
+            return {"outcome": Outcome.FAILED.value, "op": op,
+                    "error": f"{type(exc).__name__}: {exc}"}
+        return {"outcome": Outcome.OK.value, "op": op, **result}
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            try:
+                if not poller.poll(100):
+                    continue
+                raw = self._sock.recv()
+            except zmq.ZMQError:
+                if self._stop.is_set():
+                    return
+                continue
+            reply = self.reply_for(raw)
+            try:
+                self._sock.send(orjson.dumps(reply))
+            except zmq.ZMQError:
+                log.exception("could not send a control reply")
+
+    def close(self) -> None:
+        """Stop serving, close the socket, remove the endpoint record and ipc file."""
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        self._sock.close(0)
+        if self._record_to is not None:
+            with contextlib.suppress(OSError):
+                if self._record_to.read_text().strip() == self.endpoint:
+                    self._record_to.unlink()
+        if self.endpoint.startswith("ipc://"):
+            with contextlib.suppress(OSError):
+                Path(self.endpoint[len("ipc://"):]).unlink()
+
+
+def request(endpoint: str, payload: Mapping[str, Any] | bytes, *, timeout_s: float = 5.0
+            ) -> dict[str, Any]:
+    """Send one request and wait for its one reply.
+
+    Args:
+        endpoint: the coordinator's control endpoint.
+        payload: a JSON-able mapping, or raw bytes (sent as they are).
+        timeout_s: s to wait for the reply (a deadline per call, seed 002).
+
+    Returns:
+        The decoded reply (always has ``"outcome"``).
+
+    Raises:
+        NoReplyError: nothing came back within ``timeout_s``.
+    """
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send(payload if isinstance(payload, bytes) else orjson.dumps(dict(payload)))
+        if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            raise NoReplyError(f"no reply from {endpoint} within {timeout_s:g} s; is a "
+                               "coordinator running there?")
+        reply = orjson.loads(sock.recv())
+        if not isinstance(reply, dict):
+            raise NoReplyError(f"unreadable reply from {endpoint}")
+        return reply
+    finally:
+        sock.close(0)

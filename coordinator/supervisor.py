@@ -1,0 +1,673 @@
+"""One worker OS process per task: spawn, watch, classify exits, blast radius, bounded shutdown.
+
+The supervisor spawns task ``i`` of every planned process as its own OS
+process (``multiprocess`` spawn context; the :class:`workers.protocol.TaskSpec`
+pickles with dill), listens on one ZeroMQ ``PULL`` socket for the workers'
+``status`` and ``final`` messages, and watches each worker's exit with
+psutil-backed process handles. Decisions key on the
+:class:`~workers.protocol.StopKind` a worker reports (or its exit code), never
+on message text (seed 002).
+
+* **Blast radius** (seed 000): any task stopping without a stop request stops
+  every task of its process; other processes keep running.
+* **Restart policy** (seed 001, "Fix the restart rule"), :class:`RestartPolicy`:
+  ``never`` (default) restarts nothing. Under ``transient``: ``SUBSTRATE``
+  restarts the whole process through its bootstrap (re-resolving topics and
+  pre-commits) with exponential backoff and a bounded attempt count;
+  ``APPLICATION`` and ``FATAL`` never (the same message fails again; a fenced
+  worker has a successor); ``REFUSAL`` never, except ``COVERED_POSITION_FED``
+  once; ``CRASHED`` (no report) respawns that one task, bounded, while the
+  others keep running.
+* **Ownership passes only on a confirmed exit** (seed 002): nothing is
+  respawned for a task whose worker has not been seen to exit.
+* **Bounded shutdown**: SIGTERM, a deadline, SIGKILL, and a
+  :class:`ShutdownReport` naming every worker that had to be killed or did not
+  stop at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import multiprocess
+import orjson
+import psutil
+import zmq
+
+from coordinator.bootstrap import ProcessPlan, StartError
+from coordinator.config import ParsleyConfig
+from coordinator.status import (
+    ProcessState,
+    ProcessStatus,
+    TaskStatus,
+    aggregate_state,
+    task_status_from_report,
+)
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.protocol import EXIT_CODES, FINAL, STATUS, StopKind, TaskSpec, stop_kind_of_exit
+
+__all__ = [
+    "DEFAULT_STOP_DEADLINE_S",
+    "RestartPolicy",
+    "ShutdownReport",
+    "Supervisor",
+    "WorkerTarget",
+    "describe_exit",
+]
+
+log = logging.getLogger("parsley.coordinator.supervisor")
+
+DEFAULT_STOP_DEADLINE_S: Final = 10.0
+"""s a worker has between SIGTERM and SIGKILL."""
+KILL_WAIT_S: Final = 3.0
+"""s to wait for a SIGKILLed worker to be reaped before reporting it as not stopped."""
+FINAL_GRACE_S: Final = 0.5
+"""s to wait for a final message after an exit whose code promises one."""
+
+WorkerTarget = Callable[[TaskSpec], int]
+"""``run(spec) -> exit code``: a worker's entry point (``workers.main.run``)."""
+
+
+class RestartPolicy(enum.Enum):
+    """What the supervisor restarts on its own (seed 001, "Fix the restart rule")."""
+
+    NEVER = "never"
+    """Restart nothing; every stop is left to the operator."""
+    TRANSIENT = "transient"
+    """Restart substrate failures (whole process, through its bootstrap, bounded),
+    COVERED_POSITION_FED once, and crashed workers (that task, bounded)."""
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``"exited with code N"`` or ``"was killed by signal N (SIGNAME)"``."""
+    if exitcode is None:
+        return "has not exited"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
+
+
+def _worker_main(target: WorkerTarget, spec: TaskSpec) -> None:
+    # Ctrl-C reaches the whole process group; the coordinator alone decides the stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = target(spec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(int(code) if code is not None else 0)
+
+
+def _default_target() -> WorkerTarget:
+    from workers.main import run  # type: ignore[import-not-found,unused-ignore]
+
+    return run  # type: ignore[no-any-return,unused-ignore]
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedWorker:
+    """A worker the shutdown had to deal with.
+
+    Attributes:
+        process: the process name.
+        task: the task index.
+        pid: its OS process id.
+        outcome: ``"killed"`` (SIGKILL after the deadline) or ``"not_stopped"``
+            (still alive after SIGKILL: ownership of the task did not pass).
+    """
+
+    process: str
+    task: int
+    pid: int
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownReport:
+    """What a bounded shutdown achieved.
+
+    Attributes:
+        stopped: ``process/task`` of workers that exited within the deadline.
+        killed: workers SIGKILLed after the deadline (they did exit).
+        not_stopped: workers still alive after SIGKILL.
+        deadline_s: the SIGTERM-to-SIGKILL deadline used, s.
+    """
+
+    stopped: tuple[str, ...] = ()
+    killed: tuple[StoppedWorker, ...] = ()
+    not_stopped: tuple[StoppedWorker, ...] = ()
+    deadline_s: float = DEFAULT_STOP_DEADLINE_S
+
+    @property
+    def clean(self) -> bool:
+        """Every worker exited within the deadline."""
+        return not self.killed and not self.not_stopped
+
+    def merge(self, other: ShutdownReport) -> ShutdownReport:
+        """Both reports' workers together."""
+        return ShutdownReport(self.stopped + other.stopped, self.killed + other.killed,
+                              self.not_stopped + other.not_stopped,
+                              max(self.deadline_s, other.deadline_s))
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"clean", "deadline_s", "stopped", "killed", "not_stopped"}``."""
+        def row(w: StoppedWorker) -> dict[str, Any]:
+            return {"process": w.process, "task": w.task, "pid": w.pid}
+        return {"clean": self.clean, "deadline_s": self.deadline_s, "stopped": list(self.stopped),
+                "killed": [row(w) for w in self.killed],
+                "not_stopped": [row(w) for w in self.not_stopped]}
+
+    def summary(self) -> str:
+        """One line for the log."""
+        if self.clean:
+            return f"{len(self.stopped)} worker(s) stopped within {self.deadline_s:g} s"
+        parts = []
+        if self.killed:
+            parts.append("killed after the deadline: " + ", ".join(
+                f"{w.process}/{w.task} (pid {w.pid})" for w in self.killed))
+        if self.not_stopped:
+            parts.append("did not stop even after SIGKILL: " + ", ".join(
+                f"{w.process}/{w.task} (pid {w.pid})" for w in self.not_stopped))
+        return f"{len(self.stopped)} worker(s) stopped within {self.deadline_s:g} s; " + \
+            "; ".join(parts)
+
+
+@dataclass
+class _Task:
+    index: int
+    proc: Any  # multiprocess.Process
+    pid: int
+    handle: psutil.Process | None
+    report: dict[str, Any] | None = None
+    report_at: float | None = None
+    final: dict[str, Any] | None = None
+    exited_at: float | None = None
+    crash_respawns: int = 0
+
+
+@dataclass
+class _Run:
+    plan: ProcessPlan
+    tasks: dict[int, _Task] = field(default_factory=dict)
+    stopped: bool = False
+    closing: bool = False
+    refusal_reason: Reason | None = None
+    failure_detail: str | None = None
+    restarts: int = 0
+    substrate_attempts: int = 0
+    covered_restart_used: bool = False
+    restarting: bool = False
+    generation: int = 0
+
+
+def _status_endpoint(config: ParsleyConfig) -> str:
+    base = Path(config.state_dir) / ".coordinator"
+    path = base / f"{config.application_id_prefix}-{os.getpid()}-{uuid.uuid4().hex[:6]}.status"
+    if len(str(path)) < 100:
+        base.mkdir(parents=True, exist_ok=True)
+        return f"ipc://{path}"
+    return "tcp://127.0.0.1:*"
+
+
+class Supervisor:
+    """Spawns and supervises the workers of a set of bootstrapped processes.
+
+    Args:
+        config: the configuration (intervals, budget, state dir, client properties).
+        plans: ``{process name: ProcessPlan}`` from :func:`coordinator.bootstrap.bootstrap`.
+        restart: the :class:`RestartPolicy`.
+        target: the worker entry point; ``workers.main.run`` by default.
+        rebootstrap: re-runs one process's bootstrap for a restart
+            (``name -> ProcessPlan``); without it, no process restart is made.
+        max_attempts: restarts of one process for substrate failures, and
+            respawns of one crashed task, before the supervisor gives up.
+        backoff_s: first restart delay, s; doubles per attempt up to ``backoff_cap_s``.
+        backoff_cap_s: longest restart delay, s.
+        stop_deadline_s: SIGTERM-to-SIGKILL deadline for a blast-radius stop, s.
+    """
+
+    def __init__(
+        self,
+        config: ParsleyConfig,
+        plans: Mapping[str, ProcessPlan],
+        *,
+        restart: RestartPolicy = RestartPolicy.NEVER,
+        target: WorkerTarget | None = None,
+        rebootstrap: Callable[[str], ProcessPlan] | None = None,
+        max_attempts: int = 5,
+        backoff_s: float = 1.0,
+        backoff_cap_s: float = 30.0,
+        stop_deadline_s: float = DEFAULT_STOP_DEADLINE_S,
+    ) -> None:
+        self._config = config
+        self._policy = RestartPolicy(restart)
+        self._target = target
+        self._rebootstrap = rebootstrap
+        self._max_attempts = max_attempts
+        self._backoff_s = backoff_s
+        self._backoff_cap_s = backoff_cap_s
+        self._stop_deadline_s = stop_deadline_s
+        self._runs = {name: _Run(plan) for name, plan in plans.items()}
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._ctx = multiprocess.get_context("spawn")
+        self._zmq = zmq.Context.instance()
+        self._pull: zmq.Socket[bytes] | None = None
+        self._endpoint = ""
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._helpers: list[threading.Thread] = []
+
+    # --- lifecycle -------------------------------------------------------
+
+    @property
+    def status_endpoint(self) -> str:
+        """The ZeroMQ endpoint the workers push to."""
+        return self._endpoint
+
+    def start(self) -> None:
+        """Bind the report socket, spawn every task of every process, start watching.
+
+        Raises:
+            RuntimeError: a worker could not be spawned (every spawned worker
+                is stopped again first).
+        """
+        pull = self._zmq.socket(zmq.PULL)
+        pull.setsockopt(zmq.LINGER, 0)
+        pull.bind(_status_endpoint(self._config))
+        self._endpoint = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._pull = pull
+        try:
+            with self._lock:
+                for run in self._runs.values():
+                    self._spawn_all(run)
+        except BaseException:
+            self._terminate_all(self._stop_deadline_s)
+            pull.close(0)
+            raise
+        self._thread = threading.Thread(target=self._watch, name="parsley-supervisor",
+                                        daemon=True)
+        self._thread.start()
+
+    def _spec(self, plan: ProcessPlan, task: int) -> TaskSpec:
+        c = self._config
+        return TaskSpec(
+            process=plan.process, prefix=plan.prefix, task=task, task_count=plan.task_count,
+            bootstrap_servers=c.bootstrap_servers, status_endpoint=self._endpoint,
+            state_dir=c.state_dir, topic_ids=plan.topic_ids, partitions=plan.partitions,
+            kafka_properties=dict(c.kafka_properties),
+            metadata_budget_bytes=c.metadata_budget_bytes,
+            commit_interval_ms=c.commit_interval_ms, status_interval_ms=c.status_interval_ms,
+        )
+
+    def _spawn(self, plan: ProcessPlan, task: int) -> _Task:
+        target = self._target or _default_target()
+        proc = self._ctx.Process(
+            target=_worker_main, args=(target, self._spec(plan, task)),
+            name=f"parsley-{plan.application_id}-task-{task}", daemon=True,
+        )
+        proc.start()
+        pid = int(proc.pid)
+        handle: psutil.Process | None
+        try:
+            handle = psutil.Process(pid)
+            handle.cpu_percent(None)
+        except psutil.Error:
+            handle = None
+        log.info("%s: task %d started as pid %d", plan.application_id, task, pid)
+        return _Task(task, proc, pid, handle)
+
+    def _spawn_all(self, run: _Run) -> None:
+        run.generation += 1
+        run.tasks = {}
+        for i in range(run.plan.task_count):
+            run.tasks[i] = self._spawn(run.plan, i)
+
+    # --- observing -------------------------------------------------------
+
+    def status(self) -> dict[str, ProcessStatus]:
+        """Every process's :class:`ProcessStatus`, tasks aged now."""
+        now = time.monotonic()
+        interval = self._config.status_interval_ms
+        out: dict[str, ProcessStatus] = {}
+        with self._lock:
+            for name, run in self._runs.items():
+                if run.stopped:
+                    out[name] = ProcessStatus(ProcessState.STOPPED, run.refusal_reason,
+                                              run.failure_detail, (), run.restarts)
+                    continue
+                tasks: list[TaskStatus] = []
+                for t in sorted(run.tasks.values(), key=lambda t: t.index):
+                    if t.report is None or t.report_at is None or t.exited_at is not None:
+                        continue
+                    rss, cpu = None, None
+                    if t.handle is not None:
+                        with contextlib.suppress(psutil.Error):
+                            rss = int(t.handle.memory_info().rss)
+                            cpu = float(t.handle.cpu_percent(None))
+                    with contextlib.suppress(KeyError, TypeError, ValueError):
+                        tasks.append(task_status_from_report(
+                            t.report, age_ms=int((now - t.report_at) * 1000),
+                            status_interval_ms=interval, rss_bytes=rss, cpu_percent=cpu))
+                live = [t for t in run.tasks.values() if t.exited_at is None]
+                state = aggregate_state(
+                    None if t.report is None else str(t.report.get("state")) for t in live
+                ) if live else ProcessState.STARTING
+                out[name] = ProcessStatus(state, run.refusal_reason, run.failure_detail,
+                                          tuple(tasks), run.restarts)
+        return out
+
+    def stopped(self) -> dict[str, bool]:
+        """``{process: stopped}``."""
+        with self._lock:
+            return {name: run.stopped for name, run in self._runs.items()}
+
+    def wait_any_stopped(self, timeout_s: float | None = None) -> bool:
+        """Block until some process is STOPPED; ``False`` on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: any(r.stopped for r in self._runs.values()), timeout_s)
+
+    def wait_all_stopped(self, timeout_s: float | None = None) -> bool:
+        """Block until every process is STOPPED; ``False`` on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: all(r.stopped for r in self._runs.values()), timeout_s)
+
+    # --- the watch loop --------------------------------------------------
+
+    def _watch(self) -> None:
+        assert self._pull is not None
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        tick_ms = max(20, min(200, self._config.status_interval_ms // 4))
+        while not self._closing.is_set():
+            try:
+                if poller.poll(tick_ms):
+                    self._drain()
+                self._check_exits()
+            except Exception:  # never let the watch die silently
+                log.exception("supervisor watch loop error")
+                time.sleep(0.1)
+
+    def _drain(self) -> None:
+        assert self._pull is not None
+        while True:
+            try:
+                raw = self._pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = orjson.loads(raw)
+                kind, name = msg["kind"], msg["process"]
+                task, pid = int(msg["task"]), int(msg["pid"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                log.warning("ignored a malformed worker message (%d bytes)", len(raw))
+                continue
+            with self._lock:
+                run = self._runs.get(name)
+                t = None if run is None else run.tasks.get(task)
+                if t is None or t.pid != pid:
+                    continue  # a previous incarnation's report
+                if kind == STATUS:
+                    t.report, t.report_at = msg, time.monotonic()
+                elif kind == FINAL:
+                    t.final = msg
+
+    def _check_exits(self) -> None:
+        with self._lock:
+            exited = [(run, t) for run in self._runs.values() for t in run.tasks.values()
+                      if t.exited_at is None and t.proc.exitcode is not None]
+        for run, t in exited:
+            code = t.proc.exitcode
+            if t.final is None and code in EXIT_CODES.values() and code != 0:
+                deadline = time.monotonic() + FINAL_GRACE_S
+                while t.final is None and time.monotonic() < deadline:
+                    self._drain()
+                    time.sleep(0.02)
+            self._on_exit(run, t, code)
+
+    def _on_exit(self, run: _Run, t: _Task, code: int | None) -> None:
+        name = run.plan.name
+        final = t.final or {}
+        try:
+            kind = StopKind(final["stop_kind"]) if final else stop_kind_of_exit(code)
+        except (KeyError, ValueError):
+            kind = stop_kind_of_exit(code)
+        reason: Reason | None = None
+        if kind is StopKind.REFUSAL and final.get("refusal_reason"):
+            with contextlib.suppress(ValueError):
+                reason = Reason(final["refusal_reason"])
+        detail = final.get("failure_detail")
+        if kind is StopKind.CRASHED or not detail:
+            detail = (f"task {t.index} of '{name}' (pid {t.pid}) {describe_exit(code)}"
+                      + ("" if kind is not StopKind.CRASHED else " without a final report")
+                      + (f": {final.get('failure_detail')}" if final.get("failure_detail")
+                         else ""))
+        with self._changed:
+            t.exited_at = time.monotonic()
+            t.report = None  # the entry retires with the task
+            run.tasks.pop(t.index, None)
+            if run.closing or run.stopped or run.restarting or self._closing.is_set():
+                self._changed.notify_all()
+                return
+            log.warning("%s: task %d (pid %d) stopped: %s%s", run.plan.application_id, t.index,
+                        t.pid, kind.value, f" {reason.name}" if reason else "")
+            if kind is StopKind.CRASHED and self._policy is RestartPolicy.TRANSIENT \
+                    and t.crash_respawns < self._max_attempts:
+                delay = self._delay(t.crash_respawns)
+                log.warning("%s; respawning task %d in %.1f s (attempt %d of %d)", detail,
+                            t.index, delay, t.crash_respawns + 1, self._max_attempts)
+                self._helper(self._respawn_task, run, t.index, t.crash_respawns + 1, delay,
+                             run.generation)
+                return
+            restart = self._policy is RestartPolicy.TRANSIENT and self._rebootstrap is not None \
+                and (
+                    (kind is StopKind.SUBSTRATE and run.substrate_attempts < self._max_attempts)
+                    or (reason is Reason.COVERED_POSITION_FED and not run.covered_restart_used)
+                )
+            if restart:
+                if reason is Reason.COVERED_POSITION_FED:
+                    run.covered_restart_used = True
+                    delay = 0.0
+                else:
+                    delay = self._delay(run.substrate_attempts)
+                    run.substrate_attempts += 1
+                run.restarting = True
+                run.refusal_reason, run.failure_detail = reason, detail
+                log.warning("%s: restarting the process through its bootstrap in %.1f s (%s)",
+                            run.plan.application_id, delay, detail)
+                self._helper(self._restart_process, run, delay)
+                return
+            # Blast radius: the whole process stops; its reason and detail remain.
+            run.stopped = True
+            run.refusal_reason = reason
+            run.failure_detail = detail
+            log.error("%s: %s: %s (failing closed)" if reason else "%s: %s: %s",
+                      run.plan.application_id, reason.name if reason else kind.value, detail)
+            self._changed.notify_all()
+        self._helper(self._stop_tasks, run, self._stop_deadline_s)
+
+    def _delay(self, attempt: int) -> float:
+        return float(min(self._backoff_cap_s, self._backoff_s * (2 ** attempt)))
+
+    def _helper(self, fn: Callable[..., Any], *args: Any) -> None:
+        th = threading.Thread(target=fn, args=args, daemon=True, name="parsley-supervisor-helper")
+        self._helpers.append(th)
+        th.start()
+
+    def _respawn_task(self, run: _Run, index: int, attempts: int, delay: float,
+                      generation: int) -> None:
+        if self._closing.wait(delay):
+            return
+        with self._changed:
+            if run.stopped or run.closing or run.restarting or run.generation != generation:
+                return
+            t = self._spawn(run.plan, index)
+            t.crash_respawns = attempts
+            run.tasks[index] = t
+            run.restarts += 1
+            self._changed.notify_all()
+
+    def _restart_process(self, run: _Run, delay: float) -> None:
+        self._stop_tasks(run, self._stop_deadline_s)
+        while True:
+            if self._closing.wait(delay):
+                return
+            assert self._rebootstrap is not None
+            try:
+                plan = self._rebootstrap(run.plan.name)
+            except ParsleyFailClosedError as exc:
+                self._finish_stop(run, exc.reason, exc.detail)
+                return
+            except (StartError, OSError) as exc:
+                with self._lock:
+                    if run.substrate_attempts >= self._max_attempts:
+                        self._finish_stop(run, None, f"restart through the bootstrap failed "
+                                                     f"{run.substrate_attempts} time(s): {exc}")
+                        return
+                    delay = self._delay(run.substrate_attempts)
+                    run.substrate_attempts += 1
+                log.warning("%s: bootstrap for the restart failed (%s); again in %.1f s",
+                            run.plan.application_id, exc, delay)
+                continue
+            except Exception as exc:
+                self._finish_stop(run, None, f"restart through the bootstrap failed: {exc!r}")
+                return
+            with self._changed:
+                if self._closing.is_set() or run.closing:
+                    return
+                run.plan = plan
+                self._spawn_all(run)
+                run.restarts += 1
+                run.restarting = False
+                run.refusal_reason = None
+                run.failure_detail = None
+                self._changed.notify_all()
+            return
+
+    def _finish_stop(self, run: _Run, reason: Reason | None, detail: str | None) -> None:
+        with self._changed:
+            run.stopped, run.restarting = True, False
+            run.refusal_reason, run.failure_detail = reason, detail
+            log.error("%s: %s: %s", run.plan.application_id,
+                      reason.name if reason else "stopped", detail)
+            self._changed.notify_all()
+
+    # --- stopping --------------------------------------------------------
+
+    def _stop_tasks(self, run: _Run, deadline_s: float) -> ShutdownReport:
+        with self._lock:
+            tasks = [t for t in run.tasks.values() if t.exited_at is None]
+        report = _terminate(run.plan.name, tasks, deadline_s)
+        with self._changed:
+            for t in tasks:
+                if t.proc.exitcode is not None:
+                    t.exited_at = t.exited_at or time.monotonic()
+                    run.tasks.pop(t.index, None)
+            self._changed.notify_all()
+        return report
+
+    def _terminate_all(self, deadline_s: float) -> ShutdownReport:
+        report = ShutdownReport(deadline_s=deadline_s)
+        with self._lock:
+            runs = list(self._runs.values())
+            for run in runs:
+                run.closing = True
+        threads: list[threading.Thread] = []
+        reports: list[ShutdownReport] = []
+
+        def one(run: _Run) -> None:
+            reports.append(self._stop_tasks(run, deadline_s))
+        for run in runs:
+            th = threading.Thread(target=one, args=(run,), daemon=True)
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+        for r in reports:
+            report = report.merge(r)
+        return report
+
+    def stop(self, deadline_s: float | None = None) -> ShutdownReport:
+        """Stop every worker of every process: SIGTERM, deadline, SIGKILL.
+
+        Processes still running become STOPPED with nothing recorded (closed by
+        the application); a process that had stopped keeps its reason and detail.
+
+        Args:
+            deadline_s: s between SIGTERM and SIGKILL (the supervisor's default if ``None``).
+
+        Returns:
+            The :class:`ShutdownReport`, naming every worker that had to be
+            killed or did not stop.
+        """
+        deadline = self._stop_deadline_s if deadline_s is None else deadline_s
+        report = self._terminate_all(deadline)
+        with self._changed:
+            for run in self._runs.values():
+                if not run.stopped:
+                    run.stopped = True
+                    if not run.restarting:
+                        run.refusal_reason = None
+                        run.failure_detail = None
+                    run.restarting = False
+            self._changed.notify_all()
+        return report
+
+    def close(self, deadline_s: float | None = None) -> ShutdownReport:
+        """:meth:`stop`, then end the watch loop and close the report socket."""
+        report = self.stop(deadline_s)
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for th in self._helpers:
+            th.join(timeout=0.1)
+        if self._pull is not None:
+            self._pull.close(0)
+            self._pull = None
+            if self._endpoint.startswith("ipc://"):
+                with contextlib.suppress(OSError):
+                    os.unlink(self._endpoint[len("ipc://"):])
+        return report
+
+
+def _terminate(process: str, tasks: list[_Task], deadline_s: float) -> ShutdownReport:
+    """SIGTERM every live worker, wait ``deadline_s``, SIGKILL the rest, confirm exits."""
+    alive = [t for t in tasks if t.proc.exitcode is None]
+    for t in alive:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            t.proc.terminate()
+    deadline = time.monotonic() + deadline_s
+    for t in alive:
+        t.proc.join(max(0.0, deadline - time.monotonic()))
+    late = [t for t in alive if t.proc.exitcode is None]
+    for t in late:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            t.proc.kill()
+    kill_deadline = time.monotonic() + KILL_WAIT_S
+    for t in late:
+        t.proc.join(max(0.0, kill_deadline - time.monotonic()))
+    stopped = tuple(f"{process}/{t.index}" for t in tasks if t not in late)
+    killed = tuple(StoppedWorker(process, t.index, t.pid, "killed") for t in late
+                   if t.proc.exitcode is not None)
+    survived = tuple(StoppedWorker(process, t.index, t.pid, "not_stopped") for t in late
+                     if t.proc.exitcode is None)
+    if killed or survived:
+        log.error("%s: workers did not stop within %g s: killed %s, not stopped %s", process,
+                  deadline_s, [w.pid for w in killed], [w.pid for w in survived])
+    return ShutdownReport(stopped, killed, survived, deadline_s)
