@@ -29,7 +29,6 @@ Pure: standard library plus :mod:`parsley.wire` and the state codec.
 from __future__ import annotations
 
 import enum
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from heapq import heappop, heappush
@@ -46,16 +45,11 @@ from parsley.engine.channel import (
     ReceivedMessage,
 )
 from parsley.engine.deliverability import decide
+from parsley.engine.frontier import FrontierEncoding
 from parsley.engine.store import OrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.status import Blocker, HeldChannel, TaskDiagnosis
-from parsley.wire import (
-    CAUSES_HEADER,
-    RESERVED_PREFIX,
-    decode_causes,
-    encode_causes,
-    varint_size,
-)
+from parsley.wire import CAUSES_HEADER, RESERVED_PREFIX, decode_causes
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -77,7 +71,6 @@ _NOTHING_SETTLED: Final = -1
 """Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
 
 _DECODE_CACHE_ENTRIES: Final = 64
-_LONG: Final = struct.Struct(">q")
 _NO_CAUSES: Final[Causes] = ()
 
 
@@ -176,11 +169,11 @@ class ProcessEngine:
 
         self._fed: dict[ChannelId, int] = dict(image.fed)
         self._frontier: dict[ChannelId, int] = {}
-        self._topic_counts: dict[UUID, int] = {}
-        self._frontier_body = 0
+        self._encoding = FrontierEncoding()
         for ch, pos in image.frontier.items():
             self._frontier[ch] = pos
-            self._size_add(ch)
+            self._encoding.added(ch)
+        self._moved = self._encoding.moved
         self._past: dict[ChannelId, int] = dict(image.past)
         self._names: dict[str, UUID] = dict(image.names)
 
@@ -233,13 +226,6 @@ class ProcessEngine:
         self._decoded: dict[bytes, _Decoded] = {}
         self._epoch = 0
         self._last_past: Causes | None = None
-        # The encoded frontier, patched in place: positions are fixed-width int64s at
-        # known offsets, so a merge that moves positions only re-packs those; a new or
-        # pruned channel changes the layout and the next header re-encodes.
-        self._header: bytes | None = None
-        self._buf = bytearray()
-        self._layout: dict[ChannelId, int] | None = None
-        self._patch: list[ChannelId] = []
         self._warned = False
         self._check_warning()
 
@@ -357,7 +343,7 @@ class ProcessEngine:
         pruned = False
         for ch in [c for c in self._frontier if c.topic_id in dead]:
             del self._frontier[ch]
-            self._size_remove(ch)
+            self._encoding.removed(ch)
             self._dirty_c[ch] = None
             pruned = True
         for ch in [c for c in self._past if c.topic_id in dead]:
@@ -368,8 +354,6 @@ class ProcessEngine:
             # Merges remembered as no-ops may now add entries back.
             self._epoch += 1
             self._last_past = None
-            self._header = None
-            self._layout = None
 
     # ------------------------------------------------------------ start
 
@@ -580,28 +564,21 @@ class ProcessEngine:
     def _merge_causes(self, causes: Causes) -> None:
         frontier = self._frontier
         dirty = self._dirty_c
-        patch = self._patch
-        changed = False
+        moved = self._moved
         for c, p in causes:
             current = frontier.get(c)
             if current is None:
                 self._merge_new(c, p)
-                changed = True
             elif p > current:
                 frontier[c] = p
                 dirty[c] = None
-                patch.append(c)
-                changed = True
-        if changed:
-            self._header = None
+                moved.append(c)
 
     def _merge_new(self, ch: ChannelId, position: int) -> None:
         self._frontier[ch] = position
         self._dirty_c[ch] = None
-        self._header = None
-        self._layout = None
-        self._size_add(ch)
-        size = self.frontier_bytes()
+        self._encoding.added(ch)
+        size = self._encoding.size()
         if size > self._budget:
             raise _refuse(
                 Reason.METADATA_BUDGET_EXCEEDED,
@@ -625,28 +602,9 @@ class ProcessEngine:
                     "beyond the budget the process stops with METADATA_BUDGET_EXCEEDED"
                 )
 
-    def _size_add(self, ch: ChannelId) -> None:
-        counts = self._topic_counts
-        n = counts.get(ch.topic_id, 0) + 1
-        counts[ch.topic_id] = n
-        # A new topic costs its 16-byte id and a partition count of 1 (one byte).
-        grow = 17 if n == 1 else varint_size(n) - varint_size(n - 1)
-        self._frontier_body += grow + varint_size(ch.partition) + 8
-
-    def _size_remove(self, ch: ChannelId) -> None:
-        counts = self._topic_counts
-        n = counts[ch.topic_id] - 1
-        if n == 0:
-            del counts[ch.topic_id]
-            shrink = 17
-        else:
-            counts[ch.topic_id] = n
-            shrink = varint_size(n + 1) - varint_size(n)
-        self._frontier_body -= shrink + varint_size(ch.partition) + 8
-
     def frontier_bytes(self) -> int:
         """The frontier's encoded size in bytes, maintained incrementally (facts §1 formula)."""
-        return 1 + varint_size(len(self._topic_counts)) + self._frontier_body
+        return self._encoding.size()
 
     def frontier(self) -> Mapping[ChannelId, int]:
         """The frontier (channel -> highest causal position, inclusive), read-only copy."""
@@ -663,19 +621,7 @@ class ProcessEngine:
                 causal frontier needs <n> bytes (<k> channels); ...") when the
                 encoding is longer than the budget (emission site).
         """
-        encoded = self._header
-        if encoded is None:
-            layout = self._layout
-            if layout is None:
-                self._relayout()
-            else:
-                buf = self._buf
-                frontier = self._frontier
-                pack_into = _LONG.pack_into
-                for c in self._patch:
-                    pack_into(buf, layout[c], frontier[c])
-            self._patch.clear()
-            encoded = self._header = bytes(self._buf)
+        encoded = self._encoding.header(self._frontier)
         if len(encoded) > self._budget:
             raise _refuse(
                 Reason.METADATA_BUDGET_EXCEEDED,
@@ -684,25 +630,6 @@ class ProcessEngine:
                 "bytes.",
             )
         return encoded
-
-    def _relayout(self) -> None:
-        """Encode the frontier afresh and record where each position's int64 sits."""
-        frontier = self._frontier
-        encoded = encode_causes(frontier)
-        layout: dict[ChannelId, int] = {}
-        offset = 1 + varint_size(len(self._topic_counts))
-        topic = None
-        for ch in sorted(frontier, key=lambda c: (c.topic_id.int, c.partition)):
-            if ch.topic_id != topic:
-                topic = ch.topic_id
-                offset += 16 + varint_size(self._topic_counts[topic])
-            offset += varint_size(ch.partition)
-            layout[ch] = offset
-            offset += 8
-        if offset != len(encoded):  # pragma: no cover - the size formula and codec disagree
-            raise AssertionError(f"frontier layout {offset} bytes, encoding {len(encoded)}")
-        self._buf = bytearray(encoded)
-        self._layout = layout
 
     # ------------------------------------------------------------ decisions
 
@@ -811,8 +738,7 @@ class ProcessEngine:
         elif q > current:
             frontier[ch] = q
             self._dirty_c[ch] = None
-            self._patch.append(ch)
-            self._header = None
+            self._moved.append(ch)
         if causes and causes is not self._last_past:
             past = self._past
             dirty_p = self._dirty_p
@@ -884,10 +810,8 @@ class ProcessEngine:
                 (sc.name_key(name), None if topic_id is None else sc.encode_binding(topic_id))
             )
         self._dirty_n.clear()
-        if self._layout is None or len(self._patch) > len(self._frontier):
-            # No header was asked for in a while: re-encode at the next one instead.
-            self._patch.clear()
-            self._layout = None
+        # A task that never sends never asks for a header: bound the pending moves.
+        self._encoding.trim(len(self._frontier))
         store = self._store
         for key, value in rows:
             if value is None:
