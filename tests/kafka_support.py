@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection, Uuid
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition, Uuid
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 QUIET = {"log_level": 0}
 """librdkafka settings that keep transient connection chatter off the test output."""
@@ -49,7 +49,11 @@ def describe_topic(admin: AdminClient, name: str, timeout_s: float = 10.0) -> To
 def wait_topic(
     admin: AdminClient, name: str, partitions: int, timeout_s: float = 30.0
 ) -> TopicInfo:
-    """Wait until ``name`` is described with ``partitions`` partitions, each with a leader.
+    """Wait until ``name`` has ``partitions`` partitions, each led and served by its leader.
+
+    "Served" means ``list_offsets`` answers for every partition: right after creation a
+    broker under load can name a leader in its metadata and still answer
+    NOT_LEADER_FOR_PARTITION (6) to ListOffsets until the partition is created locally.
 
     Raises:
         TimeoutError: not served within ``timeout_s`` seconds.
@@ -63,12 +67,35 @@ def wait_topic(
             if len(desc.partitions) == partitions and all(
                 p.leader is not None for p in desc.partitions
             ):
+                request = {TopicPartition(name, i): OffsetSpec.latest() for i in range(partitions)}
+                for future in admin.list_offsets(request, request_timeout=5).values():
+                    future.result(timeout=10)
                 return TopicInfo(name, topic_uuid(desc.topic_id), partitions)
             last = f"{len(desc.partitions)} partitions"
         except KafkaException as exc:
             last = exc
         time.sleep(0.1)
     raise TimeoutError(f"topic {name!r} not ready in {timeout_s} s: {last}")
+
+
+def wait_end_offset(
+    admin: AdminClient, tp: TopicPartition, end: int, timeout_s: float = 30.0
+) -> int:
+    """Wait until ``list_offsets`` latest of ``tp`` reaches ``end``; return what it saw.
+
+    Needed after ``commit_transaction``/``abort_transaction``: they return once the
+    coordinator has decided, and the control markers are written to the partitions
+    afterwards, so the end offset (and the last stable offset) moves a moment later.
+    Returns the last value seen, which differs from ``end`` only on timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    seen = -1
+    while True:
+        future = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=5)[tp]
+        seen = future.result(timeout=10).offset
+        if seen >= end or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.05)
 
 
 def create_topic(

@@ -26,6 +26,8 @@ below, so the worker can rely on them:
   abortable, not fatal: the rejected record used a sequence number); the one after works.
 - ``list_offsets`` earliest/latest give the log start and end; aborted transactions
   leave offsets a ``read_committed`` consumer never sees (markers and aborted records).
+  ``commit_transaction``/``abort_transaction`` return before the control markers are
+  in the partitions: the end offset moves a moment later (``ks.wait_end_offset``).
 
 Producers use ``partitioner=murmur2_random`` (DESIGN.md: matches Java's default).
 """
@@ -208,8 +210,10 @@ def test_aborted_records_are_invisible_to_read_committed(
         else:
             producer.abort_transaction(TXN_TIMEOUT_S)
 
+    # 3 records + 3 control markers (commit, abort, commit); the last marker is written
+    # after commit_transaction returns, so wait for it.
+    assert ks.wait_end_offset(kafka_admin, TopicPartition(topic, 0), 6) == 6
     earliest, latest = _offsets(kafka_admin, TopicPartition(topic, 0))
-    # 3 records + 3 control markers (commit, abort, commit).
     assert (earliest, latest) == (0, 6)
 
     reader = _consumer(kafka_bootstrap, unique_names.group())
@@ -219,9 +223,14 @@ def test_aborted_records_are_invisible_to_read_committed(
         assert [m.value() for m in got] == [b"kept-1", b"kept-2"]
         offsets = [m.offset() for m in got]
         assert offsets == [0, 4]  # 1 = commit marker, 2 = aborted record, 3 = abort marker
-        assert reader.poll(2.0) is None
-        (position,) = reader.position([TopicPartition(topic, 0)])
-        assert position.offset == latest  # the consumer stepped over the trailing marker
+        # No more records; the consumer steps over the trailing commit marker to the end.
+        deadline = time.monotonic() + 20
+        position = -1
+        while position != latest and time.monotonic() < deadline:
+            assert reader.poll(0.5) is None
+            (tp,) = reader.position([TopicPartition(topic, 0)])
+            position = tp.offset
+        assert position == latest
     finally:
         reader.close()
 
