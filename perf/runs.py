@@ -1,0 +1,466 @@
+"""The relay runs of ``python -m perf``: baseline, parsley-1, parsley-2 and diamond (issue 7).
+
+Every run follows the same procedure, so the ratios compare like with like:
+
+1. create fresh topics: the input(s) and an output topic with
+   ``message.timestamp.type=LogAppendTime`` (each output record's timestamp is
+   when the broker appended it);
+2. start the relay and wait until it is ready, then send a warm-up message per
+   input partition and wait until it is read from the output (clients connected,
+   transactions initialised, code paths warm);
+3. **throughput**: suspend the relay's worker processes (SIGSTOP), write a backlog
+   of ``messages`` records into the input, sample the workers' CPU seconds, resume
+   them (SIGCONT) and read until the whole backlog is out. Throughput is backlog /
+   (last output append time - resume time); the load generator never competes with
+   the relay for the 2 cores. Worker CPU seconds over that window give messages
+   per worker CPU-second;
+4. **latency**: the load generator sends ``latency_messages`` records paced at
+   ``latency_rate`` per second, each stamped with its send time; the latency of a
+   record is (read time - send time) at a ``read_committed`` reader, so it includes
+   the commit interval. For the diamond the held message of each pair goes first
+   and its cause half a pair-interval later; a held message's added latency is
+   measured from its cause's send;
+5. stop the relay (SIGTERM; the worker commits and exits).
+
+Peak resident memory of the workers is sampled by the reader's loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psutil
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from perf import load
+from perf.measure import (
+    CpuWindow,
+    OutputReader,
+    WorkerSampler,
+    cpu_seconds,
+    duplicates,
+    header_bytes_per_message,
+    held_latencies_ms,
+    latency_summary,
+    throughput,
+)
+
+__all__ = ["KINDS", "Settings", "run_one"]
+
+KINDS: tuple[str, ...] = ("baseline", "parsley-1", "parsley-2", "diamond")
+"""The relay runs, in the order they are run."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes of one benchmark invocation.
+
+    Attributes:
+        messages: backlog records per throughput phase (diamond: pairs, so twice the records).
+        latency_messages: paced records in the latency phase (diamond: pairs).
+        latency_rate: paced records per second (diamond: pairs per second).
+        sizes: message value sizes, bytes.
+        commit_interval_ms: the relays' commit interval, ms.
+        timeout_s: deadline for any one wait (startup, drain), seconds.
+    """
+
+    messages: int = 50_000
+    latency_messages: int = 2_000
+    latency_rate: float = 400.0
+    sizes: tuple[int, ...] = (100, 1024)
+    commit_interval_ms: int = 100
+    timeout_s: float = 240.0
+
+
+QUICK = Settings(messages=10_000, latency_messages=600, latency_rate=300.0)
+FULL = Settings()
+
+
+def _say(msg: str) -> None:
+    print(f"[perf {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- topics
+
+
+def create_topics(admin: AdminClient, topics: Sequence[tuple[str, int, dict[str, str]]]) -> None:
+    """Create ``(name, partitions, config)`` topics (replication 1) and wait for them."""
+    new = [NewTopic(n, num_partitions=p, replication_factor=1, config=c) for n, p, c in topics]
+    for f in admin.create_topics(new, request_timeout=30).values():
+        f.result(timeout=60)
+    deadline = time.monotonic() + 30
+    names = {n for n, _, _ in topics}
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=10)
+        if all(n in md.topics and not md.topics[n].error for n in names):
+            return
+        time.sleep(0.2)
+
+
+OUTPUT_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
+# ----------------------------------------------------------------------------- relays
+
+
+class BaselineRelay:
+    """``python -m perf.baseline`` in a subprocess."""
+
+    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, tag: str,
+                 commit_interval_ms: int) -> None:
+        self.argv = [sys.executable, "-m", "perf.baseline", "--bootstrap-servers", bootstrap,
+                     "--input", input_topic, "--output", output_topic,
+                     "--group", f"{tag}-baseline", "--transactional-id", f"{tag}-baseline",
+                     "--commit-interval-ms", str(commit_interval_ms)]
+        self.proc: subprocess.Popen[str] | None = None
+        self.topic_ids: dict[str, UUID] = {}
+
+    def start(self, timeout_s: float) -> None:
+        """Spawn it and wait for its ``ready`` line."""
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
+        ready = threading.Event()
+
+        def watch() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                if line.strip() == "ready":
+                    ready.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+        if not ready.wait(timeout_s):
+            self.stop()
+            raise RuntimeError("the baseline relay did not get ready")
+
+    def pids(self) -> list[int]:
+        """The relay's pid."""
+        return [self.proc.pid] if self.proc else []
+
+    def stop(self) -> None:
+        """SIGTERM and wait (SIGKILL after 30 s)."""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class ParsleyRelay:
+    """A Parsley relay process: coordinator bootstrap, then one spawned worker per task.
+
+    The workers are started straight from :class:`workers.protocol.TaskSpec` (what the
+    coordinator's supervisor does), so their pids and status messages are at hand.
+    """
+
+    def __init__(self, bootstrap: str, inputs: Sequence[str], output: str, tag: str,
+                 commit_interval_ms: int, state_dir: str) -> None:
+        self.bootstrap = bootstrap
+        self.inputs = list(inputs)
+        self.output = output
+        self.prefix = tag
+        self.commit_interval_ms = commit_interval_ms
+        self.state_dir = state_dir
+        self.procs: list[Any] = []
+        self.topic_ids: dict[str, UUID] = {}
+        self.collector: Any = None
+
+    def process(self) -> Any:
+        """The declaration: relay every input record to the output, key/value/timestamp kept."""
+        from parsley import EARLIEST, Channel, Process, serdes
+
+        out = Channel(self.output, serdes.BYTES, serdes.BYTES)
+        proc = Process("relay")
+        for name in self.inputs:
+            proc = proc.receives(Channel(name, serdes.BYTES, serdes.BYTES).starting_at(EARLIEST),
+                                 relay_handler(out))
+        return proc.sends(out)
+
+    def start(self, timeout_s: float) -> None:
+        """Bootstrap, spawn every task and wait until each reports RUNNING."""
+        import multiprocess
+
+        from coordinator.bootstrap import bootstrap
+        from coordinator.config import ParsleyConfig
+        from perf.measure import StatusCollector
+        from workers.main import run
+        from workers.protocol import TaskSpec
+
+        props = {"log_level": 0, "consumer.session.timeout.ms": 45_000,
+                 "consumer.heartbeat.interval.ms": 3_000}
+        config = ParsleyConfig(self.bootstrap, self.prefix, state_dir=self.state_dir,
+                               commit_interval_ms=self.commit_interval_ms,
+                               kafka_properties=props)
+        plan = bootstrap(config, [self.process()])["relay"]
+        self.topic_ids = plan.topic_ids
+        self.collector = StatusCollector()
+        ctx = multiprocess.get_context("spawn")
+        for task in range(plan.task_count):
+            spec = TaskSpec(process=plan.process, prefix=self.prefix, task=task,
+                            task_count=plan.task_count, bootstrap_servers=self.bootstrap,
+                            status_endpoint=self.collector.endpoint, state_dir=self.state_dir,
+                            topic_ids=plan.topic_ids, partitions=plan.partitions,
+                            kafka_properties=props,
+                            commit_interval_ms=self.commit_interval_ms)
+            p = ctx.Process(target=run, args=(spec,), daemon=True)
+            p.start()
+            self.procs.append(p)
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs:
+            self.collector.wait_for(
+                lambda m, pid=p.pid: m.get("pid") == pid and m.get("state") == "RUNNING",
+                max(1.0, deadline - time.monotonic()))
+
+    def pids(self) -> list[int]:
+        """The workers' pids, in task order."""
+        return [p.pid for p in self.procs]
+
+    def last_status(self) -> list[dict[str, Any]]:
+        """The latest status message of each worker."""
+        out: dict[int, dict[str, Any]] = {}
+        for m in self.collector.snapshot() if self.collector else []:
+            if m.get("kind") == "status":
+                out[m["pid"]] = m
+        return [out[pid] for pid in self.pids() if pid in out]
+
+    def finals(self) -> list[dict[str, Any]]:
+        """The workers' final messages received so far."""
+        snap = self.collector.snapshot() if self.collector else []
+        return [m for m in snap if m.get("kind") == "final"]
+
+    def stop(self) -> None:
+        """SIGTERM every worker, wait (SIGKILL after 30 s), close the collector."""
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        if self.collector is not None:
+            time.sleep(0.2)
+            self.collector.close()
+            self.collector = None
+
+
+def relay_handler(out: Any) -> Callable[[Any, Any], Any]:
+    """A handler sending each delivery's key, value and timestamp to ``out``."""
+    from parsley import Effects
+
+    def handle(delivery: Any, state: Any) -> Any:
+        return Effects.builder().send(out, delivery.key, delivery.value,
+                                      timestamp=delivery.timestamp).build()
+
+    return handle
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+def _suspend(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).suspend()
+
+
+def _resume(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).resume()
+
+
+class Loader:
+    """Writes stamped records; one idempotent producer per run (contiguous offsets)."""
+
+    def __init__(self, bootstrap: str, size: int, parsley: bool,
+                 topic_ids: dict[str, UUID]) -> None:
+        self.producer = Producer(load.producer_config(bootstrap))
+        self.size = size
+        self.parsley = parsley
+        self.unreceived = load.Unreceived().channels()
+        self.topic_ids = topic_ids
+
+    def plain(self, topic: str, partitions: int, seq: int, sent_us: int | None = None) -> None:
+        """One PLAIN record on partition ``seq % partitions``."""
+        headers = load.frontier_header(seq, self.unreceived) if self.parsley else None
+        self._produce(topic, seq % partitions, seq, load.make_value(load.PLAIN, seq, self.size,
+                                                                   sent_us), headers)
+
+    def pair(self, topics: dict[str, str], i: int, gap_s: float = 0.0) -> None:
+        """Diamond pair ``i``: the held record, then (after ``gap_s``) its cause."""
+        from parsley.engine.channel import ChannelId
+
+        a = ChannelId(self.topic_ids[topics["a"]], 0)
+        b = ChannelId(self.topic_ids[topics["b"]], 0)
+        (t1, k1, h1), (t2, k2, h2) = load.diamond_pair(i, a, b, self.unreceived)
+        self._produce(topics[t1], 0, i, load.make_value(k1, i, self.size), h1)
+        if gap_s > 0:
+            self.producer.poll(0)
+            time.sleep(gap_s)
+        self._produce(topics[t2], 0, i, load.make_value(k2, i, self.size), h2)
+
+    def _produce(self, topic: str, partition: int, seq: int, value: bytes,
+                 headers: Any) -> None:
+        key = b"k%d" % (seq % 1024)
+        while True:
+            try:
+                self.producer.produce(topic, value, key, partition=partition, headers=headers)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def flush(self) -> None:
+        """Wait until every record is acknowledged."""
+        left = self.producer.flush(120)
+        if left:
+            raise RuntimeError(f"{left} load records not acknowledged")
+
+
+def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: AdminClient,
+            workdir: str) -> dict[str, Any]:
+    """Run relay ``kind`` with ``size``-byte values; returns its figures (see module docs).
+
+    Raises:
+        RuntimeError: the relay did not start or did not relay the backlog in time.
+    """
+    tag = f"perf-{uuid.uuid4().hex[:8]}-{kind}-{size}"
+    partitions = 2 if kind == "parsley-2" else 1
+    diamond = kind == "diamond"
+    ins = [f"{tag}-a", f"{tag}-b"] if diamond else [f"{tag}-in"]
+    out = f"{tag}-out"
+    create_topics(admin, [(t, partitions, {}) for t in ins]
+                  + [(out, partitions, OUTPUT_CONFIG)])
+    relay: BaselineRelay | ParsleyRelay
+    if kind == "baseline":
+        relay = BaselineRelay(bootstrap, ins[0], out, tag, settings.commit_interval_ms)
+    else:
+        relay = ParsleyRelay(bootstrap, ins, out, tag, settings.commit_interval_ms,
+                             tempfile.mkdtemp(prefix="state-", dir=workdir))
+    _say(f"{kind} {size} B: starting the relay")
+    t_start = time.monotonic()
+    relay.start(settings.timeout_s)
+    startup_s = time.monotonic() - t_start
+    sampler = WorkerSampler(relay.pids())
+    reader = OutputReader(bootstrap, [out], sampler)
+    loader = Loader(bootstrap, size, kind != "baseline", relay.topic_ids)
+    topics = {"a": ins[0], "b": ins[-1]}
+    try:
+        # warm-up
+        seq = 0
+        if diamond:
+            loader.pair(topics, 0)
+            seq = 1
+            expected = 2
+        else:
+            for _ in range(partitions):
+                loader.plain(ins[0], partitions, seq)
+                seq += 1
+            expected = partitions
+        loader.flush()
+        if not reader.read_until(expected, settings.timeout_s):
+            raise RuntimeError(f"{kind}: warm-up records not relayed")
+        # throughput
+        n = settings.messages
+        pids = relay.pids()
+        _suspend(pids)
+        try:
+            first = seq
+            for _ in range(n):
+                if diamond:
+                    loader.pair(topics, seq)
+                else:
+                    loader.plain(ins[0], partitions, seq)
+                seq += 1
+            loader.flush()
+            cpu = CpuWindow(start=cpu_seconds(pids))
+            resume_ms = load.now_us() / 1000.0
+        finally:
+            _resume(pids)
+        mark = len(reader.records)
+        backlog = 2 * n if diamond else n
+        _say(f"{kind} {size} B: draining {backlog} records")
+        if not reader.read_until(mark + backlog, settings.timeout_s):
+            raise RuntimeError(f"{kind}: only {len(reader.records) - mark} of {backlog} "
+                               f"backlog records relayed in {settings.timeout_s} s")
+        cpu.end = cpu_seconds(pids)
+        drained = reader.since(mark)
+        last_append = max(r.append_ms for r in drained)
+        rate = throughput(backlog, resume_ms, last_append)
+        del first
+        # latency
+        mark = len(reader.records)
+        count = settings.latency_messages
+        if diamond:
+            interval = 1.0 / settings.latency_rate
+            start_seq = seq
+
+            def send(i: int) -> None:
+                loader.pair(topics, start_seq + i, gap_s=interval / 2)
+
+            load.paced(count, settings.latency_rate, send, lambda: loader.producer.poll(0))
+            seq += count
+            expected = 2 * count
+        else:
+            start_seq = seq
+
+            def send(i: int) -> None:
+                loader.plain(ins[0], partitions, start_seq + i)
+
+            load.paced(count, settings.latency_rate, send, lambda: loader.producer.poll(0))
+            seq += count
+            expected = count
+        loader.flush()
+        if not reader.read_until(mark + expected, settings.timeout_s):
+            raise RuntimeError(f"{kind}: latency records not all relayed")
+        paced_records = reader.since(mark)
+        lat = [(r.read_us - r.sent_us) / 1000.0 for r in paced_records]
+        status = relay.last_status() if isinstance(relay, ParsleyRelay) else []
+    finally:
+        with contextlib.suppress(Exception):
+            reader.close()
+        relay.stop()
+    per_pid = cpu.per_pid()
+    cpu_s = [round(per_pid.get(pid, 0.0), 3) for pid in pids]
+    total_cpu = sum(cpu_s)
+    result: dict[str, Any] = {
+        "kind": kind,
+        "value_bytes": size,
+        "tasks": len(pids) if kind != "baseline" else 1,
+        "backlog_records": backlog,
+        "msgs_per_s": rate,
+        "startup_s": round(startup_s, 2),
+        "latency": latency_summary(lat),
+        "header_bytes_per_msg": header_bytes_per_message(paced_records),
+        "worker_rss_bytes": max(sampler.peak_rss.values()) if sampler.peak_rss else None,
+        "worker_cpu_s": cpu_s,
+        "msgs_per_worker_cpu_s": backlog / total_cpu if total_cpu > 0 else None,
+        "duplicates": duplicates(reader.records),
+        "records_read": len(reader.records),
+    }
+    if diamond:
+        own, released = held_latencies_ms(paced_records)
+        result["held"] = {"from_own_send": latency_summary(own),
+                          "from_cause_send": latency_summary(released)}
+    if status:
+        result["worker_status"] = [
+            {k: s.get(k) for k in ("task", "delivered", "commits", "commit_latency_ms",
+                                   "held_total", "frontier_channels", "frontier_bytes",
+                                   "rss_bytes")}
+            for s in status
+        ]
+    _say(f"{kind} {size} B: {rate or 0:,.0f} msg/s, p50 {result['latency']['p50_ms']} ms, "
+         f"p99 {result['latency']['p99_ms']} ms, CPU {cpu_s} s")
+    return result
