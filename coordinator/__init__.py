@@ -1,0 +1,28 @@
+"""parsley-coordinator: bootstrap, one worker per task, supervision, status, CLI and Python API.
+
+Public names: :class:`Parsley` (``Parsley.start(config, *processes)``) and
+:class:`ParsleyConfig`. They are imported lazily, so ``coordinator.devbroker``
+stays importable without the runtime's dependencies loaded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.api import Parsley
+    from coordinator.config import ParsleyConfig
+
+__all__ = ["Parsley", "ParsleyConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Parsley":
+        from coordinator.api import Parsley
+
+        return Parsley
+    if name == "ParsleyConfig":
+        from coordinator.config import ParsleyConfig
+
+        return ParsleyConfig
+    raise AttributeError(f"module 'coordinator' has no attribute {name!r}")

@@ -1,0 +1,214 @@
+"""The Python API: ``Parsley.start(config, *processes)`` and the handle it returns.
+
+Mirrors the seeds' Java API (seed 001, "Before an incident")::
+
+    with Parsley.start(config, shipper) as parsley:
+        parsley.await_stopped()
+        for name, status in parsley.status().items():
+            log.error("%s: %s refusal=%s detail=%s", name, status.state,
+                      status.refusal_reason, status.failure_detail)
+
+``start`` is all-or-nothing (seed 001, "If start threw"): it runs the
+bootstrap for every process (:mod:`coordinator.bootstrap`), then spawns one
+worker per task (:mod:`coordinator.supervisor`) and serves the control socket
+(:mod:`coordinator.status_socket`). An exception from it means nothing is
+running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from coordinator.bootstrap import (
+    DEFAULT_GROUP_WINDOW_S,
+    ProcessPlan,
+    bootstrap,
+    bootstrap_process,
+    resolve_topics,
+)
+from coordinator.config import ParsleyConfig
+from coordinator.status import ProcessState, ProcessStatus, status_to_json
+from coordinator.status_socket import ControlServer, endpoint_file, resolve_endpoint
+from coordinator.supervisor import (
+    DEFAULT_STOP_DEADLINE_S,
+    RestartPolicy,
+    ShutdownReport,
+    Supervisor,
+    WorkerTarget,
+)
+from parsley.declarations import Process
+from workers.kafka import admin_config
+
+__all__ = ["Parsley"]
+
+log = logging.getLogger("parsley.coordinator")
+
+
+class Parsley:
+    """A running set of processes: the handle :meth:`start` returns (a context manager).
+
+    Not constructed directly; use :meth:`Parsley.start`.
+    """
+
+    def __init__(self, config: ParsleyConfig, supervisor: Supervisor,
+                 control: ControlServer | None) -> None:
+        self._config = config
+        self._supervisor = supervisor
+        self._control = control
+        self._closed: ShutdownReport | None = None
+
+    @classmethod
+    def start(
+        cls,
+        config: ParsleyConfig,
+        *processes: Process,
+        restart: RestartPolicy | str = RestartPolicy.NEVER,
+        control: str | bool | None = "ipc",
+        worker_target: WorkerTarget | None = None,
+        stop_deadline_s: float = DEFAULT_STOP_DEADLINE_S,
+        group_window_s: float = DEFAULT_GROUP_WINDOW_S,
+        max_attempts: int = 5,
+        backoff_s: float = 1.0,
+    ) -> Parsley:
+        """Bootstrap every process, spawn one worker per task, serve the control socket.
+
+        Args:
+            config: the :class:`~coordinator.config.ParsleyConfig`.
+            *processes: the declared processes, each its own application
+                ``<prefix>-<process>``.
+            restart: ``"never"`` (default) or ``"transient"`` (:class:`RestartPolicy`).
+            control: the control socket: ``"ipc"`` (default path under the state
+                dir), ``"tcp"``, ``"tcp:<port>"``, a full endpoint, or
+                ``None``/``False`` for none.
+            worker_target: the worker entry point (``workers.main.run`` by default).
+            stop_deadline_s: SIGTERM-to-SIGKILL deadline, s.
+            group_window_s: how long a member may stay in the group before a
+                pre-commit calls it a conflict, s.
+            max_attempts: bounded restarts under ``transient``.
+            backoff_s: first restart delay under ``transient``, s.
+
+        Returns:
+            The running handle.
+
+        Raises:
+            ParsleyFailClosedError: a refusal the bootstrap could see (reason,
+                diagnosis and remedy in the message).
+            StartRetryableError: a lagging metadata view; the message ends
+                "Retry this start.".
+            StartError: a missing prerequisite (a topic, connectivity, ACLs).
+            ValueError: a wrong declaration or argument.
+        """
+        policy = RestartPolicy(restart)
+        procs = list(processes)
+        admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
+        plans = bootstrap(config, procs, admin=admin, group_window_s=group_window_s)
+        by_name = {p.name: p for p in procs}
+
+        def rebootstrap(name: str) -> ProcessPlan:
+            proc = by_name[name]
+            names = {c.name for c in (*(i.channel for i in proc.inputs), *proc.outputs)}
+            topics = resolve_topics(admin, names)
+            return bootstrap_process(config, proc, topics, admin, group_window_s=group_window_s)
+
+        supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
+                                rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
+                                max_attempts=max_attempts, backoff_s=backoff_s)
+        supervisor.start()
+        handle = cls(config, supervisor, None)
+        if control not in (None, False):
+            try:
+                endpoint = resolve_endpoint(None if control is True else str(control), config)
+                handle._control = ControlServer(endpoint, handle._handlers(),
+                                                record_to=endpoint_file(config))
+            except BaseException:
+                supervisor.close(stop_deadline_s)
+                raise
+            log.info("control socket on %s", handle._control.endpoint)
+        return handle
+
+    # --- the seeds' API ----------------------------------------------------
+
+    def status(self) -> dict[str, ProcessStatus]:
+        """``{process name: ProcessStatus}`` now (seed 000, "Diagnosis")."""
+        return self._supervisor.status()
+
+    def healthy(self) -> bool:
+        """``True`` while no process has stopped (seed 001, "Triage")."""
+        return all(s.state is not ProcessState.STOPPED for s in self.status().values())
+
+    def await_stopped(self, timeout: float | None = None) -> bool:
+        """Block until the first process stops (or ``timeout`` s pass).
+
+        Returns:
+            ``True`` when a process has stopped, ``False`` on timeout.
+        """
+        return self._supervisor.wait_any_stopped(timeout)
+
+    def await_all_stopped(self, timeout: float | None = None) -> bool:
+        """Block until every process has stopped; ``False`` on timeout."""
+        return self._supervisor.wait_all_stopped(timeout)
+
+    def stop(self, deadline_s: float | None = None) -> ShutdownReport:
+        """Stop every worker (bounded), keeping the handle's status readable."""
+        return self._supervisor.stop(deadline_s)
+
+    def close(self, deadline_s: float | None = None) -> ShutdownReport:
+        """Stop every worker (SIGTERM, deadline, SIGKILL) and the control socket.
+
+        Idempotent: a second call returns the first call's report.
+
+        Returns:
+            The :class:`ShutdownReport`, naming any worker that did not stop in time.
+        """
+        if self._closed is not None:
+            return self._closed
+        report = self._supervisor.close(deadline_s)
+        if self._control is not None:
+            self._control.close()
+        self._closed = report
+        if not report.clean:
+            log.error("shutdown: %s", report.summary())
+        return report
+
+    @property
+    def control_endpoint(self) -> str | None:
+        """The control socket's endpoint, or ``None`` when none is served."""
+        return None if self._control is None else self._control.endpoint
+
+    @property
+    def config(self) -> ParsleyConfig:
+        """The configuration the handle runs with."""
+        return self._config
+
+    def __enter__(self) -> Parsley:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # --- control socket -----------------------------------------------------
+
+    def _handlers(self) -> dict[str, Any]:
+        def ping(req: Mapping[str, Any]) -> dict[str, Any]:
+            return {"pid": os.getpid(), "prefix": self._config.application_id_prefix}
+
+        def status(req: Mapping[str, Any]) -> dict[str, Any]:
+            return {"status": status_to_json(self.status())}
+
+        def stop(req: Mapping[str, Any]) -> dict[str, Any]:
+            deadline = req.get("deadline_s")
+            if deadline is not None and (isinstance(deadline, bool)
+                                         or not isinstance(deadline, int | float)
+                                         or deadline < 0):
+                raise ValueError(f"deadline_s must be a number >= 0, got {deadline!r}")
+            report = self.stop(None if deadline is None else float(deadline))
+            return {"shutdown": report.to_json(), "status": status_to_json(self.status())}
+
+        return {"ping": ping, "status": status, "stop": stop}
