@@ -479,7 +479,7 @@ class ProcessEngine:
                 elif hkey.startswith(RESERVED_PREFIX):
                     reserved = True
             if found or reserved:
-                app_headers = tuple(h for h in headers if not h[0].startswith(RESERVED_PREFIX))
+                app_headers = tuple([h for h in headers if not h[0].startswith(RESERVED_PREFIX)])
             else:
                 app_headers = headers
         entry: _Decoded | None = None
@@ -563,10 +563,11 @@ class ProcessEngine:
 
     def _merge_causes(self, causes: Causes) -> None:
         frontier = self._frontier
+        get = frontier.get
         dirty = self._dirty_c
         moved = self._moved
         for c, p in causes:
-            current = frontier.get(c)
+            current = get(c)
             if current is None:
                 self._merge_new(c, p)
             elif p > current:
@@ -741,10 +742,10 @@ class ProcessEngine:
             self._moved.append(ch)
         if causes and causes is not self._last_past:
             past = self._past
+            past_get = past.get
             dirty_p = self._dirty_p
             for c, p in causes:
-                have = past.get(c)
-                if have is None or p > have:
+                if p > past_get(c, -1):
                     past[c] = p
                     dirty_p[c] = None
             self._last_past = causes
