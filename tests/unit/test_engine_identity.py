@@ -218,3 +218,35 @@ def test_frontier_bytes_tracks_the_encoding_through_growth_and_pruning() -> None
             assert e.frontier_bytes() == len(e.causes_header()) == encoded_size(e.frontier())
     e.apply_identity({topics[1]: TopicVerdict.DELETED})
     assert e.frontier_bytes() == len(e.causes_header()) == encoded_size(e.frontier())
+
+
+def test_identical_header_bytes_merge_again_after_a_prune() -> None:
+    # The engine skips re-merging header bytes it merged before (the frontier only grows
+    # between prunes) and re-merging the same delivered causes into the past; a prune
+    # must reset both shortcuts.
+    e = engine()
+    header = (("parsley.causes", encode_causes({X: 3, A: 0})),)
+    e.receive(ReceivedMessage(B, 0, 0, None, None, header))
+    e.receive(ReceivedMessage(A, 0, 0, None, None, ()))
+    drain(e)
+    e.apply_identity({TX: TopicVerdict.DELETED})
+    assert X not in e.frontier() and X not in e.delivered_past()
+    e.receive(ReceivedMessage(B, 1, 0, None, None, header))
+    assert drain(e) == [(B, 1)]
+    assert e.frontier()[X] == 3, "the same bytes must merge again after a prune"
+    assert e.delivered_past()[X] == 3, "the same causes must reach the past again"
+
+
+def test_header_value_may_be_a_bytearray() -> None:
+    e = engine()
+    raw = bytearray(encode_causes({A: 0}))
+    e.receive(ReceivedMessage(B, 0, 0, None, None, (("parsley.causes", raw),)))  # type: ignore[arg-type]
+    e.receive(ReceivedMessage(A, 0, 0, None, None, ()))
+    assert drain(e) == [(A, 0), (B, 0)]
+
+
+def test_budget_warning_without_a_callback_is_silent() -> None:
+    e = ProcessEngine(InMemoryOrderingStore(), received=[A], budget_bytes=30)
+    e.start({})
+    e.receive(msg(A, 0, {X: 1}))  # 28 of 30 bytes: past 80%, nobody to tell
+    assert e.frontier_bytes() == 28
