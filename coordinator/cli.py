@@ -1,0 +1,494 @@
+"""``parsley-coordinator``: run declared processes, read their status, stop them, inspect state.
+
+Exit status (every command; :class:`ExitCode`):
+
+====  ===================================================================
+0     clean: the command did its job; ``run`` stopped because it was asked
+1     unexpected error (a bug: the traceback is logged)
+2     usage error or a wrong declaration (``ValueError``)
+3     a refusal: ``run``'s start was refused, or a process stopped with a
+      ``refusal_reason``; ``inspect`` found state it cannot trust
+4     a failure: a process stopped with no reason (application or
+      substrate failure, a crashed worker), or a start prerequisite is
+      missing (a topic, connectivity, ACLs)
+5     the start should be retried ("Retry this start.")
+6     shutdown incomplete: a worker had to be killed or did not stop
+7     no coordinator answered on the control endpoint
+====  ===================================================================
+
+Settings come from ``--config FILE`` (TOML), then ``PARSLEY_*`` environment
+variables, then flags (:mod:`coordinator.config`).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+__all__ = ["ExitCode", "load_app", "main"]
+
+log = logging.getLogger("parsley.coordinator")
+
+
+class ExitCode(enum.IntEnum):
+    """Exit status of ``parsley-coordinator`` (module docstring)."""
+
+    CLEAN = 0
+    ERROR = 1
+    USAGE = 2
+    REFUSAL = 3
+    FAILURE = 4
+    RETRY = 5
+    SHUTDOWN_INCOMPLETE = 6
+    NO_COORDINATOR = 7
+
+
+def load_app(spec: str) -> list[Any]:
+    """The processes ``module:attribute`` names.
+
+    The attribute may be a ``Process``, a list or tuple of them, or a
+    callable returning either. The current directory is importable.
+
+    Raises:
+        click.BadParameter: not ``module:attribute``, not importable, or not processes.
+    """
+    from parsley.declarations import Process
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"APP must be module:attribute, got {spec!r}")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        obj: Any = import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, Process):
+        obj = obj()
+    procs = [obj] if isinstance(obj, Process) else list(obj) if isinstance(obj, list | tuple) \
+        else None
+    if not procs or not all(isinstance(p, Process) for p in procs):
+        raise click.BadParameter(f"{spec} is not a Process or a list of Processes")
+    return procs
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _load_config(config_file: str | None, **overrides: Any) -> Any:
+    from coordinator.config import ParsleyConfig
+
+    try:
+        return ParsleyConfig.load(config_file, **overrides)
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _local_broker() -> str:
+    from coordinator import devbroker
+
+    state = devbroker.running()
+    if state is None:
+        click.echo("starting the local dev broker (parsley-devbroker up) ...", err=True)
+        state, _ = devbroker.up()
+    return state.bootstrap
+
+
+def _endpoint(config_file: str | None, prefix: str | None, state_dir: str | None,
+              endpoint: str | None) -> str:
+    if endpoint:
+        return endpoint
+    from coordinator.config import ParsleyConfig, default_state_dir
+    from coordinator.status_socket import default_endpoint, endpoint_file
+
+    try:
+        values = ParsleyConfig.file_values(config_file) if config_file else {}
+        values.update(ParsleyConfig.env_values())
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    prefix = prefix or values.get("application_id_prefix")
+    if not prefix:
+        raise click.UsageError("give --prefix (or --config / PARSLEY_APPLICATION_ID_PREFIX) "
+                               "or --endpoint to find the coordinator")
+    cfg = ParsleyConfig("unused:0", prefix, state_dir=state_dir or values.get("state_dir")
+                        or default_state_dir())
+    record = endpoint_file(cfg)
+    if record.exists():
+        text = record.read_text().strip()
+        if text:
+            return text
+    return default_endpoint(cfg)
+
+
+_CONFIG = click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                       help="TOML settings file (see docs/operations.md).")
+_PREFIX = click.option("--prefix", "prefix", help="application_id_prefix.")
+_STATE_DIR = click.option("--state-dir", "state_dir", help="Root of local state and sockets.")
+_ENDPOINT = click.option("--endpoint", help="Control endpoint (default: the one the running "
+                         "coordinator recorded under the state dir, else its ipc:// path).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Log level of the coordinator's stderr log.")
+def cli(log_level: str) -> None:
+    """Run Parsley processes: causal-order, exactly-once, fail-closed Kafka delivery.
+
+    `run` starts the declared processes (one worker OS process per task) and
+    serves status on a control socket; `status` and `stop` talk to that
+    socket; `inspect` reads a stopped process's ordering state from Kafka.
+    Exit status: 0 clean, 2 usage/declaration, 3 refusal, 4 failure,
+    5 retry the start, 6 shutdown incomplete, 7 no coordinator answered.
+    """
+    _setup_logging(log_level)
+
+
+@cli.command()
+@click.argument("app")
+@click.option("--bootstrap-servers", help="Kafka bootstrap.servers.")
+@click.option("--local-broker", is_flag=True,
+              help="Use the parsley-devbroker on this machine (started if not running).")
+@_CONFIG
+@_PREFIX
+@_STATE_DIR
+@click.option("--restart", type=click.Choice(["never", "transient"]), default="never",
+              show_default=True,
+              help="never: leave every stop to the operator. transient: restart substrate "
+                   "failures through the bootstrap (bounded, with backoff), "
+                   "COVERED_POSITION_FED once, and crashed workers; never a refusal or an "
+                   "application failure.")
+@click.option("--listen", default="ipc", show_default=True,
+              help="Control socket: ipc (a path under the state dir), tcp (127.0.0.1, free "
+                   "port), tcp:PORT, or a full ipc:// or tcp://HOST:PORT endpoint.")
+@click.option("--stop-deadline", type=float, default=10.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL for each worker at shutdown.")
+def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
+        prefix: str | None, state_dir: str | None, restart: str, listen: str,
+        stop_deadline: float) -> None:
+    """Start the processes APP (module:attribute) and supervise them until they stop.
+
+    The start is all-or-nothing: the bootstrap resolves topics, checks the
+    ordering state (refusing what cannot be resumed against), creates the
+    changelogs and commits initial positions, then one worker per task is
+    spawned. Logs go to stderr. Ctrl-C, SIGTERM or `parsley-coordinator stop`
+    is a bounded shutdown that reports any worker that did not stop in time.
+    The command returns when every process has stopped.
+    """
+    from coordinator.api import Parsley
+    from coordinator.bootstrap import StartError, StartRetryableError
+    from parsley.refusals import ParsleyFailClosedError
+
+    if bootstrap_servers and local_broker:
+        raise click.UsageError("give --bootstrap-servers or --local-broker, not both")
+    processes = load_app(app)
+    if local_broker:
+        bootstrap_servers = _local_broker()
+    config = _load_config(config_file, bootstrap_servers=bootstrap_servers,
+                          application_id_prefix=prefix, state_dir=state_dir)
+    try:
+        handle = Parsley.start(config, *processes, restart=restart, control=listen,
+                               stop_deadline_s=stop_deadline)
+    except ParsleyFailClosedError as exc:
+        log.error("start refused: %s (failing closed)", exc)
+        sys.exit(ExitCode.REFUSAL)
+    except StartRetryableError as exc:
+        log.error("start failed: %s", exc)
+        sys.exit(ExitCode.RETRY)
+    except StartError as exc:
+        log.error("start failed: %s", exc)
+        sys.exit(ExitCode.FAILURE)
+    except ValueError as exc:
+        log.error("wrong declaration: %s", exc)
+        sys.exit(ExitCode.USAGE)
+    log.info("started %s with control socket %s", [p.name for p in processes],
+             handle.control_endpoint)
+    asked = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("%s: stopping (deadline %g s per worker)", signal.Signals(signum).name,
+                 stop_deadline)
+        asked.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not asked.is_set() and not handle.await_all_stopped(timeout=0.2):
+        pass
+    statuses = handle.status()
+    report = handle.close(stop_deadline)
+    code = ExitCode.CLEAN
+    for name, st in statuses.items():
+        if st.refusal_reason is not None:
+            log.error("%s: %s refusal=%s detail=%s (failing closed)", name, st.state.value,
+                      st.refusal_reason.name, st.failure_detail)
+            code = ExitCode.REFUSAL
+        elif st.failure_detail is not None:
+            log.error("%s: %s refusal=None detail=%s", name, st.state.value, st.failure_detail)
+            code = max(code, ExitCode.FAILURE) if code != ExitCode.REFUSAL else code
+        else:
+            log.info("%s: %s", name, st.state.value)
+    log.info("shutdown: %s", report.summary())
+    if code == ExitCode.CLEAN and not report.clean:
+        code = ExitCode.SHUTDOWN_INCOMPLETE
+    sys.exit(code)
+
+
+def _render(doc: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from coordinator.status import parse_status
+
+    statuses = parse_status(doc)
+    table = Table(title="parsley processes", show_lines=False)
+    for col in ("process", "state", "task", "pid", "held", "head blockers", "frontier",
+                "lag", "age"):
+        table.add_column(col)
+    notes: list[Any] = []
+    for name, st in statuses.items():
+        if not st.tasks:
+            table.add_row(name, st.state.value, "-", "-", "-", "-", "-", "-", "-")
+        for t in st.tasks:
+            blockers = []
+            for h in t.held:
+                waits = ", ".join(
+                    f"{b.topic}[{b.partition}] needs {b.required} settled "
+                    f"{'-' if b.settled is None else b.settled}" for b in h.blockers
+                ) or "deliverable"
+                blockers.append(f"{h.topic}[{h.partition}]@{h.head} x{h.count}: {waits}")
+            age = f"{t.updated_ms_ago} ms" + (" STALE" if t.stale else "")
+            table.add_row(name, st.state.value, str(t.task), str(t.pid), str(t.held_count),
+                          "\n".join(blockers) or "-",
+                          f"{t.frontier_channels} ch / {t.frontier_bytes} of {t.budget_bytes} B",
+                          "-" if t.lag is None else str(t.lag), age)
+        if st.refusal_reason is not None or st.failure_detail is not None:
+            reason = st.refusal_reason.name if st.refusal_reason else "no refusal reason"
+            notes.append(Text(f"{name}: {reason}: {st.failure_detail}", style="bold red"))
+    return Group(table, *notes)
+
+
+@cli.command()
+@_CONFIG
+@_PREFIX
+@_STATE_DIR
+@_ENDPOINT
+@click.option("--json", "as_json", is_flag=True, help="Print the status JSON.")
+@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--interval", type=float, default=1.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--timeout", type=float, default=5.0, show_default=True,
+              help="Seconds to wait for the coordinator's reply.")
+def status(config_file: str | None, prefix: str | None, state_dir: str | None,
+           endpoint: str | None, as_json: bool, watch: bool, interval: float,
+           timeout: float) -> None:
+    """Show the running coordinator's status: processes, tasks, held counts, blockers.
+
+    Per task: held messages per channel with the head's blockers (required
+    and settled positions), frontier channels and bytes against the budget,
+    lag, and how old the entry is (STALE beyond three status intervals).
+    A stopped process shows its refusal reason and failure detail.
+    """
+    from coordinator.status_socket import NoReplyError, request
+
+    ep = _endpoint(config_file, prefix, state_dir, endpoint)
+
+    def fetch() -> dict[str, Any]:
+        reply = request(ep, {"op": "status"}, timeout_s=timeout)
+        if reply.get("outcome") != "OK":
+            raise click.ClickException(f"{reply.get('outcome')}: {reply.get('error')}")
+        return dict(reply["status"])
+
+    try:
+        if not watch:
+            doc = fetch()
+            if as_json:
+                click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+            else:
+                from rich.console import Console
+
+                Console().print(_render(doc))
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        with Live(console=Console(), auto_refresh=False) as live:
+            while True:
+                doc = fetch()
+                if as_json:
+                    live.console.print_json(orjson.dumps(doc).decode())
+                else:
+                    live.update(_render(doc), refresh=True)
+                time.sleep(interval)
+    except NoReplyError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(ExitCode.NO_COORDINATOR)
+    except KeyboardInterrupt:
+        return
+
+
+@cli.command()
+@_CONFIG
+@_PREFIX
+@_STATE_DIR
+@_ENDPOINT
+@click.option("--deadline", type=float, default=10.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL for each worker.")
+def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
+         endpoint: str | None, deadline: float) -> None:
+    """Stop every worker of the running coordinator, bounded, and print the result.
+
+    Each worker gets SIGTERM (it commits what it has and exits), then SIGKILL
+    after --deadline seconds. Workers that had to be killed, or did not stop
+    even then, are listed and the exit status is 6. The coordinator's `run`
+    then returns.
+    """
+    from coordinator.status_socket import NoReplyError, request
+
+    ep = _endpoint(config_file, prefix, state_dir, endpoint)
+    try:
+        reply = request(ep, {"op": "stop", "deadline_s": deadline}, timeout_s=deadline + 15)
+    except NoReplyError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(ExitCode.NO_COORDINATOR)
+    if reply.get("outcome") != "OK":
+        click.echo(f"{reply.get('outcome')}: {reply.get('error')}", err=True)
+        sys.exit(ExitCode.ERROR)
+    shutdown = reply["shutdown"]
+    click.echo(orjson.dumps(shutdown, option=orjson.OPT_INDENT_2).decode())
+    sys.exit(ExitCode.CLEAN if shutdown["clean"] else ExitCode.SHUTDOWN_INCOMPLETE)
+
+
+def inspect_process(config: Any, process: str) -> dict[str, Any]:
+    """Read ``<prefix>-<process>-__parsley.ordering-changelog`` into a report per task.
+
+    Returns:
+        ``{"changelog", "tasks": [{"task", "records", "held": [{"topic_id",
+        "topic", "partition", "count"}], "covered": [{"topic_id", "topic",
+        "partition", "covered", "fed_to_end"}], "bindings": {name: id}}]}``.
+
+    Raises:
+        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for state that
+            cannot be trusted.
+        StartError: the changelog does not exist or cannot be read.
+    """
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    from coordinator.bootstrap import StartError, read_ordering_state
+    from parsley.declarations import ordering_changelog
+    from workers.changelog import describe_topic
+    from workers.kafka import admin_config, restore_consumer_config
+
+    name = ordering_changelog(config.application_id_prefix, process)
+    admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
+    info = describe_topic(admin, name)
+    if info is None:
+        raise StartError(f"the ordering changelog {name} does not exist")
+    cfg = restore_consumer_config(config.bootstrap_servers, config.application_id_prefix,
+                                  process, 0, config.kafka_properties)
+    cfg["client.id"] = f"parsley-inspect-{process}"
+    consumer = Consumer(cfg)
+    try:
+        states = read_ordering_state(admin, consumer, name, info.partitions)
+    finally:
+        consumer.close()
+    tasks = []
+    for s in states:
+        bindings = s.inspector.name_bindings()
+        names = {v: k for k, v in bindings.items()}
+        tasks.append({
+            "task": s.task,
+            "records": s.records,
+            "held": [{"topic_id": str(ch.topic_id), "topic": names.get(ch.topic_id),
+                      "partition": ch.partition, "count": n}
+                     for ch, n in s.inspector.held_channels().items()],
+            "covered": [{"topic_id": str(ch.topic_id), "topic": names.get(ch.topic_id),
+                         "partition": ch.partition, "covered": pos,
+                         "fed_to_end": s.inspector.is_fed_to_end(pos)}
+                        for ch, pos in s.inspector.covered_positions().items()],
+            "bindings": {k: str(v) for k, v in bindings.items()},
+        })
+    return {"changelog": name, "tasks": tasks}
+
+
+@cli.command()
+@click.option("--process", "process", required=True, help="The process name.")
+@click.option("--bootstrap-servers", help="Kafka bootstrap.servers.")
+@click.option("--local-broker", is_flag=True, help="Use the parsley-devbroker on this machine.")
+@_CONFIG
+@_PREFIX
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def inspect(process: str, bootstrap_servers: str | None, local_broker: bool,
+            config_file: str | None, prefix: str | None, as_json: bool) -> None:
+    """Read a stopped process's ordering state from its changelog (OrderingStateInspector).
+
+    For each task (changelog partition): which channels hold messages and how
+    many, how far each channel is covered (fed, or known never to arrive;
+    "fed to end" for a deleted topic), and which topic id each name was
+    bound to. Run it on a stopped process: a running one changes underneath.
+    """
+    from coordinator.bootstrap import StartError
+    from parsley.refusals import ParsleyFailClosedError
+
+    if local_broker:
+        bootstrap_servers = _local_broker()
+    config = _load_config(config_file, bootstrap_servers=bootstrap_servers,
+                          application_id_prefix=prefix)
+    try:
+        report = inspect_process(config, process)
+    except ParsleyFailClosedError as exc:
+        click.echo(f"{exc}", err=True)
+        sys.exit(ExitCode.REFUSAL)
+    except StartError as exc:
+        click.echo(f"{exc}", err=True)
+        sys.exit(ExitCode.FAILURE)
+    if as_json:
+        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo(f"changelog {report['changelog']}")
+    for t in report["tasks"]:
+        click.echo(f"task {t['task']}: {t['records']} record(s)")
+        for h in t["held"]:
+            click.echo(f"  held     {h['topic'] or h['topic_id']}[{h['partition']}]: "
+                       f"{h['count']} message(s)  (topic id {h['topic_id']})")
+        for c in t["covered"]:
+            pos = "fed to end" if c["fed_to_end"] else str(c["covered"])
+            click.echo(f"  covered  {c['topic'] or c['topic_id']}[{c['partition']}] up to {pos}")
+        for n, i in t["bindings"].items():
+            click.echo(f"  binding  {n} -> {i}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``parsley-coordinator``."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="parsley-coordinator",
+                 standalone_mode=True)
+    except SystemExit:
+        raise
+    except Exception:
+        log.exception("unexpected error")
+        sys.exit(ExitCode.ERROR)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""``parsley-coordinator`` end to end, in subprocesses, against the real broker.
+
+``run`` a relay app, read ``status --json`` and the table, ``stop`` it (exit 0,
+``run`` exits 0), ``inspect`` the stopped process's changelog; a refused start
+exits 3; ``status`` with no coordinator exits 7; every command has ``--help``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from coordinator.cli import ExitCode
+from parsley.declarations import ordering_changelog
+from tests.kafka_support import QUIET
+from tests.worker_support import read_committed
+from workers.changelog import ensure_changelog_topic
+
+CLI = [sys.executable, "-m", "coordinator.cli"]
+APP = '''
+import os
+from parsley import Channel, Effects, Process
+from parsley.serdes import BYTES
+
+OUT = Channel(os.environ["CLI_OUT"], BYTES, BYTES)
+
+
+def handle(delivery, state):
+    return Effects.builder().send(OUT, delivery.key, b"cli:" + delivery.value).build()
+
+
+processes = [Process("relay").receives(Channel(os.environ["CLI_SRC"], BYTES, BYTES), handle)
+             .sends(OUT)]
+'''
+
+
+def _env(src: str, out: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"CLI_SRC": src, "CLI_OUT": out,
+                "PYTHONPATH": os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])})
+    return env
+
+
+def _cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 60) -> Any:
+    return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    for v in values:
+        producer.produce(topic, key=b"k", value=v, partition=0)
+    assert producer.flush(30) == 0
+
+
+def test_help_explains_each_command(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    for cmd, phrase in [([], "Exit status"), (["run"], "all-or-nothing"),
+                        (["status"], "held counts"), (["stop"], "SIGKILL"),
+                        (["inspect"], "OrderingStateInspector")]:
+        res = _cli([*cmd, "--help"], tmp_path, env)
+        assert res.returncode == 0, res.stderr
+        assert phrase in " ".join(res.stdout.split()), f"{cmd} --help: {res.stdout}"
+
+
+def test_status_without_a_coordinator_exits_7(tmp_path: Path) -> None:
+    res = _cli(["status", "--prefix", "nobody", "--state-dir", str(tmp_path), "--timeout", "0.5"],
+               tmp_path, dict(os.environ))
+    assert res.returncode == ExitCode.NO_COORDINATOR, res.stderr
+    assert "no reply" in res.stderr
+
+
+def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    _produce(kafka_bootstrap, src.name, [b"one", b"two"])
+    (tmp_path / "cliapp.py").write_text(APP)
+    env = _env(src.name, out.name)
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    where = ["--prefix", prefix, "--state-dir", str(tmp_path / "state")]
+    run = subprocess.Popen(
+        [*CLI, "run", "cliapp:processes", "--bootstrap-servers", kafka_bootstrap, *where,
+         "--stop-deadline", "15"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        doc: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            res = _cli(["status", "--json", *where, "--timeout", "2"], tmp_path, env)
+            if res.returncode == 0:
+                doc = orjson.loads(res.stdout)
+                relay = doc["processes"]["relay"]
+                if relay["state"] == "RUNNING" and relay["tasks"]:
+                    break
+            assert run.poll() is None, f"run exited early: {run.communicate()[1]}"
+            time.sleep(0.5)
+        relay = doc["processes"]["relay"]
+        assert relay["state"] == "RUNNING", doc
+        assert set(relay) >= {"state", "refusal_reason", "failure_detail", "tasks"}
+        assert relay["tasks"][0]["task"] == 0 and relay["tasks"][0]["budget_bytes"] == 262144
+        table = _cli(["status", *where], tmp_path, env)
+        assert table.returncode == 0 and "relay" in table.stdout and "RUNNING" in table.stdout
+        got: list[bytes] = []
+        while time.monotonic() < deadline and len(got) < 2:
+            got = [r.value for r in read_committed(kafka_bootstrap, out.name)]
+            time.sleep(0.3)
+        assert got == [b"cli:one", b"cli:two"]
+        stop = _cli(["stop", *where, "--deadline", "15"], tmp_path, env)
+        assert stop.returncode == ExitCode.CLEAN, stop.stdout + stop.stderr
+        assert orjson.loads(stop.stdout)["clean"] is True
+        _out, err = run.communicate(timeout=60)
+        assert run.returncode == ExitCode.CLEAN, err
+        assert "control socket" in err and "relay: STOPPED" in err
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGTERM)
+            run.communicate(timeout=60)
+    inspect = _cli(["inspect", "--process", "relay", "--bootstrap-servers", kafka_bootstrap,
+                    "--prefix", prefix, "--json"], tmp_path, env)
+    assert inspect.returncode == 0, inspect.stderr
+    report = orjson.loads(inspect.stdout)
+    assert report["changelog"] == ordering_changelog(prefix, "relay")
+    task0 = report["tasks"][0]
+    assert task0["bindings"] == {src.name: str(src.topic_id)}
+    assert [(c["topic"], c["partition"], c["covered"]) for c in task0["covered"]] == \
+        [(src.name, 0, 1)]
+    assert task0["held"] == []
+    text = _cli(["inspect", "--process", "relay", "--bootstrap-servers", kafka_bootstrap,
+                 "--prefix", prefix], tmp_path, env)
+    assert f"covered  {src.name}[0] up to 1" in text.stdout
+
+
+@pytest.mark.parametrize("signal_to_send", [signal.SIGTERM])
+def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
+    kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path,
+    signal_to_send: signal.Signals,
+) -> None:
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    (tmp_path / "cliapp.py").write_text(APP)
+    env = _env(src.name, out.name)
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    changelog = ordering_changelog(prefix, "relay")
+    ensure_changelog_topic(kafka_admin, changelog, 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    producer.produce(changelog, key=b"v", value=b"\x07", partition=0)
+    assert producer.flush(30) == 0
+    res = _cli(["run", "cliapp:processes", "--bootstrap-servers", kafka_bootstrap,
+                "--prefix", prefix, "--state-dir", str(tmp_path / "s")], tmp_path, env, 120)
+    assert res.returncode == ExitCode.REFUSAL, res.stderr
+    assert "UNKNOWN_ORDERING_STATE_FORMAT" in res.stderr and "(failing closed)" in res.stderr
+    # A process that starts cleanly stops cleanly on SIGTERM.
+    prefix2 = f"cli-{uuid.uuid4().hex[:8]}"
+    where = ["--prefix", prefix2, "--state-dir", str(tmp_path / "s2")]
+    run = subprocess.Popen([*CLI, "run", "cliapp:processes", "--bootstrap-servers",
+                            kafka_bootstrap, *where], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            res = _cli(["status", "--json", *where, "--timeout", "2"], tmp_path, env)
+            if res.returncode == 0 and orjson.loads(res.stdout)["processes"]["relay"]["tasks"]:
+                break
+            time.sleep(0.5)
+        run.send_signal(signal_to_send)
+        _out, err = run.communicate(timeout=60)
+        assert run.returncode == ExitCode.CLEAN, err
+        assert "stopped within" in err
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
