@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import psutil
@@ -176,6 +176,7 @@ class ParsleyRelay:
         self.procs: list[Any] = []
         self.topic_ids: dict[str, UUID] = {}
         self.collector: Any = None
+        self.plan: Any = None
 
     def process(self) -> Any:
         """The declaration: relay every input record to the output, key/value/timestamp kept."""
@@ -190,29 +191,46 @@ class ParsleyRelay:
 
     def start(self, timeout_s: float) -> None:
         """Bootstrap, spawn every task and wait until each reports RUNNING."""
-        import multiprocess
-
         from coordinator.bootstrap import bootstrap
         from coordinator.config import ParsleyConfig
         from perf.measure import StatusCollector
+
+        config = ParsleyConfig(self.bootstrap, self.prefix, state_dir=self.state_dir,
+                               commit_interval_ms=self.commit_interval_ms,
+                               kafka_properties=self.PROPS)
+        self.plan = bootstrap(config, [self.process()])["relay"]
+        self.topic_ids = self.plan.topic_ids
+        self.collector = StatusCollector()
+        self.spawn(timeout_s)
+
+    PROPS: ClassVar[dict[str, Any]] = {
+        "log_level": 0, "consumer.session.timeout.ms": 45_000,
+        "consumer.heartbeat.interval.ms": 3_000}
+    """Client properties of the benchmark's workers: a long session so that a SIGSTOP'd
+    worker keeps its membership while the backlog is written."""
+
+    def spawn(self, timeout_s: float, state_dir: str | None = None) -> float:
+        """Spawn one worker per task of the bootstrapped plan; wait until each is RUNNING.
+
+        Returns:
+            Seconds from the spawn until every task reported RUNNING.
+        """
+        import multiprocess
+
         from workers.main import run
         from workers.protocol import TaskSpec
 
-        props = {"log_level": 0, "consumer.session.timeout.ms": 45_000,
-                 "consumer.heartbeat.interval.ms": 3_000}
-        config = ParsleyConfig(self.bootstrap, self.prefix, state_dir=self.state_dir,
-                               commit_interval_ms=self.commit_interval_ms,
-                               kafka_properties=props)
-        plan = bootstrap(config, [self.process()])["relay"]
-        self.topic_ids = plan.topic_ids
-        self.collector = StatusCollector()
+        plan = self.plan
         ctx = multiprocess.get_context("spawn")
+        t0 = time.monotonic()
+        self.procs = []
         for task in range(plan.task_count):
             spec = TaskSpec(process=plan.process, prefix=self.prefix, task=task,
                             task_count=plan.task_count, bootstrap_servers=self.bootstrap,
-                            status_endpoint=self.collector.endpoint, state_dir=self.state_dir,
+                            status_endpoint=self.collector.endpoint,
+                            state_dir=state_dir or self.state_dir,
                             topic_ids=plan.topic_ids, partitions=plan.partitions,
-                            kafka_properties=props,
+                            kafka_properties=self.PROPS,
                             commit_interval_ms=self.commit_interval_ms)
             p = ctx.Process(target=run, args=(spec,), daemon=True)
             p.start()
@@ -222,6 +240,18 @@ class ParsleyRelay:
             self.collector.wait_for(
                 lambda m, pid=p.pid: m.get("pid") == pid and m.get("state") == "RUNNING",
                 max(1.0, deadline - time.monotonic()))
+        return time.monotonic() - t0
+
+    def stop_workers(self) -> None:
+        """SIGTERM every worker and wait (SIGKILL after 30 s); the collector stays open."""
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
 
     def pids(self) -> list[int]:
         """The workers' pids, in task order."""
@@ -242,14 +272,7 @@ class ParsleyRelay:
 
     def stop(self) -> None:
         """SIGTERM every worker, wait (SIGKILL after 30 s), close the collector."""
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-        for p in self.procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        self.stop_workers()
         if self.collector is not None:
             time.sleep(0.2)
             self.collector.close()
