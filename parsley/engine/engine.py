@@ -683,6 +683,8 @@ class ProcessEngine:
                 heappush(self._ready, rank[ch])
             else:
                 heappush(self._waiting.setdefault(blocker[0], []), (blocker[1], rank[ch]))
+                # A blocked head keeps only its causes in memory, never its body.
+                self._loaded = None
 
     def deliver_next(self) -> DeliverableMessage | None:
         """Deliver the next head whose causes are all settled, if any.

@@ -447,3 +447,16 @@ def test_start_clamps_coverage_to_delivered_past_and_start_positions() -> None:
     assert e2.covered(A) == 0
     assert e2.receive(msg(B, 6)) is FeedOutcome.DUPLICATE_DROPPED
     assert dict(e2.take_deltas())[sc.fed_key(B)] == sc.encode_long(6)
+
+
+def test_a_restored_blocked_head_keeps_only_its_causes_in_memory() -> None:
+    store = InMemoryOrderingStore()
+    e = engine(store)
+    e.receive(msg(B, 0, {A: 0}, value=b"x" * 1000))
+    e.receive(msg(B, 1, {}, value=b"y" * 1000))
+    e.take_deltas()
+    e2 = engine(InMemoryOrderingStore(store.items()))
+    assert e2.deliver_next() is None
+    assert e2._head_causes == {B: ((A, 0),)}  # the decision needs these
+    assert e2._loaded is None and not e2._bodies, "no held body stays in memory"
+    assert e2.held_positions(B) == (0, 1)
