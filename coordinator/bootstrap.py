@@ -36,6 +36,7 @@ seed 001, "If start threw".
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 import uuid
@@ -82,6 +83,7 @@ __all__ = [
     "TaskState",
     "bootstrap",
     "bootstrap_process",
+    "kafka_topic_id",
     "read_ordering_state",
     "resolve_topics",
 ]
@@ -542,8 +544,14 @@ def _bootstrap_consumer(config: ParsleyConfig, group: str) -> Consumer:
     return Consumer(props)
 
 
+def kafka_topic_id(topic_id: UUID) -> str:
+    """A topic id as Kafka prints it (``Uuid.toString``: URL-safe base64, no padding),
+    the form ``kafka-topics --describe`` shows as ``TopicId``."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
 def _fmt_channels(channels: Iterable[ChannelId]) -> str:
-    return "[" + ", ".join(f"{c.topic_id}/{c.partition}" for c in channels) + "]"
+    return "[" + ", ".join(f"{kafka_topic_id(c.topic_id)}/{c.partition}" for c in channels) + "]"
 
 
 def bootstrap_process(

@@ -382,6 +382,7 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     """Read ``<prefix>-<process>-__parsley.ordering-changelog`` into a report per task.
 
     Returns:
+        Topic ids in Kafka's printed form (``kafka-topics --describe``).
         ``{"changelog", "tasks": [{"task", "records", "held": [{"topic_id",
         "topic", "partition", "count"}], "covered": [{"topic_id", "topic",
         "partition", "covered", "fed_to_end"}], "bindings": {name: id}}]}``.
@@ -394,7 +395,7 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
 
-    from coordinator.bootstrap import StartError, read_ordering_state
+    from coordinator.bootstrap import StartError, kafka_topic_id, read_ordering_state
     from parsley.declarations import ordering_changelog
     from workers.changelog import describe_topic
     from workers.kafka import admin_config, restore_consumer_config
@@ -419,14 +420,15 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
         tasks.append({
             "task": s.task,
             "records": s.records,
-            "held": [{"topic_id": str(ch.topic_id), "topic": names.get(ch.topic_id),
+            "held": [{"topic_id": kafka_topic_id(ch.topic_id), "topic": names.get(ch.topic_id),
                       "partition": ch.partition, "count": n}
                      for ch, n in s.inspector.held_channels().items()],
-            "covered": [{"topic_id": str(ch.topic_id), "topic": names.get(ch.topic_id),
+            "covered": [{"topic_id": kafka_topic_id(ch.topic_id),
+                         "topic": names.get(ch.topic_id),
                          "partition": ch.partition, "covered": pos,
                          "fed_to_end": s.inspector.is_fed_to_end(pos)}
                         for ch, pos in s.inspector.covered_positions().items()],
-            "bindings": {k: str(v) for k, v in bindings.items()},
+            "bindings": {k: kafka_topic_id(v) for k, v in bindings.items()},
         })
     return {"changelog": name, "tasks": tasks}
 

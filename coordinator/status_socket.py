@@ -126,12 +126,12 @@ class ControlServer:
     def __init__(self, endpoint: str, handlers: Mapping[str, Handler],
                  record_to: Path | None = None) -> None:
         self._handlers = dict(handlers)
-        self._sock = zmq.Context.instance().socket(zmq.REP)
+        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
         if endpoint.startswith("ipc://"):
             Path(endpoint[len("ipc://"):]).parent.mkdir(parents=True, exist_ok=True)
         self._sock.bind(endpoint)
-        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._record_to = record_to
         if record_to is not None:
             record_to.parent.mkdir(parents=True, exist_ok=True)
@@ -216,7 +216,7 @@ def request(endpoint: str, payload: Mapping[str, Any] | bytes, *, timeout_s: flo
     Raises:
         NoReplyError: nothing came back within ``timeout_s``.
     """
-    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(endpoint)

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import multiprocess
+import multiprocess  # type: ignore[import-untyped]
 import orjson
-import psutil
+import psutil  # type: ignore[import-untyped]
 import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError
@@ -265,7 +265,7 @@ class Supervisor:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._ctx = multiprocess.get_context("spawn")
-        self._zmq = zmq.Context.instance()
+        self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._pull: zmq.Socket[bytes] | None = None
         self._endpoint = ""
         self._thread: threading.Thread | None = None

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from coordinator.bootstrap import kafka_topic_id
 from coordinator.cli import ExitCode
 from parsley.declarations import ordering_changelog
 from tests.kafka_support import QUIET
@@ -131,7 +132,7 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
     report = orjson.loads(inspect.stdout)
     assert report["changelog"] == ordering_changelog(prefix, "relay")
     task0 = report["tasks"][0]
-    assert task0["bindings"] == {src.name: str(src.topic_id)}
+    assert task0["bindings"] == {src.name: kafka_topic_id(src.topic_id)}
     assert [(c["topic"], c["partition"], c["covered"]) for c in task0["covered"]] == \
         [(src.name, 0, 1)]
     assert task0["held"] == []
