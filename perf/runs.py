@@ -67,9 +67,9 @@ class Settings:
     """Sizes of one benchmark invocation.
 
     Attributes:
-        messages: backlog records per throughput phase (diamond: pairs, so twice the records).
-        latency_messages: paced records in the latency phase (diamond: pairs).
-        latency_rate: paced records per second (diamond: pairs per second).
+        messages: backlog records per throughput phase (diamond: half as many pairs).
+        latency_messages: paced records in the latency phase (diamond: half as many pairs).
+        latency_rate: paced records per second (diamond: half as many pairs per second).
         sizes: message value sizes, bytes.
         commit_interval_ms: the relays' commit interval, ms.
         timeout_s: deadline for any one wait (startup, drain), seconds.
@@ -83,7 +83,7 @@ class Settings:
     timeout_s: float = 240.0
 
 
-QUICK = Settings(messages=10_000, latency_messages=600, latency_rate=300.0)
+QUICK = Settings(messages=20_000, latency_messages=600, latency_rate=300.0)
 FULL = Settings()
 
 
@@ -189,8 +189,12 @@ class ParsleyRelay:
                                  relay_handler(out))
         return proc.sends(out)
 
-    def start(self, timeout_s: float) -> None:
-        """Bootstrap, spawn every task and wait until each reports RUNNING."""
+    def start(self, timeout_s: float, target: Callable[..., Any] | None = None,
+              extra_args: tuple[Any, ...] = ()) -> None:
+        """Bootstrap, spawn every task and wait until each reports RUNNING.
+
+        ``target``/``extra_args``: see :meth:`spawn`.
+        """
         from coordinator.bootstrap import bootstrap
         from coordinator.config import ParsleyConfig
         from perf.measure import StatusCollector
@@ -201,7 +205,7 @@ class ParsleyRelay:
         self.plan = bootstrap(config, [self.process()])["relay"]
         self.topic_ids = self.plan.topic_ids
         self.collector = StatusCollector()
-        self.spawn(timeout_s)
+        self.spawn(timeout_s, target=target, extra_args=extra_args)
 
     PROPS: ClassVar[dict[str, Any]] = {
         "log_level": 0, "consumer.session.timeout.ms": 45_000,
@@ -209,8 +213,12 @@ class ParsleyRelay:
     """Client properties of the benchmark's workers: a long session so that a SIGSTOP'd
     worker keeps its membership while the backlog is written."""
 
-    def spawn(self, timeout_s: float, state_dir: str | None = None) -> float:
+    def spawn(self, timeout_s: float, state_dir: str | None = None,
+              target: Callable[..., Any] | None = None, extra_args: tuple[Any, ...] = ()) -> float:
         """Spawn one worker per task of the bootstrapped plan; wait until each is RUNNING.
+
+        ``target(spec, *extra_args)`` replaces ``workers.main.run`` when given (the
+        profiler's wrapper).
 
         Returns:
             Seconds from the spawn until every task reported RUNNING.
@@ -232,7 +240,7 @@ class ParsleyRelay:
                             topic_ids=plan.topic_ids, partitions=plan.partitions,
                             kafka_properties=self.PROPS,
                             commit_interval_ms=self.commit_interval_ms)
-            p = ctx.Process(target=run, args=(spec,), daemon=True)
+            p = ctx.Process(target=target or run, args=(spec, *extra_args), daemon=True)
             p.start()
             self.procs.append(p)
         deadline = time.monotonic() + timeout_s
@@ -396,7 +404,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         if not reader.read_until(expected, settings.timeout_s):
             raise RuntimeError(f"{kind}: warm-up records not relayed")
         # throughput
-        n = settings.messages
+        n = settings.messages // 2 if diamond else settings.messages  # diamond: pairs
         pids = relay.pids()
         _suspend(pids)
         try:
@@ -427,13 +435,15 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         mark = len(reader.records)
         count = settings.latency_messages
         if diamond:
-            interval = 1.0 / settings.latency_rate
+            count //= 2
+            pair_rate = settings.latency_rate / 2
+            interval = 1.0 / pair_rate
             start_seq = seq
 
             def send(i: int) -> None:
                 loader.pair(topics, start_seq + i, gap_s=interval / 2)
 
-            load.paced(count, settings.latency_rate, send, lambda: loader.producer.poll(0))
+            load.paced(count, pair_rate, send, lambda: loader.producer.poll(0))
             seq += count
             expected = 2 * count
         else:

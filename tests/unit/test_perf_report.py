@@ -25,6 +25,7 @@ from perf.measure import (
 from perf.report import (
     SECTION_BEGIN,
     SECTION_END,
+    best_of,
     build_report,
     markdown_section,
     markdown_table,
@@ -200,3 +201,14 @@ def test_replace_section_keeps_other_sections() -> None:
     twice = replace_section(once + "\n## Later\n", section.replace("End-to-end", "E2E"))
     assert twice.count(SECTION_BEGIN) == 1 and "## E2E relay" in twice
     assert "## Codec" in twice and "## Later" in twice and "End-to-end relay" not in twice
+
+
+def test_best_of_keeps_the_faster_round_and_lists_all() -> None:
+    r1 = {"kind": "baseline", "msgs_per_s": 100.0, "tag": 1}
+    r2 = {"kind": "baseline", "msgs_per_s": 300.0, "tag": 2}
+    r3 = {"kind": "baseline", "msgs_per_s": 200.0, "tag": 3}
+    kept = best_of(None, r1)
+    assert kept["rounds_msgs_per_s"] == [100.0] and kept["tag"] == 1
+    kept = best_of(kept, r2)
+    kept = best_of(kept, r3)
+    assert kept["tag"] == 2 and kept["rounds_msgs_per_s"] == [100.0, 300.0, 200.0]
