@@ -1,0 +1,143 @@
+"""Every command in docs/runbooks.md, run in document order against the real broker.
+
+The ``sh`` blocks of the runbooks are extracted, their placeholders filled in
+for a relay process that ``parsley-coordinator run`` is running, and each
+command is run: the Kafka tools through ``parsley-devbroker tool`` (the same
+jars as the broker), ``parsley-coordinator`` through its module, ``rm -rf``
+on the state directory. Each must exit 0. The run ends with the reset steps,
+after which the process's group and changelogs are gone. A meta-check: every
+refusal reason has a runbook on the page.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+
+from parsley.declarations import ordering_changelog
+from parsley.refusals import Reason
+from tests.kafka_support import QUIET
+from workers.changelog import describe_topic
+
+RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
+CLI = [sys.executable, "-m", "coordinator.cli"]
+DEVBROKER_TOOL = [sys.executable, "-c", "from coordinator.devbroker import main; main()", "tool"]
+APP = '''
+import os
+from parsley import Channel, Effects, Process, Store
+from parsley.serdes import BYTES
+
+OUT = Channel(os.environ["RB_OUT"], BYTES, BYTES)
+
+
+def handle(delivery, state):
+    return Effects.builder().send(OUT, delivery.key, delivery.value).build()
+
+
+processes = [Process("shipper").receives(Channel(os.environ["RB_SRC"], BYTES, BYTES), handle)
+             .sends(OUT).stores(Store("inventory", BYTES, BYTES))]
+'''
+
+
+def runbook_commands(text: str) -> list[str]:
+    """Commands of every ```sh block, continuation lines joined, in document order."""
+    commands: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        commands += [line.strip() for line in joined.splitlines() if line.strip()]
+    return commands
+
+
+def test_every_reason_has_a_runbook() -> None:
+    text = RUNBOOKS.read_text()
+    missing = [r.name for r in Reason if r.name not in text]
+    assert not missing, f"reasons without a runbook: {missing}"
+    assert "Log the status" in text and "with Parsley.start(config, shipper) as parsley:" in text
+
+
+def test_every_runbook_command_runs_against_the_broker(
+    kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
+) -> None:
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    producer.produce(src.name, key=b"k", value=b"v", partition=0)
+    assert producer.flush(30) == 0
+    (tmp_path / "rbapp.py").write_text(APP)
+    prefix = f"rb-{uuid.uuid4().hex[:8]}"
+    state_dir = tmp_path / "state"
+    app_id = f"{prefix}-shipper"
+    env = dict(os.environ, RB_SRC=src.name, RB_OUT=out.name,
+               PYTHONPATH=os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")]))
+    values = {"<servers>": kafka_bootstrap, "<prefix>": prefix, "<process>": "shipper",
+              "<app-id>": app_id, "<state.dir>": str(state_dir), "<topic>": src.name,
+              "<partition>": "0", "<position>": "0", "<bytes>": "2097152",
+              "<longer>": "604800000"}
+    run = subprocess.Popen([*CLI, "run", "rbapp:processes", "--bootstrap-servers",
+                            kafka_bootstrap, "--prefix", prefix, "--state-dir", str(state_dir)],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    ran: list[str] = []
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            res = subprocess.run([*CLI, "status", "--json", "--prefix", prefix, "--state-dir",
+                                  str(state_dir), "--timeout", "2"], cwd=tmp_path, env=env,
+                                 capture_output=True, text=True)
+            if res.returncode == 0 and \
+                    orjson.loads(res.stdout)["processes"]["shipper"]["state"] == "RUNNING":
+                break
+            assert run.poll() is None, f"run exited: {run.communicate()[1]}"
+            assert time.monotonic() < deadline, "the process never reported RUNNING"
+            time.sleep(0.5)
+        commands = runbook_commands(RUNBOOKS.read_text())
+        assert len(commands) >= 20, commands
+        for command in commands:
+            for key, value in values.items():
+                command = command.replace(key, value)
+            assert "<" not in command, f"unfilled placeholder in: {command}"
+            argv = shlex.split(command)
+            if argv[0] == "rm":
+                target = Path(argv[-1])
+                assert target.is_relative_to(tmp_path), target
+                shutil.rmtree(target, ignore_errors=True)
+                ran.append(command)
+                continue
+            if argv[0].startswith("kafka-"):
+                full = [*DEVBROKER_TOOL, *argv]
+            elif argv[0] == "parsley-coordinator":
+                full = [*CLI, *argv[1:]]
+            else:
+                raise AssertionError(f"unexpected command in the runbooks: {command}")
+            retry_until = time.monotonic() + (45 if "--delete --group" in command else 0)
+            while True:
+                res = subprocess.run(full, cwd=tmp_path, env=env, capture_output=True,
+                                     text=True, timeout=120)
+                # kafka-consumer-groups reports a non-empty group on stderr with status 0.
+                failed = res.returncode != 0 or "GroupNotEmpty" in res.stdout + res.stderr
+                if not failed or time.monotonic() > retry_until:
+                    break
+                time.sleep(2)
+            assert not failed, f"{command}\nexit {res.returncode}\n{res.stdout}\n{res.stderr}"
+            ran.append(command)
+        run.communicate(timeout=60)
+        assert run.returncode == 0, "run returns 0 after parsley-coordinator stop"
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.communicate(timeout=60)
+    assert any(c.startswith("parsley-coordinator inspect") for c in ran)
+    assert describe_topic(kafka_admin, ordering_changelog(prefix, "shipper")) is None
+    assert describe_topic(kafka_admin, f"{app_id}-inventory-changelog") is None
+    assert not (state_dir / app_id).exists()
