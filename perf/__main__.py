@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 _say(f"restore FAILED: {exc!r}")
     finally:
+        admin = None  # an AdminClient outliving the broker logs reconnect failures
+        import gc
+
+        gc.collect()
         if private_dir is not None:
             from coordinator import devbroker
 

@@ -16,7 +16,7 @@ latency is also measured from the send time of its cause, joined by ``seq``.
 For the Parsley runs each message carries a ``parsley.causes`` header
 (``parsley.wire.encode_causes``) whose 16-entry frontier names two topics the
 relay does not receive, eight partitions each, with positions that advance with
-``seq`` (an upstream relay's frontier moves with each of its deliveries). Causes
+``seq`` (an upstream relay's frontier: one entry moves with each of its deliveries). Causes
 on channels a process does not receive are ignored by the decision rule
 (facts §4, "Decision rule"), so such a message is deliverable at once, yet the
 worker pays for decoding and merging the whole header.
@@ -133,21 +133,32 @@ def frontier_header(
     seq: int,
     channels: Sequence[ChannelId],
     extra: tuple[ChannelId, int] | None = None,
+    moving: bool = False,
 ) -> list[tuple[str, bytes]]:
     """The ``parsley.causes`` header of message ``seq``: positions that move with seq.
 
+    The shape of an upstream relay's frontier: the entry of the channel it relays
+    from moves with every message, the other entries (its own upstream) stay put
+    between messages. So every header is distinct and is decoded and merged in full,
+    the case ``perf.bench_engine`` calls realistic ("distinct, 1 entry moves").
+
     Args:
-        seq: the message's sequence number; entry ``j`` is at position
-            ``1_000_000 + 16 * seq + j`` (distinct headers, one per message).
+        seq: the message's sequence number; entry 0 is at ``1_000_000 + seq``, entry
+            ``j > 0`` at ``1_000_000 + j`` (``moving=True``: ``1_000_000 + 16 * seq + j``,
+            every entry moving, the engine's worst case).
         channels: channels the relay does not receive (settled by the decision rule).
         extra: one more (channel, position) cause, e.g. the diamond's cause on the
             other received topic; replaces the last unreceived channel so the header
             keeps the same entry count.
+        moving: move every entry with ``seq``.
 
     Returns:
         Kafka headers ``[("parsley.causes", bytes)]`` (wire format, facts §1-2).
     """
-    causes = {ch: 1_000_000 + 16 * seq + j for j, ch in enumerate(channels)}
+    if moving:
+        causes = {ch: 1_000_000 + 16 * seq + j for j, ch in enumerate(channels)}
+    else:
+        causes = {ch: 1_000_000 + (seq if j == 0 else j) for j, ch in enumerate(channels)}
     if extra is not None:
         causes.pop(channels[-1], None)
         causes[extra[0]] = extra[1]

@@ -106,7 +106,11 @@ def test_frontier_header_has_sixteen_unreceived_entries() -> None:
     assert name == wire.CAUSES_HEADER
     causes = wire.decode_causes(blob)
     assert set(causes) == set(chans)
-    assert causes[chans[3]] == 1_000_000 + 16 * 7 + 3
+    assert causes[chans[0]] == 1_000_007 and causes[chans[3]] == 1_000_003
+    [(_, later)] = load.frontier_header(8, chans)
+    assert later != blob and wire.decode_causes(later)[chans[0]] == 1_000_008
+    [(_, moving)] = load.frontier_header(7, chans, moving=True)
+    assert wire.decode_causes(moving)[chans[3]] == 1_000_000 + 16 * 7 + 3
     other = ChannelId(UUID(int=99), 0)
     [(_, blob2)] = load.frontier_header(7, chans, extra=(other, 5))
     causes2 = wire.decode_causes(blob2)
