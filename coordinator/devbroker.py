@@ -651,6 +651,8 @@ def up(
     data_dir = (data_dir or default_data_dir()).resolve()
     current = running(data_dir)
     if current is not None:
+        # It may still be starting (another `up` in flight): answer only once it is ready.
+        wait_ready(current.bootstrap, start_timeout_s)
         return current, True
     java = require_java()
     lib = fetch_jars(say=say)
