@@ -542,7 +542,8 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     On a fresh broker the first group lookup creates and loads ``__consumer_offsets``
     and the first ``init_transactions`` creates and loads ``__transaction_state``;
     either can take seconds. This does both once, with a throwaway group
-    (:data:`WARM_UP_GROUP`) and transactional id (:data:`WARM_UP_TRANSACTIONAL_ID`).
+    (:data:`WARM_UP_GROUP`, never joined) and a throwaway transactional id
+    (:data:`WARM_UP_TRANSACTIONAL_ID` plus a random suffix, one empty committed transaction).
 
     The group side uses a Consumer's ``committed()``, not
     ``AdminClient.list_consumer_group_offsets``: with confluent-kafka 2.16.1 the admin
@@ -582,9 +583,9 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
                 time.sleep(0.5)
     finally:
         consumer.close()
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": WARM_UP_TRANSACTIONAL_ID, **_QUIET}
-    )
+    # A fresh id per call: concurrent warm-ups on one broker must not fence each other.
+    txn_id = f"{WARM_UP_TRANSACTIONAL_ID}-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, **_QUIET})
     while True:
         try:
             producer.init_transactions(max(deadline - time.monotonic(), 1.0))
