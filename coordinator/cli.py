@@ -182,9 +182,12 @@ def cli(log_level: str) -> None:
                    "port), tcp:PORT, or a full ipc:// or tcp://HOST:PORT endpoint.")
 @click.option("--stop-deadline", type=float, default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL for each worker at shutdown.")
+@click.option("--log-status-every", type=float, default=60.0, show_default=True,
+              help="Seconds between status lines in the log (0: never). The per-task detail "
+                   "is gone once a process stops, so the log is its record.")
 def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
         prefix: str | None, state_dir: str | None, restart: str, listen: str,
-        stop_deadline: float) -> None:
+        stop_deadline: float, log_status_every: float) -> None:
     """Start the processes APP (module:attribute) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the
@@ -231,8 +234,11 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    next_log = time.monotonic() + log_status_every
     while not asked.is_set() and not handle.await_all_stopped(timeout=0.2):
-        pass
+        if log_status_every > 0 and time.monotonic() >= next_log:
+            next_log = time.monotonic() + log_status_every
+            _log_status(handle.status())
     statuses = handle.status()
     report = handle.close(stop_deadline)
     code = ExitCode.CLEAN
@@ -250,6 +256,19 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
     if code == ExitCode.CLEAN and not report.clean:
         code = ExitCode.SHUTDOWN_INCOMPLETE
     sys.exit(code)
+
+
+def _log_status(statuses: Any) -> None:
+    """One INFO line per process: state, reason, detail, and per task held/stale/lag."""
+    for name, st in statuses.items():
+        tasks = " ".join(
+            f"[task {t.task} pid {t.pid} held={t.held_count} lag={t.lag} "
+            f"frontier={t.frontier_bytes}B age={t.updated_ms_ago}ms"
+            + (" STALE" if t.stale else "") + "]"
+            for t in st.tasks)
+        log.info("status %s: %s refusal=%s detail=%s %s", name, st.state.value,
+                 None if st.refusal_reason is None else st.refusal_reason.name,
+                 st.failure_detail, tasks)
 
 
 def _render(doc: dict[str, Any]) -> Any:

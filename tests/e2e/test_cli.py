@@ -181,3 +181,74 @@ def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
         if run.poll() is None:
             run.kill()
             run.communicate()
+
+
+def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
+    from coordinator.status_socket import ControlServer
+
+    served: list[int] = []
+
+    def status(req: Any) -> dict[str, Any]:
+        served.append(1)
+        return {"status": {"processes": {"relay": {
+            "state": "RUNNING", "refusal_reason": None, "failure_detail": None,
+            "tasks": [{"task": 0, "pid": 4242, "held": [{"topic": "b", "partition": 0,
+                       "count": 2, "head": 7, "blockers": [{"topic": "a", "partition": 0,
+                                                            "required": 9, "settled": None}]}],
+                       "frontier_channels": 2, "frontier_bytes": 54, "budget_bytes": 262144,
+                       "lag": 3, "updated_ms_ago": 120}]}}}}
+
+    server = ControlServer(f"ipc://{tmp_path}/watch.ipc", {"status": status})
+    try:
+        table = _cli(["status", "--endpoint", server.endpoint], tmp_path,
+                     dict(os.environ, COLUMNS="200"))
+        assert table.returncode == 0, table.stderr
+        flat = " ".join(table.stdout.split())
+        assert "a[0] needs 9 settled -" in flat and "b[0]@7 x2" in flat, table.stdout
+        watch = subprocess.Popen([*CLI, "status", "--watch", "--json", "--interval", "0.2",
+                                  "--endpoint", server.endpoint], cwd=tmp_path,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while len(served) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watch.send_signal(signal.SIGINT)
+        out, err = watch.communicate(timeout=30)
+        assert watch.returncode == 0, err
+        assert out.count('"processes"') >= 3, "--watch refreshes"
+    finally:
+        server.close()
+
+
+def test_refusal_after_start_exits_3_and_status_is_logged(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path
+) -> None:
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    (tmp_path / "cliapp.py").write_text(APP)
+    env = _env(src.name, out.name)
+    where = ["--prefix", f"cli-{uuid.uuid4().hex[:8]}", "--state-dir", str(tmp_path / "s")]
+    run = subprocess.Popen([*CLI, "run", "cliapp:processes", "--bootstrap-servers",
+                            kafka_bootstrap, *where, "--log-status-every", "0.5"],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            res = _cli(["status", "--json", *where, "--timeout", "2"], tmp_path, env)
+            if res.returncode == 0 and \
+                    orjson.loads(res.stdout)["processes"]["relay"]["state"] == "RUNNING":
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)  # two status log periods
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+        producer.produce(src.name, key=b"k", value=b"v", partition=0,
+                         headers=[("parsley.causes", b"\x01")])
+        assert producer.flush(30) == 0
+        _out, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == ExitCode.REFUSAL, err
+    assert "refusal=UNDECODABLE_METADATA" in err and "(failing closed)" in err
+    assert "status relay: RUNNING refusal=None" in err, "the status is logged on a timer"
