@@ -26,7 +26,7 @@ from coordinator.status import ProcessState
 from coordinator.status_socket import ControlServer, Outcome, request
 from coordinator.supervisor import RestartPolicy, Supervisor
 from parsley.declarations import Channel, Effects, Process
-from parsley.refusals import Reason
+from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES
 from workers.protocol import EXIT_CODES, StopKind, TaskSpec
 
@@ -124,6 +124,27 @@ def fake_substrate_once(spec: TaskSpec) -> int:
         time.sleep(0.3)
         return r.final(StopKind.SUBSTRATE, None, "commit timed out: _TIMED_OUT")
     return _run_until_term(r)
+
+
+def fake_covered_position_fed(spec: TaskSpec) -> int:
+    marker = Path(spec.state_dir) / "covered-count"
+    count = int(marker.read_text()) if marker.exists() else 0
+    limit = int((Path(spec.state_dir) / "covered-limit").read_text())
+    r = _Reporter(spec)
+    if count < limit:
+        marker.write_text(str(count + 1))
+        r.status()
+        time.sleep(0.3)
+        return r.final(StopKind.REFUSAL, "COVERED_POSITION_FED",
+                       "fed a-0@3 which this execution's own coverage already records")
+    return _run_until_term(r)
+
+
+def fake_always_substrate(spec: TaskSpec) -> int:
+    r = _Reporter(spec)
+    r.status()
+    time.sleep(0.2)
+    return r.final(StopKind.SUBSTRATE, None, "coordinator not available")
 
 
 def fake_application_failure(spec: TaskSpec) -> int:
@@ -291,6 +312,56 @@ def test_transient_substrate_failure_restarts_through_bootstrap(
     _wait(lambda: sup.status()["p"].state is ProcessState.RUNNING
           and len(sup.status()["p"].tasks) == 2, what="running again")
     assert calls == ["p"], "the whole process restarts once through its bootstrap"
+
+
+@pytest.mark.parametrize(("refusals", "running"), [(1, True), (2, False)])
+def test_covered_position_fed_restarts_once(
+    tmp_path: Path, supervisors: list[Supervisor], refusals: int, running: bool
+) -> None:
+    (tmp_path / "covered-limit").write_text(str(refusals))
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_covered_position_fed,
+                     restart=RestartPolicy.TRANSIENT, rebootstrap=lambda name: _plan(name, 1))
+    supervisors.append(sup)
+    sup.start()
+    if running:
+        _wait(lambda: sup.status()["p"].restarts == 1
+              and sup.status()["p"].state is ProcessState.RUNNING, what="running after a restart")
+        assert not sup.stopped()["p"]
+    else:
+        assert sup.wait_any_stopped(30)
+        st = sup.status()["p"]
+        assert st.refusal_reason is Reason.COVERED_POSITION_FED, "a recurrence is not restarted"
+        assert st.restarts == 1
+
+
+def test_transient_substrate_restarts_are_bounded(
+    tmp_path: Path, supervisors: list[Supervisor]
+) -> None:
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_always_substrate,
+                     restart=RestartPolicy.TRANSIENT, rebootstrap=lambda name: _plan(name, 1),
+                     max_attempts=2, backoff_s=0.05)
+    supervisors.append(sup)
+    sup.start()
+    assert sup.wait_any_stopped(60)
+    st = sup.status()["p"]
+    assert st.restarts == 2 and st.failure_detail == "coordinator not available"
+    assert st.refusal_reason is None
+
+
+def test_restart_whose_bootstrap_refuses_stops_with_the_refusal(
+    tmp_path: Path, supervisors: list[Supervisor]
+) -> None:
+    def rebootstrap(name: str) -> ProcessPlan:
+        raise ParsleyFailClosedError(Reason.CHANNEL_IDENTITY_CHANGED, "topics ['a'] now resolve")
+
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_always_substrate,
+                     restart=RestartPolicy.TRANSIENT, rebootstrap=rebootstrap, backoff_s=0.05)
+    supervisors.append(sup)
+    sup.start()
+    assert sup.wait_any_stopped(30)
+    st = sup.status()["p"]
+    assert st.refusal_reason is Reason.CHANNEL_IDENTITY_CHANGED
+    assert st.failure_detail == "topics ['a'] now resolve" and st.restarts == 0
 
 
 def test_substrate_failure_under_never_stops(tmp_path: Path, supervisors: list[Supervisor]) -> None:
