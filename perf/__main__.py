@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks; returns the exit status (0, or 1 when a run failed)."""
     ap = argparse.ArgumentParser(prog="python -m perf", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    from perf.patches import PATCHES
+
     ap.add_argument("--quick", action="store_true", help="smaller backlogs (a few minutes)")
     ap.add_argument("--json", metavar="FILE", help="write the JSON report here")
     ap.add_argument("--plot", metavar="FILE.png", help="write a PNG plot here (matplotlib)")
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, help="backlog records per run (overrides)")
     ap.add_argument("--rounds", type=int,
                     help="rounds of every run; the best throughput is kept (default quick 1, 2)")
+    ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
+                    help="apply a candidate worker fix from perf/patches.py in the workers")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore benchmark")
     ap.add_argument("--restore-held", type=int,
                     help="held messages for the restore benchmark (default 10^5; quick 2*10^4)")
@@ -59,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, sizes=tuple(int(s) for s in a.sizes.split(",")))
     if a.messages:
         settings = dataclasses.replace(settings, messages=a.messages)
+    bad = set(a.worker_patch) - set(PATCHES)
+    if bad:
+        ap.error(f"unknown worker patches {sorted(bad)}; choose from {sorted(PATCHES)}")
     kinds = [k for k in a.runs.split(",") if k]
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -87,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in kinds:
                     key = rep.run_key(kind, size)
                     try:
-                        result = run_one(kind, size, settings, bootstrap, admin, workdir)
+                        result = run_one(kind, size, settings, bootstrap, admin, workdir,
+                                         tuple(a.worker_patch))
                     except Exception as exc:  # one failed run must not lose the others
                         failed = True
                         _say(f"{kind} {size} B FAILED: {exc!r}")

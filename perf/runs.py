@@ -73,6 +73,8 @@ class Settings:
         sizes: message value sizes, bytes.
         commit_interval_ms: the relays' commit interval, ms.
         timeout_s: deadline for any one wait (startup, drain), seconds.
+        baseline_factor: the baseline's backlog is this many times larger, so that its
+            drain (several times faster) still spans many commit intervals.
     """
 
     messages: int = 50_000
@@ -81,6 +83,7 @@ class Settings:
     sizes: tuple[int, ...] = (100, 1024)
     commit_interval_ms: int = 100
     timeout_s: float = 240.0
+    baseline_factor: int = 5
 
 
 QUICK = Settings(messages=20_000, latency_messages=600, latency_rate=300.0)
@@ -361,8 +364,10 @@ class Loader:
 
 
 def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: AdminClient,
-            workdir: str) -> dict[str, Any]:
+            workdir: str, worker_patches: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run relay ``kind`` with ``size``-byte values; returns its figures (see module docs).
+
+    ``worker_patches`` names :data:`perf.patches.PATCHES` to apply in the Parsley workers.
 
     Raises:
         RuntimeError: the relay did not start or did not relay the backlog in time.
@@ -382,7 +387,12 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
                              tempfile.mkdtemp(prefix="state-", dir=workdir))
     _say(f"{kind} {size} B: starting the relay")
     t_start = time.monotonic()
-    relay.start(settings.timeout_s)
+    if worker_patches and isinstance(relay, ParsleyRelay):
+        from perf.patches import patched_run
+
+        relay.start(settings.timeout_s, target=patched_run, extra_args=(worker_patches,))
+    else:
+        relay.start(settings.timeout_s)
     startup_s = time.monotonic() - t_start
     sampler = WorkerSampler(relay.pids())
     reader = OutputReader(bootstrap, [out], sampler)
@@ -405,6 +415,8 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
             raise RuntimeError(f"{kind}: warm-up records not relayed")
         # throughput
         n = settings.messages // 2 if diamond else settings.messages  # diamond: pairs
+        if kind == "baseline":
+            n *= settings.baseline_factor
         pids = relay.pids()
         _suspend(pids)
         try:
@@ -483,6 +495,8 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         "duplicates": duplicates(reader.records),
         "records_read": len(reader.records),
     }
+    if worker_patches and kind != "baseline":
+        result["worker_patches"] = list(worker_patches)
     if diamond:
         own, released = held_latencies_ms(paced_records)
         result["held"] = {"from_own_send": latency_summary(own),

@@ -1,0 +1,65 @@
+"""Candidate fixes to the worker, applied in the benchmark's worker processes only.
+
+The worker (``workers/``) belongs to another engineer; a fix this benchmark
+suggests is first measured here, by patching the class inside the spawned worker
+process (``python -m perf --worker-patch NAME``), so the before/after figures come
+from the same invocation and nothing in ``workers/`` changes until its owner takes
+the fix.
+
+``shape-check-admin``
+    ``workers.main.Worker._check_shape`` asks the *consumer* for the metadata of
+    every topic in the cluster every 2 s (``list_topics(timeout=5)``). A consumer's
+    metadata request waits behind its outstanding Fetch long-poll
+    (``fetch.wait.max.ms``, 500 ms by default), so each check stalls the task's
+    loop for up to half a second: measured 450-466 ms per call on the dev broker
+    with a fetch outstanding, against 2-10 ms through an AdminClient (its own
+    connection) for one topic. The patch asks the worker's AdminClient for each
+    received topic only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PATCHES", "patched_run"]
+
+
+def _shape_check_admin() -> None:
+    from confluent_kafka import KafkaException
+
+    from workers.main import Stop, StopKind, Worker
+
+    def _check_shape(self: Any) -> None:
+        for topic in self.received:
+            try:
+                md = self.admin.list_topics(topic=topic, timeout=5)
+            except KafkaException:
+                return  # an unreachable cluster is not a shape change
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue
+            now = len(meta.partitions)
+            before = self.spec.partitions[topic]
+            if now != before:
+                raise Stop(
+                    StopKind.SUBSTRATE, None,
+                    f"the partition shape of the process's topics changed while it ran: "
+                    f"received topic {topic} had {before} partition(s) at start and has {now} "
+                    "now; restart the process (the start re-resolves the topics and pre-commits "
+                    "new partitions)")
+
+    Worker._check_shape = _check_shape  # type: ignore[method-assign]
+
+
+PATCHES: dict[str, Callable[[], None]] = {"shape-check-admin": _shape_check_admin}
+"""Patch name -> function applying it inside a worker process."""
+
+
+def patched_run(spec: Any, names: tuple[str, ...]) -> int:
+    """``workers.main.run(spec)`` with the named patches applied first (spawned-process target)."""
+    from workers.main import run
+
+    for name in names:
+        PATCHES[name]()
+    return run(spec)
