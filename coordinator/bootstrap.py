@@ -84,6 +84,7 @@ __all__ = [
     "bootstrap",
     "bootstrap_process",
     "kafka_topic_id",
+    "progress_logger",
     "read_ordering_state",
     "resolve_topics",
 ]
@@ -376,6 +377,24 @@ def read_ordering_state(
             raise StartError(f"could not read the ordering changelog {topic}[{p}]: {exc}") from exc
         states.append(TaskState(p, collector.records, collector.check(f"{topic}[{p}]")))
     return states
+
+
+def progress_logger(every_s: float = 5.0) -> Callable[[RestoreProgress], None]:
+    """An ``on_progress`` that logs each partition's end, and its progress every ``every_s`` s."""
+    last: dict[tuple[str, int], float] = {}
+
+    def report(p: RestoreProgress) -> None:
+        key = (p.topic, p.partition)
+        now = time.monotonic()
+        if p.done:
+            log.info("read %s[%d] to its end: %d record(s), offsets %d..%d", p.topic,
+                     p.partition, p.records_read, p.start_offset, p.end_offset)
+        elif now - last.setdefault(key, now) >= every_s:
+            last[key] = now
+            log.info("reading %s[%d]: position %d of %d (%d record(s))", p.topic, p.partition,
+                     p.position, p.end_offset, p.records_read)
+
+    return report
 
 
 # ---------------------------------------------------------------------------
@@ -788,7 +807,7 @@ def bootstrap(
         config: the configuration.
         processes: the declared processes.
         admin: an AdminClient (one is built from ``config`` when omitted).
-        on_progress: changelog read progress.
+        on_progress: changelog read progress (default: :func:`progress_logger`).
         group_window_s: see :func:`bootstrap_process`.
         sleep: sleeps (tests pass a fake).
 
@@ -803,6 +822,8 @@ def bootstrap(
     """
     procs = list(processes)
     validate_declarations(config.application_id_prefix, procs)
+    if on_progress is None:
+        on_progress = progress_logger()
     own_admin = admin is None
     if admin is None:
         admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))

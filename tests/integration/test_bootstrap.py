@@ -152,8 +152,12 @@ def test_prior_state_positions_covered_plus_one_named_zero_unnamed_earliest(
     proc = (Process("p").receives(_ch(a.name), _handler)
             .receives(_ch(b.name).starting_at(LATEST), _handler)
             .receives(_ch(gone.name), _handler))
-    plan = bootstrap(_config(kafka_bootstrap, prefix, tmp_path), [proc])["p"]
+    progress: list = []  # type: ignore[type-arg]
+    plan = bootstrap(_config(kafka_bootstrap, prefix, tmp_path), [proc],
+                     on_progress=progress.append)["p"]
     assert plan.prior_state
+    done = {(p.partition, p.records_read) for p in progress if p.done}
+    assert done == {(0, 5), (1, 2)}, "the changelog is read end to end, with progress"
     assert plan.start_positions == {
         (a.name, 0): 5,  # covered + 1
         (a.name, 1): 0,  # named, never covered
