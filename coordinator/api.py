@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -28,13 +29,20 @@ from confluent_kafka.admin import AdminClient
 from coordinator.bootstrap import (
     DEFAULT_GROUP_WINDOW_S,
     ProcessPlan,
+    StartError,
     bootstrap,
     bootstrap_process,
     resolve_topics,
 )
 from coordinator.config import ParsleyConfig
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
-from coordinator.status_socket import ControlServer, endpoint_file, resolve_endpoint
+from coordinator.status_socket import (
+    ControlServer,
+    NoReplyError,
+    endpoint_file,
+    request,
+    resolve_endpoint,
+)
 from coordinator.supervisor import (
     DEFAULT_STOP_DEADLINE_S,
     RestartPolicy,
@@ -48,6 +56,25 @@ from workers.kafka import admin_config
 __all__ = ["Parsley"]
 
 log = logging.getLogger("parsley.coordinator")
+
+
+def _refuse_a_second_coordinator(endpoint: str) -> None:
+    """Binding an ``ipc://`` path replaces whoever serves it: ask first.
+
+    Raises:
+        StartError: a coordinator answers on ``endpoint``.
+    """
+    if not endpoint.startswith("ipc://") or not Path(endpoint[len("ipc://"):]).exists():
+        return
+    try:
+        reply = request(endpoint, {"op": "ping"}, timeout_s=0.5)
+    except NoReplyError:
+        return  # a stale socket file from a coordinator that died
+    raise StartError(
+        f"another coordinator (pid {reply.get('pid')}) serves {endpoint} for this prefix and "
+        "state dir; stop it (parsley-coordinator stop), or give this one another state_dir "
+        "or control endpoint"
+    )
 
 
 class Parsley:
@@ -101,11 +128,16 @@ class Parsley:
                 diagnosis and remedy in the message).
             StartRetryableError: a lagging metadata view; the message ends
                 "Retry this start.".
-            StartError: a missing prerequisite (a topic, connectivity, ACLs).
+            StartError: a missing prerequisite (a topic, connectivity, ACLs), or
+                another coordinator serving the same control endpoint.
             ValueError: a wrong declaration or argument.
         """
         policy = RestartPolicy(restart)
         procs = list(processes)
+        endpoint = None
+        if control not in (None, False):
+            endpoint = resolve_endpoint(None if control is True else str(control), config)
+            _refuse_a_second_coordinator(endpoint)
         admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
         plans = bootstrap(config, procs, admin=admin, group_window_s=group_window_s)
         by_name = {p.name: p for p in procs}
@@ -121,9 +153,8 @@ class Parsley:
                                 max_attempts=max_attempts, backoff_s=backoff_s)
         supervisor.start()
         handle = cls(config, supervisor, None)
-        if control not in (None, False):
+        if endpoint is not None:
             try:
-                endpoint = resolve_endpoint(None if control is True else str(control), config)
                 handle._control = ControlServer(endpoint, handle._handlers(),
                                                 record_to=endpoint_file(config))
             except BaseException:

@@ -141,3 +141,17 @@ def test_refused_start_leaves_nothing_running(
                       relay("broken", missing, src.name))
     assert _children() == []
     assert not list(tmp_path.glob("*.coordinator.endpoint"))
+
+
+def test_a_second_coordinator_on_the_same_control_socket_is_refused(tmp_path: Path) -> None:
+    from coordinator.status_socket import ControlServer, default_endpoint
+
+    config = ParsleyConfig("127.0.0.1:1", "twin", state_dir=str(tmp_path))
+    first = ControlServer(default_endpoint(config), {"ping": lambda req: {"pid": 4242}})
+    try:
+        with pytest.raises(StartError, match=r"another coordinator \(pid 4242\)"):
+            Parsley.start(config, relay("p", "a", "b"))
+        assert request(first.endpoint, {"op": "ping"})["pid"] == 4242, "the first still serves"
+    finally:
+        first.close()
+    assert _children() == []
