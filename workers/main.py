@@ -181,6 +181,7 @@ class Worker:
         self.commits_before = 0
         self.abortable_in_a_row = 0
         self.next_shape_check = 0.0
+        self.start_positions: dict[tuple[str, int], int] = {}
 
     # -- state -------------------------------------------------------------------
 
@@ -253,6 +254,7 @@ class Worker:
         """Start the engine at the group's committed read positions (and rewind to them)."""
         assert self.engine is not None and self.consumer is not None
         committed = self._committed()
+        self.start_positions = dict(committed)
         self.engine.start({
             self.channels[t]: off for (t, _p), off in committed.items()
             if off != OFFSET_INVALID and off >= 0
@@ -270,10 +272,18 @@ class Worker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
         self.assignment_changed = True
-        if self.assignment != self.expected and partitions:
+        log.info("%s task %d assigned %s", self.app_id, self.task,
+                 [f"{tp.topic}-{tp.partition}" for tp in partitions])
+        if not partitions:
+            return
+        if self.assignment != self.expected:
             consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)  # a pause from an earlier assignment must not stick
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("%s task %d revoked %s", self.app_id, self.task,
+                 [f"{tp.topic}-{tp.partition}" for tp in partitions])
         if self.engine is not None and self.engine.started:
             self.needs_rebuild = True
         try:
@@ -365,10 +375,16 @@ class Worker:
         try:
             tps = [TopicPartition(t, p) for t, p in sorted(self.expected)]
             for tp in self.consumer.position(tps):
+                # Before the first record of a partition is consumed its position is
+                # unknown to the client: it reads from the committed start position.
+                position = tp.offset if tp.offset >= 0 else self.start_positions.get(
+                    (tp.topic, tp.partition), -1)
                 _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
-                if high < 0 or tp.offset < 0:
+                if high < 0 or position < 0:
+                    _low, high = self.consumer.get_watermark_offsets(tp, timeout=2)
+                if high < 0 or position < 0:
                     return None
-                total += max(0, high - tp.offset)
+                total += max(0, high - position)
         except KafkaException:
             return None
         return total
