@@ -42,8 +42,12 @@ def _say(msg: str) -> None:
 
 
 def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes: int,
-                      workdir: str, timeout_s: float = 600.0) -> dict[str, Any]:
+                      workdir: str, timeout_s: float = 600.0,
+                      profile_path: str | None = None) -> dict[str, Any]:
     """Run the restore benchmark; returns its figures.
+
+    ``profile_path``: run the restarted worker under pyinstrument and write its
+    profile there (``perf.profile_worker.profiled_run``).
 
     Returns:
         ``{"held", "value_bytes", "hold_seconds", "rss_holding_bytes",
@@ -83,7 +87,14 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         sampler = WorkerSampler([])
         reader = OutputReader(bootstrap, [out], sampler)
         t_spawn = time.monotonic()
-        running_s = relay.spawn(timeout_s, tempfile.mkdtemp(prefix="state-", dir=workdir))
+        fresh = tempfile.mkdtemp(prefix="state-", dir=workdir)
+        if profile_path:
+            from perf.profile_worker import profiled_run
+
+            running_s = relay.spawn(timeout_s, fresh, target=profiled_run,
+                                    extra_args=(profile_path,))
+        else:
+            running_s = relay.spawn(timeout_s, fresh)
         sampler.pids = relay.pids()
         if not reader.read_until(1, timeout_s):
             raise RuntimeError("the probe was not relayed after the restart")
@@ -115,10 +126,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--held", type=int, default=100_000)
     ap.add_argument("--value-bytes", type=int, default=1024)
+    ap.add_argument("--profile", metavar="FILE",
+                    help="profile the restarted worker with pyinstrument into FILE")
     a = ap.parse_args(argv)
     admin = AdminClient({"bootstrap.servers": a.bootstrap_servers})
     with tempfile.TemporaryDirectory(prefix="parsley-perf-") as workdir:
-        result = restore_benchmark(a.bootstrap_servers, admin, a.held, a.value_bytes, workdir)
+        result = restore_benchmark(a.bootstrap_servers, admin, a.held, a.value_bytes, workdir,
+                                   profile_path=a.profile)
     print(json.dumps(result, indent=2))
 
 
