@@ -209,7 +209,7 @@ def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
                                   "--endpoint", server.endpoint], cwd=tmp_path,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
-        while len(served) < 4 and time.monotonic() < deadline:
+        while len(served) < 6 and time.monotonic() < deadline:  # 5 refreshes served
             time.sleep(0.1)
         watch.send_signal(signal.SIGINT)
         out, err = watch.communicate(timeout=30)
