@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
             held = a.restore_held or (20_000 if a.quick else 100_000)
             try:
-                restore = restore_benchmark(bootstrap, admin, held, 1024, workdir)
+                restore = restore_benchmark(bootstrap, admin, held, 1024, workdir,
+                                            worker_patches=tuple(a.worker_patch))
             except Exception as exc:
                 failed = True
                 _say(f"restore FAILED: {exc!r}")

@@ -43,11 +43,13 @@ def _say(msg: str) -> None:
 
 def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes: int,
                       workdir: str, timeout_s: float = 600.0,
-                      profile_path: str | None = None) -> dict[str, Any]:
+                      profile_path: str | None = None,
+                      worker_patches: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the restore benchmark; returns its figures.
 
     ``profile_path``: run the restarted worker under pyinstrument and write its
-    profile there (``perf.profile_worker.profiled_run``).
+    profile there (``perf.profile_worker.profiled_run``). ``worker_patches``: apply
+    these :data:`perf.patches.PATCHES` in the restarted worker.
 
     Returns:
         ``{"held", "value_bytes", "hold_seconds", "rss_holding_bytes",
@@ -93,6 +95,11 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
 
             running_s = relay.spawn(timeout_s, fresh, target=profiled_run,
                                     extra_args=(profile_path,))
+        elif worker_patches:
+            from perf.patches import patched_run
+
+            running_s = relay.spawn(timeout_s, fresh, target=patched_run,
+                                    extra_args=(worker_patches,))
         else:
             running_s = relay.spawn(timeout_s, fresh)
         sampler.pids = relay.pids()
@@ -117,6 +124,7 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         "rss_bytes": max(sampler.peak_rss.values()) if sampler.peak_rss else st.get("rss_bytes"),
         "held_after_restart": st.get("held_total"),
         "restore_records": restore.get("records") if isinstance(restore, dict) else None,
+        "worker_patches": list(worker_patches),
     }
 
 
@@ -126,13 +134,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--held", type=int, default=100_000)
     ap.add_argument("--value-bytes", type=int, default=1024)
+    ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
+                    help="apply a candidate fix from perf/patches.py in the restarted worker")
     ap.add_argument("--profile", metavar="FILE",
                     help="profile the restarted worker with pyinstrument into FILE")
     a = ap.parse_args(argv)
     admin = AdminClient({"bootstrap.servers": a.bootstrap_servers})
     with tempfile.TemporaryDirectory(prefix="parsley-perf-") as workdir:
         result = restore_benchmark(a.bootstrap_servers, admin, a.held, a.value_bytes, workdir,
-                                   profile_path=a.profile)
+                                   profile_path=a.profile,
+                                   worker_patches=tuple(a.worker_patch))
     print(json.dumps(result, indent=2))
 
 
