@@ -273,7 +273,7 @@ class TopicTail:
         pending = set()
         for p in self.partitions:
             _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=10, cached=False)
+                TopicPartition(self.topic, p), cached=True)
             end = self._eof_at.get(p)
             if end is None or high > end:
                 pending.add(p)
@@ -283,7 +283,11 @@ class TopicTail:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        self._eof_at[msg.partition()] = msg.offset()
+                        # Under read_committed the EOF offset stops short of a trailing
+                        # commit marker; the fetch's own high watermark does not.
+                        _, high = self._consumer.get_watermark_offsets(
+                            TopicPartition(self.topic, msg.partition()), cached=True)
+                        self._eof_at[msg.partition()] = max(msg.offset(), high)
                         pending.discard(msg.partition())
                         continue
                     raise KafkaException(err)

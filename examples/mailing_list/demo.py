@@ -1,0 +1,637 @@
+"""``python -m examples.mailing_list.demo``: the mailing-list pipeline end to end, then the verdict.
+
+What it does, in order:
+
+1. uses the broker at ``--bootstrap-servers``, or starts a local one with
+   ``parsley-devbroker up --dir <temporary dir>`` (stopped again at the end);
+2. creates ``list.posts``, ``list.threaded`` and ``list.digest`` with the same
+   partition count (``--partitions``, default 4) and ``max.message.bytes`` of
+   4 MiB (posts reach 1.7 MB). On a broker given with ``--bootstrap-servers``
+   the names get a run suffix (``list.posts.<hex>``), so runs never collide;
+3. starts ``threader`` under its own ``parsley-coordinator run
+   examples.mailing_list.app:THREADER --restart transient`` (one worker per
+   partition);
+4. replays the first 5,000 messages (``--all``: 42,700) into ``list.posts``
+   with a progress bar, while a short status table (from ``parsley-coordinator
+   status --json``) shows each task's held messages, its head's blockers and its lag;
+5. starts ``digest`` only once the replay is done (``app:DIGEST``, its own
+   coordinator): it catches up on posts and threaded events at once, so
+   Parsley's hold-back works for real — events fetched ahead of their posts
+   are held, and the table shows them with the ``list.posts`` position they wait for;
+6. waits until the checker (``checker.py``) finds every input handled, runs the
+   naive consumer (``naive.py``) over the full topics, stops both coordinators
+   (SIGTERM, a bounded shutdown), and prints the checker's verdict as its last line::
+
+       RESULT messages=<n> handled=<n> duplicates=0 lost=0 causal_violations=0 naive_inversions=<k>
+
+Exit status 0 when the verdict is clean, 1 when it is not, 2 when the run
+could not be set up. Everything it started is stopped, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from examples.mailing_list.app import TOPIC_SUFFIX_ENV, Topics
+from examples.mailing_list.checker import RunReader, Verdict, print_verdict
+from examples.mailing_list.ingest import (
+    DEFAULT_COUNT,
+    MAX_RECORD_BYTES,
+    IngestPlan,
+    IngestReport,
+    ingest,
+)
+from examples.mailing_list.naive import NaiveResult, count_naive
+from examples.mailing_list.threads import (
+    compute_threads,
+    disorder,
+    load_messages,
+    repo_root,
+    resolve_data_path,
+)
+
+__all__ = ["Coordinator", "DemoSettings", "LocalBroker", "create_topics", "main", "run_demo"]
+
+APP: Final = "examples.mailing_list.app"
+BIN: Final = Path(sys.executable).parent
+"""The virtual environment's ``bin``: ``parsley-coordinator`` and ``parsley-devbroker``."""
+
+
+def _tool(name: str) -> str:
+    local = BIN / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found beside {sys.executable} nor on PATH; "
+                                "install the project (make venv)")
+    return found
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """One run's settings (the command-line flags).
+
+    Attributes:
+        bootstrap_servers: an existing broker, or ``None`` to start a local one.
+        count: messages to replay (``None``: all).
+        data: the archive file, or ``None`` for ``$PARSLEY_DEMO_DATA`` / the default.
+        partitions: partitions of each topic = tasks of each process.
+        rate_per_s: ingest rate, posts per second (0: unlimited).
+        delay_every: hold back every N-th post (0: none).
+        delay_ms: for how long, ms.
+        suffix: topic name suffix (``None``: none on an own broker, a random one otherwise).
+        digest_delay_s: extra wait after the replay before ``digest`` starts, s.
+        digest_after: start ``digest`` once this many posts are replayed
+            (``None``: after the replay and ``digest_delay_s``).
+        timeout_s: give up waiting for the checker after this long without progress, s.
+        keep: keep the run's topics (on a given broker) for inspection.
+        live: draw the progress bar and table in place (else print plain lines).
+    """
+
+    bootstrap_servers: str | None = None
+    count: int | None = DEFAULT_COUNT
+    data: str | None = None
+    partitions: int = 4
+    rate_per_s: float = 0.0
+    delay_every: int = 0
+    delay_ms: int = 0
+    suffix: str | None = None
+    digest_delay_s: float = 0.0
+    digest_after: int | None = None
+    timeout_s: float = 120.0
+    keep: bool = False
+    live: bool = True
+
+
+class LocalBroker:
+    """A broker of our own: ``parsley-devbroker up --dir <tmp>``, and ``down`` at the end.
+
+    Never touches a broker it did not start (other ``--dir``\\ s are other brokers).
+    """
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="parsley-demo-broker-"))
+        self._say = say
+        self.bootstrap = ""
+
+    def up(self) -> str:
+        """Start it; returns ``host:port``.
+
+        Raises:
+            RuntimeError: ``parsley-devbroker up`` failed (its output is in the message).
+        """
+        self._say(f"starting a local Kafka broker (parsley-devbroker up --dir {self._dir}) ...")
+        done = subprocess.run([_tool("parsley-devbroker"), "up", "--dir", str(self._dir)],
+                              capture_output=True, text=True, timeout=600)
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not lines or not lines[-1].startswith("bootstrap.servers="):
+            raise RuntimeError(f"parsley-devbroker up failed ({done.returncode}): "
+                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        self.bootstrap = lines[-1].split("=", 1)[1]
+        return self.bootstrap
+
+    def down(self) -> None:
+        """Stop it and remove its data."""
+        subprocess.run([_tool("parsley-devbroker"), "down", "--dir", str(self._dir)],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def create_topics(bootstrap_servers: str, topics: Topics, partitions: int,
+                  timeout_s: float = 30.0) -> None:
+    """Create the three topics with ``partitions`` partitions and 4 MiB records.
+
+    Raises:
+        KafkaException: the broker refused (e.g. a topic already exists).
+        TimeoutError: a topic was not served with a leader per partition in time.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
+    config = {"max.message.bytes": str(MAX_RECORD_BYTES)}
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config)
+                                   for name in topics.all()], request_timeout=timeout_s)
+    for future in futures.values():
+        future.result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    for name in topics.all():
+        while True:
+            desc = admin.list_topics(name, timeout=10).topics.get(name)
+            if (desc is not None and desc.error is None and len(desc.partitions) == partitions
+                    and all(p.leader >= 0 for p in desc.partitions.values())):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} not served in {timeout_s} s")
+            time.sleep(0.1)
+
+
+def delete_run_topics(bootstrap_servers: str, topics: Topics, prefix: str) -> None:
+    """Delete the run's topics and its processes' changelogs (names starting ``<prefix>-``)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
+    existing = admin.list_topics(timeout=10).topics
+    doomed = [t for t in existing if t in topics.all() or t.startswith(f"{prefix}-")]
+    if doomed:
+        for future in admin.delete_topics(doomed, request_timeout=30).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+
+
+@dataclass
+class Coordinator:
+    """One ``parsley-coordinator run`` subprocess for one attribute of the app module.
+
+    Attributes:
+        attribute: ``THREADER``, ``DIGEST`` or ``PROCESSES``.
+        config_path: its TOML configuration (prefix, state dir, client properties);
+            ``parsley-coordinator status --json --config <it>`` reads its status.
+        log_path: where its stderr goes.
+    """
+
+    attribute: str
+    config_path: Path
+    log_path: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    last_status: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def write_config(path: Path, bootstrap: str, prefix: str, state_dir: Path) -> None:
+        """A coordinator configuration: 4 MiB producer records like the topics."""
+        path.write_text(
+            f'bootstrap_servers = "{bootstrap}"\n'
+            f'application_id_prefix = "{prefix}"\n'
+            f'state_dir = "{state_dir}"\n'
+            "\n[kafka_properties]\n"
+            f'"producer.message.max.bytes" = {MAX_RECORD_BYTES}\n')
+
+    def command(self) -> list[str]:
+        """The ``run`` command line."""
+        return [_tool("parsley-coordinator"), "run", f"{APP}:{self.attribute}",
+                "--config", str(self.config_path), "--restart", "transient"]
+
+    def start(self) -> None:
+        """Start it; its stderr goes to :attr:`log_path`."""
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's life
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                     env=self.env, cwd=repo_root(), start_new_session=True)
+        log.close()
+
+    def status(self, timeout_s: float = 20.0) -> dict[str, Any]:
+        """``parsley-coordinator status --json``, parsed; ``{}`` when it gives no answer."""
+        try:
+            done = subprocess.run([_tool("parsley-coordinator"), "status", "--json",
+                                   "--config", str(self.config_path)],
+                                  capture_output=True, timeout=timeout_s, env=self.env,
+                                  cwd=repo_root())
+        except subprocess.TimeoutExpired:
+            return {}
+        if done.returncode != 0:
+            return {}
+        try:
+            parsed = orjson.loads(done.stdout)
+        except orjson.JSONDecodeError:
+            return {}
+        if isinstance(parsed, dict):
+            self.last_status = parsed
+            return parsed
+        return {}
+
+    def alive(self) -> bool:
+        """Whether the subprocess is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, deadline_s: float = 60.0) -> int | None:
+        """SIGTERM (the coordinator's bounded shutdown), SIGKILL after ``deadline_s``.
+
+        Returns:
+            Its exit status (negative: killed by that signal), or ``None`` if never started.
+        """
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=deadline_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+
+def _blockers(held: dict[str, Any]) -> str:
+    parts = []
+    for b in held.get("blockers") or []:
+        settled = b.get("settled")
+        parts.append(f"{b.get('topic')}-{b.get('partition')} needs {b.get('required')}, "
+                     f"settled {'none' if settled is None else settled}")
+    return "; ".join(parts)
+
+
+def status_rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Rows of the status table from one ``status --json`` answer.
+
+    One row per task: process, state, task, pid, held count, the first held
+    channel's head position and what it waits for, lag (offsets), frontier bytes.
+    """
+    rows: list[tuple[str, ...]] = []
+    for name, proc in sorted((status.get("processes") or {}).items()):
+        state = str(proc.get("state"))
+        if proc.get("refusal_reason"):
+            state += f" {proc['refusal_reason']}"
+        tasks = proc.get("tasks") or []
+        if not tasks:
+            rows.append((name, state, "-", "-", "-", "", "-", "-"))
+        for task in sorted(tasks, key=lambda t: t.get("task", 0)):
+            held = task.get("held") or []
+            count = sum(int(h.get("count") or 0) for h in held)
+            head = ""
+            if held:
+                first = held[0]
+                head = (f"{first.get('topic')}-{first.get('partition')}@{first.get('head')} "
+                        f"waits: {_blockers(first)}")
+            lag = task.get("lag")
+            rows.append((name, state, str(task.get("task")), str(task.get("pid")), str(count),
+                         head, "-" if lag is None else str(lag),
+                         str(task.get("frontier_bytes", "-"))))
+    return rows
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    """One line per process: state, tasks, held total, lag total, and the first held head."""
+    lines = []
+    for name, proc in sorted((status.get("processes") or {}).items()):
+        tasks = proc.get("tasks") or []
+        held = sum(int(h.get("count") or 0) for t in tasks for h in (t.get("held") or []))
+        lag = sum(int(t.get("lag") or 0) for t in tasks)
+        text = (f"{name} {proc.get('state')}: {len(tasks)} tasks, held {held}, lag {lag}")
+        if proc.get("refusal_reason") or proc.get("failure_detail"):
+            text += f", stopped: {proc.get('refusal_reason')} {proc.get('failure_detail')}"
+        first = next(((t, h) for t in tasks for h in (t.get("held") or [])), None)
+        if first is not None:
+            t, h = first
+            text += (f"; task {t.get('task')} holds {h.get('topic')}-{h.get('partition')}"
+                     f"@{h.get('head')}: {_blockers(h)}")
+        lines.append(text)
+    return lines
+
+
+_HEADERS: Final = ("process", "state", "task", "pid", "held", "head held message and its blocker",
+                   "lag", "frontier B")
+
+
+def status_table(statuses: Sequence[dict[str, Any]]) -> Table:
+    """The live status table over every coordinator's answer."""
+    table = Table(title="parsley-coordinator status", title_justify="left", expand=False)
+    for h in _HEADERS:
+        table.add_column(h, overflow="fold")
+    for status in statuses:
+        for row in status_rows(status):
+            table.add_row(*row)
+    return table
+
+
+class _Display:
+    """Progress bar and status table, drawn live on a terminal, as plain lines otherwise."""
+
+    def __init__(self, console: Console, live: bool, total: int) -> None:
+        self.console = console
+        self.live = live and console.is_terminal
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                 disable=not self.live)
+        self.task = self.progress.add_task("replaying list.posts", total=total)
+        self.statuses: list[dict[str, Any]] = []
+        self._live: Live | None = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> _Display:
+        if self.live:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=4,
+                              transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def _render(self) -> Group:
+        return Group(self.progress, status_table(self.statuses))
+
+    def advance(self, done: int) -> None:
+        self.progress.update(self.task, completed=done)
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def describe(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def say(self, text: str) -> None:
+        self.console.print(text)
+
+    def show_status(self, statuses: list[dict[str, Any]]) -> None:
+        self.statuses = statuses
+        if self._live is not None:
+            self._live.update(self._render())
+            return
+        now = time.monotonic()
+        if now - self._last_plain >= 5.0:
+            self._last_plain = now
+            for status in statuses:
+                for line in status_lines(status):
+                    self.console.print(f"  status: {line}", highlight=False, soft_wrap=True)
+
+
+class _StatusPoller:
+    """Polls every coordinator's ``status --json`` on its own thread, every ``interval_s``."""
+
+    def __init__(self, coordinators: list[Coordinator], display: _Display,
+                 interval_s: float = 2.0) -> None:
+        self._coordinators = coordinators
+        self._display = display
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            answers = [c.status() for c in list(self._coordinators) if c.alive()]
+            self._display.show_status([a for a in answers if a])
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@dataclass
+class DemoOutcome:
+    """What a run ended with."""
+
+    verdict: Verdict | None = None
+    naive: NaiveResult | None = None
+    ingest: IngestReport | None = None
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _broker(settings: DemoSettings, say: Callable[[str], None]) -> Iterator[tuple[str, bool]]:
+    if settings.bootstrap_servers:
+        yield settings.bootstrap_servers, False
+        return
+    broker = LocalBroker(say)
+    try:
+        yield broker.up(), True
+    finally:
+        say("stopping the local broker ...")
+        broker.down()
+
+
+def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutcome:
+    """Run the whole demo (see the module docstring) and print the verdict last.
+
+    Raises:
+        FileNotFoundError: the archive file or a command is missing.
+        RuntimeError: the broker could not be started.
+        KafkaException: topics could not be created or written.
+    """
+    console = console or Console(highlight=False)
+    data = resolve_data_path(settings.data)
+    everything = load_messages(data)
+    threads = compute_threads(everything)
+    chosen = everything if settings.count is None else everything[:settings.count]
+    facts = disorder(chosen, threads)
+    outcome = DemoOutcome()
+    work = Path(tempfile.mkdtemp(prefix="parsley-demo-"))
+    with _broker(settings, console.print) as (bootstrap, own):
+        suffix = settings.suffix if settings.suffix is not None else (
+            "" if own else f".{uuid.uuid4().hex[:8]}")
+        topics = Topics.with_suffix(suffix)
+        prefix = f"mldemo-{uuid.uuid4().hex[:8]}"
+        console.print(f"broker {bootstrap}; topics {', '.join(topics.all())} "
+                      f"({settings.partitions} partitions each); application id prefix {prefix}")
+        console.print(f"input: {facts.messages} messages from {data.name}: "
+                      f"{facts.duplicate_arrivals} repeated Message-IDs, "
+                      f"{facts.replies_before_parent} replies before their parent, "
+                      f"{facts.orphans} replies whose parent never arrives, "
+                      f"{facts.threads} threads")
+        create_topics(bootstrap, topics, settings.partitions)
+        env = dict(os.environ)
+        env[TOPIC_SUFFIX_ENV] = suffix
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(repo_root()), *filter(None, [env.get("PYTHONPATH")])])
+        coordinators: list[Coordinator] = []
+
+        def coordinator(attribute: str) -> Coordinator:
+            state = work / attribute.lower()
+            state.mkdir()
+            cfg = work / f"{attribute.lower()}.toml"
+            Coordinator.write_config(cfg, bootstrap, prefix, state)
+            c = Coordinator(attribute, cfg, work / f"{attribute.lower()}.log", env)
+            c.start()
+            coordinators.append(c)
+            console.print(f"started {attribute.lower()}: {' '.join(c.command())}  "
+                          f"(status: parsley-coordinator status --json --config {cfg}; "
+                          f"log {c.log_path})", soft_wrap=True)
+            return c
+
+        display = _Display(console, settings.live, len(chosen))
+        poller = _StatusPoller(coordinators, display)
+        reader: RunReader | None = None
+        try:
+            coordinator("THREADER")
+            poller.start()
+            with display:
+                plan = IngestPlan(settings.count, settings.rate_per_s, settings.delay_every,
+                                  settings.delay_ms)
+                digest: list[Coordinator] = []
+
+                def progress(done: int) -> None:
+                    display.advance(done)
+                    if settings.digest_after is not None and done >= settings.digest_after \
+                            and not digest:
+                        digest.append(coordinator("DIGEST"))
+
+                outcome.ingest = ingest(bootstrap, topics.posts, chosen, threads, plan,
+                                        on_progress=progress)
+                display.say(f"replayed {outcome.ingest.posts} posts "
+                            f"({outcome.ingest.bytes_sent / 1e6:.1f} MB, "
+                            f"{outcome.ingest.delayed} held back) in "
+                            f"{outcome.ingest.elapsed_s:.1f} s; end-of-input markers sent")
+                if not digest:
+                    if settings.digest_delay_s:
+                        time.sleep(settings.digest_delay_s)
+                    display.describe("digest catching up")
+                    digest.append(coordinator("DIGEST"))
+                reader = RunReader(bootstrap, topics)
+                outcome.verdict = _wait_complete(reader, coordinators, display,
+                                                 settings.timeout_s)
+            poller.stop()
+            console.print("naive consumer: reading list.posts and list.threaded from the "
+                          "beginning ...")
+            outcome.naive = count_naive(bootstrap, topics)
+        finally:
+            poller.stop()
+            for c in coordinators:
+                outcome.exit_codes[c.attribute] = c.stop()
+            if reader is not None:
+                reader.close()
+            if not own and not settings.keep:
+                with contextlib.suppress(Exception):
+                    delete_run_topics(bootstrap, topics, prefix)
+        stopped = ", ".join(f"{name.lower()} exit {code}"
+                            for name, code in outcome.exit_codes.items())
+        console.print(f"coordinators stopped: {stopped}")
+    shutil.rmtree(work, ignore_errors=True)
+    verdict = outcome.verdict
+    naive = outcome.naive
+    if verdict is not None and naive is not None:
+        print_verdict(verdict, naive.inversions, extra=[
+            f"digest steps {verdict.steps}, threaded events {verdict.threaded}; "
+            f"naive consumer saw {naive.inversions} of {naive.threaded} threaded events "
+            "before their post or their parent's"])
+    return outcome
+
+
+def _wait_complete(reader: RunReader, coordinators: list[Coordinator], display: _Display,
+                   timeout_s: float) -> Verdict:
+    """Re-judge every 2 s until every input is handled, or nothing moves for ``timeout_s``."""
+    last_steps = -1
+    last_move = time.monotonic()
+    while True:
+        verdict = reader.refresh()
+        complete = verdict.lost == 0 and verdict.handled == verdict.messages > 0
+        if complete:
+            time.sleep(2.0)  # anything still in flight would show as a duplicate
+            return reader.refresh()
+        if verdict.steps != last_steps:
+            last_steps, last_move = verdict.steps, time.monotonic()
+        elif time.monotonic() - last_move > timeout_s:
+            display.say(f"no digest progress for {timeout_s:.0f} s; judging what is there")
+            return verdict
+        if not all(c.alive() for c in coordinators):
+            dead = [c.attribute for c in coordinators if not c.alive()]
+            display.say(f"coordinator {', '.join(dead)} exited; judging what is there "
+                        f"(logs: {', '.join(str(c.log_path) for c in coordinators)})")
+            return reader.refresh()
+        display.describe(f"digest: {verdict.steps} steps, {verdict.handled}/{verdict.messages}"
+                         " posts handled")
+        time.sleep(2.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m examples.mailing_list.demo``; exit 0 on a clean verdict."""
+    ap = argparse.ArgumentParser(
+        prog="python -m examples.mailing_list.demo",
+        description="Thread a real mailing list through two Parsley processes and check "
+                    "the result independently.")
+    ap.add_argument("--bootstrap-servers", help="use this broker instead of starting one")
+    ap.add_argument("--all", action="store_true", help="replay all 42,700 messages")
+    ap.add_argument("--count", type=int, default=DEFAULT_COUNT,
+                    help=f"messages to replay (default {DEFAULT_COUNT})")
+    ap.add_argument("--data", help="messages.jsonl (default: $PARSLEY_DEMO_DATA, else "
+                                   "../shared/data/lkml-linux-ext4/messages.jsonl)")
+    ap.add_argument("--partitions", type=int, default=4,
+                    help="partitions per topic = tasks per process (default 4)")
+    ap.add_argument("--rate", type=float, default=0.0, help="posts per second (0: unlimited)")
+    ap.add_argument("--delay-every", type=int, default=0, help="hold back every N-th post")
+    ap.add_argument("--delay-ms", type=int, default=0, help="for this many ms")
+    ap.add_argument("--digest-delay", type=float, default=0.0,
+                    help="seconds to wait after the replay before starting digest")
+    ap.add_argument("--digest-after", type=int,
+                    help="start digest once this many posts are replayed (default: after "
+                         "the replay)")
+    ap.add_argument("--suffix", help="topic name suffix (default: none on an own broker, "
+                                     "random on a given one)")
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="give up after this many seconds without progress")
+    ap.add_argument("--keep", action="store_true", help="keep the run's topics")
+    ap.add_argument("--plain", action="store_true", help="plain output, no live display")
+    args = ap.parse_args(argv)
+    settings = DemoSettings(
+        bootstrap_servers=args.bootstrap_servers, count=None if args.all else args.count,
+        data=args.data, partitions=args.partitions, rate_per_s=args.rate,
+        delay_every=args.delay_every, delay_ms=args.delay_ms, suffix=args.suffix,
+        digest_delay_s=args.digest_delay, digest_after=args.digest_after,
+        timeout_s=args.timeout, keep=args.keep,
+        live=not args.plain)
+    try:
+        outcome = run_demo(settings)
+    except FileNotFoundError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("demo: interrupted; everything it started was stopped", file=sys.stderr)
+        return 130
+    if outcome.verdict is None or outcome.naive is None:
+        return 1
+    return 0 if outcome.verdict.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
