@@ -85,7 +85,8 @@ def test_relay_runs_through_parsley_start_and_closes_cleanly(
         assert values == [b"relayed:a0", b"relayed:a1", b"relayed:b0"]
         st = parsley.status()["relay"]
         assert [t.task for t in st.tasks] == [0, 1]
-        assert all(t.updated_ms_ago <= 2 * INTERVAL_MS and not t.stale for t in st.tasks)
+        _wait(lambda: all(t.updated_ms_ago <= INTERVAL_MS and not t.stale
+                          for t in parsley.status()["relay"].tasks), 10, "fresh task entries")
         assert all(t.budget_bytes == 262144 and t.lag == 0 for t in st.tasks)
         reply = request(parsley.control_endpoint or "", {"op": "status"})
         assert reply["outcome"] == Outcome.OK.value
