@@ -321,10 +321,14 @@ class Worker:
             raise resolve_offset_reset(self.consumer, topic, partition, group_id=self.app_id)
         if code == KafkaError._PARTITION_EOF:
             return
-        if err.fatal() or code == KafkaError.FENCED_INSTANCE_ID:
+        if err.fatal() or code in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL):
+            # A static member replaced by a newer worker for the task surfaces as
+            # _FATAL ("Static consumer fenced by other consumer with same
+            # group.instance.id"), with fatal() false on the event itself.
             raise SubstrateError(ErrorKind.FENCED if code == KafkaError.FENCED_INSTANCE_ID
-                                 else ErrorKind.FATAL, f"consumer: {err.name()}: {err.str()}",
-                                 code)
+                                 else ErrorKind.FATAL,
+                                 f"the task's group member was fenced or failed: "
+                                 f"{err.name()}: {err.str()}", code)
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                     KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_AUTHORIZATION_FAILED):
             raise SubstrateError(
