@@ -524,7 +524,12 @@ class Supervisor:
             self._changed.notify_all()
 
     def _restart_process(self, run: _Run, delay: float) -> None:
-        self._stop_tasks(run, self._stop_deadline_s)
+        report = self._stop_tasks(run, self._stop_deadline_s)
+        if report.not_stopped:
+            # Ownership passes only on a confirmed exit: never two workers for one task.
+            self._finish_stop(run, run.refusal_reason, f"{run.failure_detail}; not restarted: "
+                              + report.summary())
+            return
         while True:
             if self._closing.wait(delay):
                 return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.config import OWNED_KAFKA_PROPERTIES, ParsleyConfig
+from coordinator.status_socket import ControlServer, request, resolve_endpoint
 
 ISSUE_OWNED = [
     "group.id", "group.instance.id", "group.protocol", "partition.assignment.strategy",
@@ -86,3 +87,20 @@ def test_load_refuses_unknown_file_keys_owned_env_properties_and_missing_require
         ParsleyConfig.load(environ={"PARSLEY_BOOTSTRAP_SERVERS": "h:1",
                                     "PARSLEY_APPLICATION_ID_PREFIX": "p",
                                     "PARSLEY_STATUS_INTERVAL_MS": "1s"})
+
+
+def test_control_endpoints_ipc_by_default_tcp_loopback_only_when_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c = ParsleyConfig("h:1", "shop", state_dir=str(tmp_path))
+    assert resolve_endpoint(None, c) == f"ipc://{tmp_path}/shop.coordinator.ipc"
+    assert resolve_endpoint("ipc", c) == resolve_endpoint(None, c)
+    assert resolve_endpoint("tcp", c) == "tcp://127.0.0.1:*"
+    assert resolve_endpoint("tcp:7311", c) == "tcp://127.0.0.1:7311"
+    assert resolve_endpoint("tcp://0.0.0.0:7311", c) == "tcp://0.0.0.0:7311"
+    with pytest.raises(ValueError, match="--listen"):
+        resolve_endpoint("udp://x", c)
+    server = ControlServer(resolve_endpoint("tcp", c), {"ping": lambda req: {"pid": 1}})
+    try:
+        assert server.endpoint.startswith("tcp://127.0.0.1:")
+        assert request(server.endpoint, {"op": "ping"}) == {"outcome": "OK", "op": "ping", "pid": 1}
+    finally:
+        server.close()
