@@ -746,7 +746,13 @@ def bootstrap_process(
 
         # Step 5 (Streams creates its changelogs at start): only once nothing refused.
         try:
-            ensure_changelog_topic(admin, changelog_name, width)
+            info, _created = ensure_changelog_topic(admin, changelog_name, width)
+            if info.cleanup_policy != "compact":
+                log.warning(
+                    "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
+                    "or its earliest records age out and the next start refuses "
+                    "(ORDERING_STATE_LOST or a state without its version entry)",
+                    app_id, changelog_name, info.cleanup_policy)
             for store in process.declared_stores:
                 ensure_changelog_topic(admin, store_changelog(prefix, process.name, store.name),
                                        width)
