@@ -460,7 +460,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
         RuntimeError: the broker could not be started.
         KafkaException: topics could not be created or written.
     """
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, soft_wrap=True)
     data = resolve_data_path(settings.data)
     everything = load_messages(data)
     threads = compute_threads(everything)
