@@ -36,7 +36,7 @@ from typing import Any
 import click
 import orjson
 
-__all__ = ["ExitCode", "load_app", "main"]
+__all__ = ["ExitCode", "inspect_process", "load_app", "main"]
 
 log = logging.getLogger("parsley.coordinator")
 

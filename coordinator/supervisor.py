@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_STOP_DEADLINE_S",
     "RestartPolicy",
     "ShutdownReport",
+    "StoppedWorker",
     "Supervisor",
     "WorkerTarget",
     "describe_exit",
@@ -531,7 +532,7 @@ class Supervisor:
                               + report.summary())
             return
         while True:
-            if self._closing.wait(delay):
+            if self._closing.wait(delay) or run.closing:
                 return
             assert self._rebootstrap is not None
             try:
