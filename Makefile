@@ -6,6 +6,8 @@
 #                exit with pytest's status. Extra pytest arguments: make test PYTEST_ARGS=-x
 #   make lint    ruff over the repository
 #   make venv    only create .venv and install the project with its test extra
+#   make demo    create .venv if needed and run the mailing-list demo (it starts its own
+#                broker); extra flags: make demo DEMO_ARGS="--all" or "--bootstrap-servers H:P"
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,8 +15,9 @@ VPY := $(VENV)/bin/python
 DEVBROKER := $(VENV)/bin/parsley-devbroker
 STAMP := $(VENV)/.parsley-installed
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
-.PHONY: test lint venv
+.PHONY: test lint venv demo
 
 venv: $(STAMP)
 
@@ -41,3 +44,6 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VPY) -m ruff check .
+
+demo: $(STAMP)
+	$(VPY) -m examples.mailing_list.demo $(DEMO_ARGS)
