@@ -156,3 +156,36 @@ def test_a_second_coordinator_on_the_same_control_socket_is_refused(tmp_path: Pa
     finally:
         first.close()
     assert _children() == []
+
+
+def test_transient_respawns_a_killed_worker_which_resumes_exactly_once(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path
+) -> None:
+    import os
+    import signal
+
+    src = create_topic(partitions=2)
+    out = create_topic(partitions=2)
+    _produce(kafka_bootstrap, src.name, 0, [b"p0-0"])
+    _produce(kafka_bootstrap, src.name, 1, [b"p1-0"])
+    with Parsley.start(_config(kafka_bootstrap, tmp_path), relay("relay", src.name, out.name),
+                       restart="transient", backoff_s=0.1) as parsley:
+        _wait(lambda: len(read_committed(kafka_bootstrap, out.name, (0, 1))) == 2, 90,
+              "first records relayed")
+        _wait(lambda: len(parsley.status()["relay"].tasks) == 2, 30, "two task entries")
+        pids = {t.task: t.pid for t in parsley.status()["relay"].tasks}
+        os.kill(pids[0], signal.SIGKILL)
+        _wait(lambda: parsley.status()["relay"].restarts == 1, 30, "the killed task respawned")
+        _wait(lambda: {t.task for t in parsley.status()["relay"].tasks} == {0, 1}
+              and parsley.status()["relay"].state is ProcessState.RUNNING, 60, "running again")
+        now = {t.task: t.pid for t in parsley.status()["relay"].tasks}
+        assert now[1] == pids[1], "the other task kept running"
+        assert now[0] != pids[0]
+        _produce(kafka_bootstrap, src.name, 0, [b"p0-1"])
+        _produce(kafka_bootstrap, src.name, 1, [b"p1-1"])
+        _wait(lambda: len(read_committed(kafka_bootstrap, out.name, (0, 1))) >= 4, 90,
+              "later records relayed")
+        time.sleep(1.0)
+        values = sorted(r.value for r in read_committed(kafka_bootstrap, out.name, (0, 1)))
+        assert values == [b"relayed:p0-0", b"relayed:p0-1", b"relayed:p1-0", b"relayed:p1-1"]
+        assert parsley.healthy()
