@@ -162,7 +162,8 @@ def _shape_edges(rng: random.Random, shape: str) -> tuple[list[str], list[tuple[
         return topics, [("a",), ("b",)], procs
     if shape == "self_loop":
         topics = ["a", "b", "c"]
-        procs = [(["a", "b"], ["b", "c"]), (["b", "c"] if rng.random() < 0.5 else ["b"], [])]
+        second = rng.choice((["b", "c"], ["a", "c"], ["a", "b", "c"]))
+        procs = [(["a", "b"], ["b", "c"]), (second, [])]
         return topics, [("a",)], procs
     # random: a few topics and processes, inputs drawn from anything, cycles allowed.
     n_topics = rng.randint(3, 6)
@@ -198,7 +199,7 @@ def generate(seed: int) -> Scenario:
         partitions = rng.choice((1, 1, 2, 2, 3))
         topics[name] = TopicSpec(name, topic_id, partitions)
     sources = tuple(
-        SourceSpec(name=f"src{i}", topic=st[0], messages=rng.randint(4, 20),
+        SourceSpec(name=f"src{i}", topic=st[0], messages=rng.randint(6, 30),
                    transactional=rng.random() < 0.5,
                    cause_rate=rng.choice((0.0, 0.0, 0.3)))
         for i, st in enumerate(source_topics)
@@ -227,7 +228,7 @@ def generate(seed: int) -> Scenario:
                 base_offsets[ch] = rng.choice((0, 2**31 - 3, rng.randrange(2**40, 2**50)))
     return Scenario(
         seed=seed, shape=shape, topics=topics, sources=sources, processes=processes,
-        tasks=tuple(tasks), max_depth=rng.randint(2, 5),
+        tasks=tuple(tasks), max_depth=rng.randint(1, 3) if shape == "random" else rng.randint(2, 5),
         crash_rate=rng.choice((0.0, 0.1, 0.25)), restart_rate=rng.choice((0.0, 0.05, 0.15)),
         deletable=deletable, late=late, base_offsets=base_offsets,
         truncate=rng.random() < 0.3,
