@@ -480,7 +480,7 @@ def _format_storage(java: str, lib: Path, data_dir: Path) -> None:
             java, *_SHORT_LIVED_JVM,
             f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
             "-cp", _classpath(lib), STORAGE_MAIN, "format",
-            "-t", _cluster_id(), "-c", str(config / "server.properties"),
+            f"--cluster-id={_cluster_id()}", "-c", str(config / "server.properties"),
         ],
         capture_output=True, text=True, check=False, timeout=120,
     )

@@ -184,13 +184,19 @@ def read_committed(bootstrap_servers: str, topic: str, partitions: Sequence[int]
         "auto.offset.reset": "earliest", "enable.partition.eof": True, **QUIET})
     out: list[Record] = []
     try:
-        ends = {}
+        ends: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
         for p in partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            while True:  # a client with stale metadata (a broker restart) answers -1001
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high >= 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no watermark for {topic}-{p} in {timeout_s} s")
+                time.sleep(0.2)
             ends[p] = high
         todo = {p for p in partitions if ends[p] > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             for msg in consumer.consume(500, 0.2):
                 if msg.error() is not None:

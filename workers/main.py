@@ -189,7 +189,30 @@ class Worker:
         self.restore[p.topic] = p
         self._maybe_status()
 
-    def build_state(self) -> None:
+    def build_state(self, attempts: int = 3) -> None:
+        """:meth:`restore_state`, retried with a fresh AdminClient on a substrate failure.
+
+        After a broker restart an AdminClient can keep answering with stale leader
+        metadata (``FENCED_LEADER_EPOCH`` on every offset listing until its restore
+        deadline); a new client fetches fresh metadata.
+
+        Raises:
+            As :meth:`restore_state`, after ``attempts`` tries for a substrate failure.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                self.restore_state()
+                return
+            except SubstrateError as exc:
+                if attempt == attempts or exc.kind in (ErrorKind.FENCED, ErrorKind.FATAL):
+                    raise
+                log.warning("%s task %d: restoring failed (%s); retrying with a fresh admin "
+                            "client", self.app_id, self.task, exc.detail)
+                self.admin = AdminClient(admin_config(self.spec.bootstrap_servers,
+                                                      dict(self.spec.kafka_properties)))
+                self.identity = IdentityChecker(self.admin)
+
+    def restore_state(self) -> None:
         """Restore the ordering store and the declared stores from partition ``i`` of their
         changelogs, build the engine, bind names and run the identity check.
 
