@@ -1,0 +1,147 @@
+"""The identity check at task initialisation on the real broker (issue 4 item 4; facts §5).
+
+* :class:`workers.identity.IdentityChecker` judges a live topic alive at once, a deleted
+  one DELETED and a recreated one RECREATED after three answers, and leaves every id
+  pending with seed 001's "could not be checked" line when the cluster does not answer.
+* A worker whose state binds a received topic name to an older incarnation refuses
+  ``CHANNEL_IDENTITY_CHANGED`` at initialisation; one whose received topic was deleted
+  while it still holds messages from it refuses ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from parsley.engine.channel import ChannelId
+from parsley.engine.engine import TopicVerdict
+from parsley.wire import CAUSES_HEADER, encode_causes
+from tests.integration.test_worker_causal import relay_process
+from tests.kafka_support import QUIET, CreateTopic, UniqueNames, create_topic, delete_topic
+from tests.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
+from workers.identity import IdentityChecker
+from workers.protocol import EXIT_CODES, StopKind
+
+
+def test_checker_judges_alive_deleted_and_recreated_topics(
+    kafka_admin: AdminClient, create_topic: CreateTopic, unique_names: UniqueNames,
+) -> None:
+    alive = create_topic(unique_names.topic("alive"))
+    gone = create_topic(unique_names.topic("gone"))
+    renewed = create_topic(unique_names.topic("renewed"))
+    delete_topic(kafka_admin, gone.name)
+    delete_topic(kafka_admin, renewed.name)
+    again = create_topic(renewed.name)
+    assert again.topic_id != renewed.topic_id
+    checker = IdentityChecker(kafka_admin)
+    started = time.monotonic()
+    result = checker.check({alive.name: alive.topic_id, gone.name: gone.topic_id,
+                            renewed.name: renewed.topic_id})
+    took = time.monotonic() - started
+    assert result.pending == {}
+    assert result.verdicts == {alive.topic_id: TopicVerdict.ALIVE,
+                               gone.topic_id: TopicVerdict.DELETED,
+                               renewed.topic_id: TopicVerdict.RECREATED}
+    assert 1.0 <= took < 10.0  # three answers 500 ms apart, under one 10 s deadline
+
+
+def test_checker_leaves_ids_pending_when_the_cluster_does_not_answer(
+    caplog: pytest.LogCaptureFixture, unique_names: UniqueNames,
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **QUIET})
+    topic_id = unique_names.topic()
+    from uuid import uuid4
+
+    ids = {topic_id: uuid4()}
+    with caplog.at_level(logging.WARNING, logger="parsley.worker.identity"):
+        result = IdentityChecker(admin, deadline_s=1.0).check(ids)
+    assert result.verdicts == {}
+    assert result.pending == ids
+    assert any("topic identity could not be checked (" in r.getMessage()
+               and "continuing on the identities resolved at start, and asking again from "
+               "the status punctuation" in r.getMessage() for r in caplog.records)
+
+
+def _run_to_final(spec, collector: StatusCollector) -> dict:  # type: ignore[no-untyped-def]
+    worker = spawn(spec)
+    final = collector.final(worker.pid, timeout_s=90)
+    worker.join(30)
+    return final | {"exitcode": worker.exitcode}
+
+
+def test_worker_refuses_a_received_topic_recreated_under_its_name(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
+    tmp_path: Path,
+) -> None:
+    a = create_topic(kafka_admin, unique_names.topic("a"))
+    out = create_topic(kafka_admin, unique_names.topic("out"))
+    process = relay_process("ident", [a.name], out.name)
+    prefix = unique_names.group("app")
+    bootstrap(kafka_admin, prefix, process, {a.name: a})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    producer.produce(a.name, value=b"x", partition=0)
+    assert producer.flush(30) == 0
+    collector = StatusCollector()
+    try:
+        first = spawn(make_spec(process, prefix, kafka_bootstrap, collector.endpoint,
+                                str(tmp_path), {a.name: a, out.name: out},
+                                status_interval_ms=200))
+        collector.wait_for(lambda m: m["kind"] == "status" and m["pid"] == first.pid
+                           and m["commits"] >= 1)
+        assert stop_worker(first) == EXIT_CODES[StopKind.CLEAN]
+        delete_topic(kafka_admin, a.name)
+        a2 = create_topic(kafka_admin, a.name)
+        final = _run_to_final(make_spec(process, prefix, kafka_bootstrap, collector.endpoint,
+                                        str(tmp_path), {a.name: a2, out.name: out}), collector)
+    finally:
+        collector.close()
+        kafka_admin.delete_topics([a.name, out.name])
+    assert final["stop_kind"] == "REFUSAL" and final["exitcode"] == 10
+    assert final["refusal_reason"] == "CHANNEL_IDENTITY_CHANGED"
+    assert (f"topic '{a.name}' now resolves to {ChannelId(a2.topic_id, 0)} but this process's "
+            f"state was built against a previous incarnation ({a.topic_id})"
+            in final["failure_detail"])
+
+
+def test_worker_refuses_a_received_topic_deleted_with_messages_held(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
+    tmp_path: Path,
+) -> None:
+    a = create_topic(kafka_admin, unique_names.topic("a"))
+    b = create_topic(kafka_admin, unique_names.topic("b"))
+    out = create_topic(kafka_admin, unique_names.topic("out"))
+    process = relay_process("ident", [a.name, b.name], out.name)
+    topics = {a.name: a, b.name: b, out.name: out}
+    prefix = unique_names.group("app")
+    bootstrap(kafka_admin, prefix, process, topics)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    # A@0 waits for B@5, which never comes: held on A.
+    producer.produce(a.name, value=b"x", partition=0,
+                     headers=[(CAUSES_HEADER, encode_causes({ChannelId(b.topic_id, 0): 5}))])
+    assert producer.flush(30) == 0
+    collector = StatusCollector()
+    try:
+        spec = make_spec(process, prefix, kafka_bootstrap, collector.endpoint, str(tmp_path),
+                         topics, status_interval_ms=200)
+        first = spawn(spec)
+        collector.wait_for(lambda m: m["kind"] == "status" and m["pid"] == first.pid
+                           and m["held_total"] == 1 and m["commits"] >= 1)
+        assert stop_worker(first) == EXIT_CODES[StopKind.CLEAN]
+        delete_topic(kafka_admin, a.name)
+        final = _run_to_final(spec, collector)  # the spec was resolved before the deletion
+    finally:
+        collector.close()
+        kafka_admin.delete_topics([b.name, out.name])
+    assert final["stop_kind"] == "REFUSAL" and final["exitcode"] == 10
+    assert final["refusal_reason"] == "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES"
+    assert (f"1 received message(s) from {ChannelId(a.topic_id, 0)} remain undelivered but the "
+            "channel's topic no longer exists" in final["failure_detail"])
