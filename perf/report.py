@@ -5,6 +5,7 @@ The JSON shape::
     {"runs": {"<kind>-<size>B": {...figures of perf.runs.run_one...}},
      "ratios": {"parsley1_vs_baseline": x, "parsley2_vs_parsley1": y,
                 "parsley2_cpu_efficiency": z, "held_added_p99_ms": w,
+                "parsley1_vs_baseline_cpu": c,
                 "by_size": {"<size>": {the same four for that size}}},
      "restore": {...perf.restore figures...} | absent,
      "machine": {"cores": n, "cpu": str, "python": str, "load_avg": [..], ...}}
@@ -72,8 +73,11 @@ def ratios_for(runs: Mapping[str, Mapping[str, Any]], size: int) -> dict[str, fl
         ``parsley1_vs_baseline`` = parsley-1 msg/s over baseline msg/s;
         ``parsley2_vs_parsley1`` = parsley-2 msg/s over parsley-1 msg/s;
         ``parsley2_cpu_efficiency`` = parsley-2 messages per worker CPU-second over
-        parsley-1's; ``held_added_p99_ms`` = the diamond's held-then-released p99
-        (from its cause's send) minus the baseline's p99, ms. None where a run is missing.
+        parsley-1's; ``parsley1_vs_baseline_cpu`` = parsley-1 messages per worker
+        CPU-second over the baseline's (the throughput ratio on a machine where each
+        relay has a core to itself and the broker keeps up); ``held_added_p99_ms`` = the
+        diamond's held-then-released p99 (from its cause's send) minus the baseline's p99,
+        ms. None where a run is missing.
     """
     base = runs.get(run_key("baseline", size))
     p1 = runs.get(run_key("parsley-1", size))
@@ -86,6 +90,8 @@ def ratios_for(runs: Mapping[str, Mapping[str, Any]], size: int) -> dict[str, fl
         "parsley2_vs_parsley1": _div(_get(p2, "msgs_per_s"), _get(p1, "msgs_per_s")),
         "parsley2_cpu_efficiency": _div(_get(p2, "msgs_per_worker_cpu_s"),
                                         _get(p1, "msgs_per_worker_cpu_s")),
+        "parsley1_vs_baseline_cpu": _div(_get(p1, "msgs_per_worker_cpu_s"),
+                                         _get(base, "msgs_per_worker_cpu_s")),
         "held_added_p99_ms": (held_p99 - base_p99
                               if held_p99 is not None and base_p99 is not None else None),
     }
@@ -96,7 +102,8 @@ def ratios(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     sizes = sorted({int(r["value_bytes"]) for r in runs.values()})
     by_size = {str(s): ratios_for(runs, s) for s in sizes}
     out: dict[str, Any] = {}
-    for name in ("parsley1_vs_baseline", "parsley2_vs_parsley1", "parsley2_cpu_efficiency"):
+    for name in ("parsley1_vs_baseline", "parsley2_vs_parsley1", "parsley2_cpu_efficiency",
+                 "parsley1_vs_baseline_cpu"):
         vals = [v[name] for v in by_size.values() if v[name] is not None]
         out[name] = min(vals) if vals else None
     added = [v["held_added_p99_ms"] for v in by_size.values() if v["held_added_p99_ms"] is not None]
@@ -182,6 +189,8 @@ def _ratio_lines(report: Mapping[str, Any]) -> list[str]:
         "(target >= 1.7 on 4+ cores)",
         f"* `parsley2_cpu_efficiency` = **{_fmt(r.get('parsley2_cpu_efficiency'), 3)}** "
         "(target >= 0.9)",
+        f"* `parsley1_vs_baseline_cpu` (messages per worker CPU-second) = "
+        f"**{_fmt(r.get('parsley1_vs_baseline_cpu'), 3)}**",
         f"* held-then-released p99 over the baseline's p99: "
         f"**{_fmt(r.get('held_added_p99_ms'), 1)} ms** (target <= one commit interval)",
     ]
@@ -190,6 +199,7 @@ def _ratio_lines(report: Mapping[str, Any]) -> list[str]:
             f"* {size} B: parsley-1/baseline {_fmt(v['parsley1_vs_baseline'], 3)}, "
             f"parsley-2/parsley-1 {_fmt(v['parsley2_vs_parsley1'], 3)}, "
             f"CPU efficiency {_fmt(v['parsley2_cpu_efficiency'], 3)}, "
+            f"parsley-1/baseline per CPU-second {_fmt(v['parsley1_vs_baseline_cpu'], 3)}, "
             f"held added p99 {_fmt(v['held_added_p99_ms'], 1)} ms"
         )
     return lines

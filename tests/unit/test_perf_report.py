@@ -161,6 +161,7 @@ def test_ratios_per_size_and_headline_worst() -> None:
     assert r100["parsley2_vs_parsley1"] == pytest.approx(1.5)
     assert r100["parsley2_cpu_efficiency"] == pytest.approx(0.9)
     assert r100["held_added_p99_ms"] == pytest.approx(50.0)
+    assert r100["parsley1_vs_baseline_cpu"] == pytest.approx(0.2)
     r = ratios(runs)
     assert r["parsley2_cpu_efficiency"] == pytest.approx(0.9)   # min(0.9, 0.95)
     assert r["held_added_p99_ms"] == pytest.approx(110.0)       # max(50, 110)
