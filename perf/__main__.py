@@ -56,7 +56,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="held messages for the restore benchmark (default 10^5; quick 2*10^4)")
     ap.add_argument("--docs", metavar="FILE",
                     help="replace the relay section of this markdown file (docs/performance.md)")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="run nothing: re-render the report, plot and docs from a saved JSON")
     a = ap.parse_args(argv)
+    if a.from_json:
+        saved = json.loads(Path(a.from_json).read_text())
+        report = rep.build_report(saved["runs"], saved["machine"], saved.get("restore"),
+                                  saved.get("settings"))
+        return 1 if _emit(report, a) else 0
 
     settings = QUICK if a.quick else FULL
     if a.sizes:
@@ -125,11 +132,17 @@ def main(argv: list[str] | None = None) -> int:
 
     report = rep.build_report(runs, rep.machine_info(), restore,
                               dataclasses.asdict(settings) | {"quick": a.quick})
+    return 1 if _emit(report, a) or failed else 0
+
+
+def _emit(report: dict[str, Any], a: argparse.Namespace) -> bool:
+    """Print the table and ratios; write the JSON, plot and docs asked for. True on a failure."""
+    failed = False
     print(rep.markdown_table(report))
     print()
     print(json.dumps(report["ratios"], indent=2))
-    if restore:
-        print(json.dumps({"restore": restore}, indent=2))
+    if report.get("restore"):
+        print(json.dumps({"restore": report["restore"]}, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2) + "\n")
         _say(f"wrote {a.json}")
@@ -145,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = path.read_text() if path.exists() else "# Performance\n"
         path.write_text(rep.replace_section(doc, rep.markdown_section(report)))
         _say(f"updated {a.docs}")
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -205,7 +205,8 @@ def _ratio_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def markdown_section(report: Mapping[str, Any], heading: str = "## End-to-end relay") -> str:
+def markdown_section(report: Mapping[str, Any],
+                     heading: str = "### Figures of the last `python -m perf` run") -> str:
     """The docs/performance.md section for this report, between the section markers."""
     m = report["machine"]
     parts = [SECTION_BEGIN, heading, "",
