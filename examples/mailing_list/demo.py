@@ -74,6 +74,9 @@ from examples.mailing_list.threads import (
 __all__ = ["Coordinator", "DemoSettings", "LocalBroker", "create_topics", "main", "run_demo"]
 
 APP: Final = "examples.mailing_list.app"
+_CONFIG_ENV: Final = ("PARSLEY_BOOTSTRAP_SERVERS", "PARSLEY_APPLICATION_ID_PREFIX",
+                      "PARSLEY_STATE_DIR")
+"""``PARSLEY_*`` variables that would override the coordinators' config files."""
 BIN: Final = Path(sys.executable).parent
 """The virtual environment's ``bin``: ``parsley-coordinator`` and ``parsley-devbroker``."""
 
@@ -483,6 +486,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
         create_topics(bootstrap, topics, settings.partitions)
         env = dict(os.environ)
         env[TOPIC_SUFFIX_ENV] = suffix
+        for name in _CONFIG_ENV:  # the run's own config file decides these
+            env.pop(name, None)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(repo_root()), *filter(None, [env.get("PYTHONPATH")])])
         coordinators: list[Coordinator] = []

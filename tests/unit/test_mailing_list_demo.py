@@ -1,0 +1,69 @@
+"""The demo's status table and lines from ``parsley-coordinator status --json`` answers (no broker).
+
+The answer's shape is issue 5's (``processes -> tasks -> held -> blockers``,
+``settled`` null where nothing is settled yet).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from coordinator.config import ParsleyConfig
+from examples.mailing_list.demo import Coordinator, status_lines, status_rows, status_table
+from examples.mailing_list.ingest import MAX_RECORD_BYTES
+
+ANSWER = {"processes": {
+    "digest": {"state": "RUNNING", "refusal_reason": None, "failure_detail": None, "tasks": [
+        {"task": 1, "pid": 41, "held": [
+            {"topic": "list.threaded", "partition": 1, "count": 248, "head": 113,
+             "blockers": [{"topic": "list.posts", "partition": 1, "required": 512,
+                           "settled": 300}]}],
+         "frontier_channels": 2, "frontier_bytes": 54, "budget_bytes": 262144, "lag": 900,
+         "updated_ms_ago": 230},
+        {"task": 0, "pid": 40, "held": [], "frontier_channels": 0, "frontier_bytes": 2,
+         "budget_bytes": 262144, "lag": None, "updated_ms_ago": 100},
+    ]},
+    "threader": {"state": "STOPPED", "refusal_reason": "SUBSTRATE_MISCONFIGURED",
+                 "failure_detail": "record too large", "tasks": []},
+}}
+
+
+def test_rows_name_each_task_its_held_head_and_blocker() -> None:
+    rows = status_rows(ANSWER)
+    assert rows[0] == ("digest", "RUNNING", "0", "40", "0", "", "-", "2")
+    assert rows[1] == ("digest", "RUNNING", "1", "41", "248",
+                       "list.threaded-1@113 waits: list.posts-1 needs 512, settled 300",
+                       "900", "54")
+    assert rows[2][:2] == ("threader", "STOPPED SUBSTRATE_MISCONFIGURED")
+
+
+def test_plain_lines_sum_per_process_and_show_stops() -> None:
+    lines = status_lines(ANSWER)
+    assert lines[0] == ("digest RUNNING: 2 tasks, held 248, lag 900; task 1 holds "
+                        "list.threaded-1@113: list.posts-1 needs 512, settled 300")
+    assert "stopped: SUBSTRATE_MISCONFIGURED record too large" in lines[1]
+    unsettled = {"processes": {"digest": {"state": "RUNNING", "tasks": [{"task": 0, "held": [
+        {"topic": "b", "partition": 0, "count": 1, "head": 0,
+         "blockers": [{"topic": "a", "partition": 0, "required": 1, "settled": None}]}]}]}}}
+    assert status_lines(unsettled)[0].endswith("a-0 needs 1, settled none")
+    assert status_lines({}) == [] and status_rows({}) == []
+
+
+def test_table_renders_every_row() -> None:
+    console = Console(width=200, record=True)
+    console.print(status_table([ANSWER]))
+    text = console.export_text()
+    assert "list.posts-1 needs 512" in text and "SUBSTRATE_MISCONFIGURED" in text
+
+
+def test_coordinator_config_loads_and_raises_the_producer_record_limit(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    Coordinator.write_config(path, "127.0.0.1:9092", "mldemo-x", tmp_path / "state")
+    config = ParsleyConfig.load(path, environ={})
+    assert (config.bootstrap_servers, config.application_id_prefix) == ("127.0.0.1:9092",
+                                                                        "mldemo-x")
+    assert config.state_dir == str(tmp_path / "state")
+    assert config.kafka_properties["producer.message.max.bytes"] == MAX_RECORD_BYTES
+    assert MAX_RECORD_BYTES >= 1_728_742 + 262_144, "the largest post plus the budget fits"
