@@ -119,7 +119,7 @@ def _join(into: dict[ChannelId, int], other: Mapping[ChannelId, int]) -> None:
 
 
 class Oracle:
-    """Checks V1, V2 and V5 over a committed history, incrementally.
+    """Checks V1, V2, V5, M1 and M2 over a committed history, incrementally.
 
     Args:
         received: task name -> the channels that task receives.

@@ -198,7 +198,6 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
         return oracle.deliveries + sum(len(log.kinds) for log in broker.logs.values())
 
     ticks = 0
-    quiet_rounds = 0
     try:
         while True:
             ticks += 1
@@ -239,9 +238,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                 h.stop()
                 h.step(rng)
             if progress() == before and not any(h.needs_step() for h in hosts):
-                quiet_rounds += 1
-                if quiet_rounds >= 1:
-                    break
+                break
     except ParsleyFailClosedError as exc:
         extra.append(Violation(REFUSED, f"{exc.reason.name}: {exc.detail}"))
     except Exception as exc:  # a broken engine may raise anything; report, never hide
