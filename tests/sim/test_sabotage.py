@@ -10,10 +10,15 @@ that cannot fail is not a harness (STYLE.md, "Tests"; facts §8, V8).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
+from parsley.engine.channel import ChannelId
+from parsley.engine.engine import ProcessEngine
 from parsley.engine.sabotage import Sabotage, engine_class
-from tests.sim.oracle import V1, V2_LOSS, V5
+from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER
+from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5
 from tests.sim.seeds import DEFAULT_SEEDS, parse_seeds
 from tests.sim.world import SimResult, run
 
@@ -50,3 +55,44 @@ def test_oracle_catches_sabotage(mode: Sabotage) -> None:
     assert not sound.failed, f"seed {seed} also fails with the sound engine:\n{sound.report()}"
     named = [v for v in caught.violations if v.clause in EXPECTED[mode]]
     assert named and all(v.detail for v in named), caught.report()
+
+
+# Faults built from the engine's public API only, beyond the engine's own Sabotage
+# modes: each loses one kind of changelog row, or misreports the start positions.
+# They show which oracle clause guards which part of the ordering state.
+
+
+class _ForgetsFrontier(ProcessEngine):
+    """Frontier rows ('c') never reach the changelog: a restarted task under-states causes."""
+
+    def take_deltas(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        return tuple(d for d in super().take_deltas() if d[0][0] != TAG_FRONTIER)
+
+
+class _ForgetsCoverage(ProcessEngine):
+    """Coverage rows ('f') never reach the changelog: replays below the start get accepted."""
+
+    def take_deltas(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        return tuple(d for d in super().take_deltas() if d[0][0] != TAG_FED)
+
+
+class _StartsFromZero(ProcessEngine):
+    """Ignores the reported start positions (as if every channel started at offset 0)."""
+
+    def start(self, start_positions: Mapping[ChannelId, int]) -> None:
+        super().start(dict.fromkeys(start_positions, 0))
+
+
+@pytest.mark.parametrize(("broken", "clauses"), [
+    (_ForgetsFrontier, {M1}),
+    (_ForgetsCoverage, {V2_DUP}),
+    (_StartsFromZero, {V5}),
+], ids=lambda x: x.__name__ if isinstance(x, type) else "")
+def test_oracle_catches_state_faults(broken: type[ProcessEngine], clauses: set[str]) -> None:
+    for seed in parse_seeds(DEFAULT_SEEDS):
+        result = run(seed, broken)
+        if result.clauses() & clauses:
+            assert not run(seed).failed, f"seed {seed} also fails with the sound engine"
+            return
+    raise AssertionError(f"{broken.__name__} survived seeds {DEFAULT_SEEDS}: "
+                         f"no {sorted(clauses)} reported")
