@@ -163,7 +163,10 @@ def test_demo_survives_a_digest_worker_killed_mid_run(kafka_bootstrap: str) -> N
 
 
 def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap: str) -> None:
-    demo = Demo(kafka_bootstrap, "--delay-every", "25", "--delay-ms", "300")
+    # Two tasks per process: each digest task has half the backlog to catch up on,
+    # so its held events stay visible for several status intervals.
+    demo = Demo(kafka_bootstrap, "--delay-every", "25", "--delay-ms", "300",
+                "--partitions", "2")
     held_seen: list[dict[str, Any]] = []
     try:
         posts_topic = demo.wait_for(r"topics (list\.posts\S*),").group(1)
