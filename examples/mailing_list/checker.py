@@ -88,6 +88,11 @@ class Verdict:
         lost: input records (posts, markers, threaded events) never handled, plus
             distinct Message-IDs never threaded.
         causal_violations: threaded steps before their own or their parent's post.
+        misplaced: threaded events that contradict the posts: a parent other
+            than the post's ``in_reply_to[0]``, another thread than the post's
+            key, a depth other than the parent event's plus one (0 for a root),
+            or an orphan flag on a reply whose parent did arrive (or missing on
+            one whose parent did not). Not on the RESULT line; part of :attr:`ok`.
         threaded: records in ``list.threaded``.
         steps: committed ``digest`` steps.
         details: up to 20 human-readable findings, each naming the records.
@@ -101,12 +106,13 @@ class Verdict:
     threaded: int
     steps: int
     details: tuple[str, ...] = ()
+    misplaced: int = 0
 
     @property
     def ok(self) -> bool:
         """Nothing duplicated, lost or out of causal order, and every post handled."""
         return (self.duplicates == 0 and self.lost == 0 and self.causal_violations == 0
-                and self.handled == self.messages)
+                and self.handled == self.messages and self.misplaced == 0)
 
 
 def result_line(verdict: Verdict, naive_inversions: int) -> str:
@@ -139,6 +145,7 @@ def check(topics: Topics, posts: Sequence[Rec], threaded: Sequence[Rec],
     first_post: dict[str, InputRef] = {}
     post_refs: list[InputRef] = []
     parents: dict[str, str | None] = {}
+    threads: dict[str, str | None] = {}
     inputs: set[InputRef] = set()
     for r in sorted(posts, key=lambda r: (r.partition, r.offset)):
         ref = (r.topic, r.partition, r.offset)
@@ -149,11 +156,20 @@ def check(topics: Topics, posts: Sequence[Rec], threaded: Sequence[Rec],
             if mid not in first_post:
                 first_post[mid] = ref
                 parents[mid] = r.value.get("parent")
+                threads[mid] = r.key
     events: Counter[str] = Counter()
+    placed: dict[str, dict[str, Any]] = {}
     for r in threaded:
         inputs.add((r.topic, r.partition, r.offset))
         if r.value.get("type") == "threaded":
             events[r.value["message_id"]] += 1
+            placed.setdefault(r.value["message_id"], r.value)
+    misplaced = 0
+    for mid, event in placed.items():
+        wrong = _misplacement(event, parents, threads, placed, mid in parents)
+        if wrong:
+            misplaced += 1
+            note(f"threaded {mid}: {wrong}")
 
     handled: Counter[InputRef] = Counter()
     by_partition: dict[int, list[Rec]] = defaultdict(list)
@@ -218,7 +234,41 @@ def check(topics: Topics, posts: Sequence[Rec], threaded: Sequence[Rec],
     handled_posts = sum(1 for ref in post_refs if handled[ref] > 0)
     return Verdict(messages=len(post_refs), handled=handled_posts, duplicates=duplicates,
                    lost=lost, causal_violations=violations, threaded=len(threaded),
-                   steps=len(digest), details=tuple(details))
+                   steps=len(digest), details=tuple(details), misplaced=misplaced)
+
+
+def _misplacement(event: dict[str, Any], parents: dict[str, str | None],
+                  threads: dict[str, str | None], placed: dict[str, dict[str, Any]],
+                  posted: bool) -> str | None:
+    """What is wrong with one threaded event given the posts, or ``None``."""
+    mid = event["message_id"]
+    if not posted:
+        return "no post carries this Message-ID"
+    parent = parents[mid]
+    if event.get("parent") != parent:
+        return f"parent {event.get('parent')!r}, but the post replies to {parent!r}"
+    if event.get("thread") != threads[mid]:
+        return f"thread {event.get('thread')!r}, but the post is keyed {threads[mid]!r}"
+    depth = event.get("depth")
+    if parent is None:
+        return None if (depth, bool(event.get("orphan"))) == (0, False) else \
+            f"a root at depth {depth}, orphan={event.get('orphan')}"
+    if parent not in parents:
+        return None if (depth, bool(event.get("orphan"))) == (0, True) else \
+            f"parent never arrived, yet depth {depth}, orphan={event.get('orphan')}"
+    if event.get("orphan"):
+        # Only a reply cycle (none in the archive) is broken by placing an orphan
+        # whose parent arrived: the parent's ancestry then leads back here.
+        seen, up = {mid}, parent
+        while up is not None and up in parents and up not in seen:
+            seen.add(up)
+            up = parents[up]
+        return None if up == mid else "an orphan, yet its parent arrived"
+    parent_event = placed.get(parent)
+    if parent_event is None or depth != parent_event.get("depth", -2) + 1:
+        return (f"depth {depth}, parent's "
+                f"{None if parent_event is None else parent_event.get('depth')}")
+    return None
 
 
 class TopicTail:

@@ -557,7 +557,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
     naive = outcome.naive
     if verdict is not None and naive is not None:
         print_verdict(verdict, naive.inversions, extra=[
-            f"digest steps {verdict.steps}, threaded events {verdict.threaded}; "
+            f"digest steps {verdict.steps}, threaded events {verdict.threaded} "
+            f"({verdict.misplaced} contradicting their posts); "
             f"naive consumer saw {naive.inversions} of {naive.threaded} threaded events "
             "before their post or their parent's"])
     return outcome

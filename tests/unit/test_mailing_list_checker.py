@@ -69,7 +69,7 @@ def test_a_causal_exactly_once_run_is_clean() -> None:
     v = check(TOPICS, posts, events, steps)
     assert (v.messages, v.handled, v.duplicates, v.lost, v.causal_violations) == (5, 5, 0, 0, 0), \
         v.details
-    assert v.ok and v.threaded == 4 and v.steps == 10
+    assert v.ok and v.threaded == 4 and v.steps == 10 and v.misplaced == 0
     assert result_line(v, 7) == ("RESULT messages=5 handled=5 duplicates=0 lost=0 "
                                  "causal_violations=0 naive_inversions=7")
 
@@ -140,3 +140,24 @@ def test_naive_inversions_count_events_ahead_of_own_or_parent_post() -> None:
     assert (r.posts, r.threaded, r.inversions) == (5, 5, 4)
     in_order = [s for s in stream if s[0] == "post"] + [s for s in stream if s[0] == "threaded"]
     assert count_inversions(in_order).inversions == 0
+
+
+def _with_event(events: list[Rec], mid: str, **changes: Any) -> list[Rec]:
+    return [Rec(e.topic, e.partition, e.offset, e.key, dict(e.value, **changes))
+            if e.value["message_id"] == mid else e for e in events]
+
+
+def test_events_contradicting_the_posts_are_misplaced() -> None:
+    posts, events, steps = run()
+    for mid, changes, why in [
+        ("c", {"depth": 1}, "depth 1, parent's 1"),
+        ("b", {"parent": "c"}, "but the post replies to 'a'"),
+        ("a", {"orphan": True}, "a root at depth 0"),
+        ("o", {"orphan": False}, "parent never arrived"),
+        ("b", {"orphan": True}, "an orphan, yet its parent arrived"),
+        ("c", {"thread": "elsewhere"}, "but the post is keyed 't'"),
+    ]:
+        v = check(TOPICS, posts, _with_event(events, mid, **changes), steps)
+        assert v.misplaced == 1 and not v.ok, (mid, changes, v.details)
+        assert any(why in d for d in v.details), (why, v.details)
+        assert (v.duplicates, v.lost, v.causal_violations) == (0, 0, 0)
