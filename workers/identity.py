@@ -26,7 +26,7 @@ from typing import Final
 from uuid import UUID
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from parsley.engine.engine import TopicVerdict
 

@@ -43,10 +43,11 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from parsley.declarations import application_id, ordering_changelog, store_changelog
 from parsley.engine.channel import ChannelId
@@ -341,6 +342,7 @@ class Worker:
             topic, partition = msg.topic(), msg.partition()
             if topic is None or partition is None or partition < 0:
                 topic, partition = sorted(self.expected)[0]
+            assert self.consumer is not None
             raise resolve_offset_reset(self.consumer, topic, partition, group_id=self.app_id)
         if code == KafkaError._PARTITION_EOF:
             return
@@ -523,12 +525,12 @@ class Worker:
             timeout = 0.1
         messages = consumer.consume(num_messages=BATCH, timeout=timeout)
         if self.callback_error is not None:
-            err, self.callback_error = self.callback_error, None
-            raise err
+            failure, self.callback_error = self.callback_error, None
+            raise failure
         if self.assignment_changed:
             self._handle_assignment()
         if messages:
-            good = []
+            good: list[Message] = []
             for msg in messages:
                 err = msg.error()
                 if err is not None:
@@ -572,7 +574,7 @@ def _configure_logging(spec: TaskSpec) -> None:
 
 def _in_spawned_child() -> bool:
     try:
-        import multiprocess
+        import multiprocess  # type: ignore[import-untyped]
 
         return multiprocess.parent_process() is not None
     except Exception:

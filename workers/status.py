@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import orjson
-import psutil
+import psutil  # type: ignore[import-untyped]
 import zmq
 
 from parsley.refusals import Reason

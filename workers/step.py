@@ -100,13 +100,14 @@ class TaskStep:
         for msg in messages:
             if count == 0:
                 self.txn.begin()
-            topic = msg.topic()
-            partition = msg.partition()
-            offset = msg.offset()
+            # A fetched record (no error) always has a topic, partition and offset.
+            topic: str = msg.topic()  # type: ignore[assignment]
+            partition: int = msg.partition()  # type: ignore[assignment]
+            offset: int = msg.offset()  # type: ignore[assignment]
             headers = msg.headers()
             outcome = engine.receive(ReceivedMessage(
                 channels[topic], offset, msg.timestamp()[1], msg.key(), msg.value(),
-                tuple(headers) if headers else (),
+                tuple(headers) if headers else (),  # type: ignore[arg-type]
             ))
             if outcome is FeedOutcome.DUPLICATE_DROPPED:
                 self.duplicates += 1
