@@ -7,14 +7,14 @@ from the same invocation and nothing in ``workers/`` changes until its owner tak
 the fix.
 
 ``shape-check-admin``
-    ``workers.main.Worker._check_shape`` asks the *consumer* for the metadata of
-    every topic in the cluster every 2 s (``list_topics(timeout=5)``). A consumer's
-    metadata request waits behind its outstanding Fetch long-poll
-    (``fetch.wait.max.ms``, 500 ms by default), so each check stalls the task's
-    loop for up to half a second: measured 450-466 ms per call on the dev broker
-    with a fetch outstanding, against 2-10 ms through an AdminClient (its own
-    connection) for one topic. The patch asks the worker's AdminClient for each
-    received topic only.
+    ``workers.main.Worker._check_shape`` asks the *consumer* for topic metadata every
+    2 s (the whole cluster before e2f2d05, one received topic at a time since). A
+    consumer's metadata request waits behind its outstanding Fetch long-poll
+    (``fetch.wait.max.ms``, 500 ms by default), so each check stalls an idle task's
+    loop for up to half a second: measured 451-466 ms per call on the dev broker
+    with a fetch outstanding (one topic or all), against 2-10 ms through an
+    AdminClient (its own connection) for one topic. The patch asks the worker's
+    AdminClient for each received topic.
 
 ``sqlite-rowid``
     ``workers.ordering_store.SqliteOrderingStore`` keeps its rows in a ``WITHOUT
