@@ -10,7 +10,8 @@ What it does, in order:
    the names get a run suffix (``list.posts.<hex>``), so runs never collide;
 3. starts ``threader`` under its own ``parsley-coordinator run
    examples.mailing_list.app:THREADER --restart transient`` (one worker per
-   partition);
+   partition; ``--together`` runs ``app:PROCESSES``, both processes under one
+   coordinator, from the start instead);
 4. replays the first 5,000 messages (``--all``: 42,700) into ``list.posts``
    with a progress bar, while a short status table (from ``parsley-coordinator
    status --json``) shows each task's held messages, its head's blockers and its lag;
@@ -108,6 +109,9 @@ class DemoSettings:
         digest_delay_s: extra wait after the replay before ``digest`` starts, s.
         digest_after: start ``digest`` once this many posts are replayed
             (``None``: after the replay and ``digest_delay_s``).
+        together: run both processes under one coordinator
+            (``app:PROCESSES``) from the start; ``digest`` then keeps pace
+            instead of catching up, and holds are brief.
         timeout_s: give up waiting for the checker after this long without progress, s.
         keep: keep the run's topics (on a given broker) for inspection.
         live: draw the progress bar and table in place (else print plain lines).
@@ -123,6 +127,7 @@ class DemoSettings:
     suffix: str | None = None
     digest_delay_s: float = 0.0
     digest_after: int | None = None
+    together: bool = False
     timeout_s: float = 120.0
     keep: bool = False
     live: bool = True
@@ -509,12 +514,12 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
         poller = _StatusPoller(coordinators, display)
         reader: RunReader | None = None
         try:
-            coordinator("THREADER")
+            coordinator("PROCESSES" if settings.together else "THREADER")
             poller.start()
             with display:
                 plan = IngestPlan(settings.count, settings.rate_per_s, settings.delay_every,
                                   settings.delay_ms)
-                digest: list[Coordinator] = []
+                digest: list[Coordinator] = list(coordinators) if settings.together else []
 
                 def progress(done: int) -> None:
                     display.advance(done)
@@ -612,6 +617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--digest-after", type=int,
                     help="start digest once this many posts are replayed (default: after "
                          "the replay)")
+    ap.add_argument("--together", action="store_true",
+                    help="run threader and digest under one coordinator (app:PROCESSES) "
+                         "from the start")
     ap.add_argument("--suffix", help="topic name suffix (default: none on an own broker, "
                                      "random on a given one)")
     ap.add_argument("--timeout", type=float, default=120.0,
@@ -624,6 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data=args.data, partitions=args.partitions, rate_per_s=args.rate,
         delay_every=args.delay_every, delay_ms=args.delay_ms, suffix=args.suffix,
         digest_delay_s=args.digest_delay, digest_after=args.digest_after,
+        together=args.together,
         timeout_s=args.timeout, keep=args.keep,
         live=not args.plain)
     try:
