@@ -112,6 +112,9 @@ class Scenario:
             large or just below 2^31, so positions exercise int64 arithmetic.
         truncate: whether retention (delete-records) advances log starts up to
             the committed read positions of every receiver (V7).
+        join: ``(process, topic)``: the process's declaration gains ``topic`` at
+            a restart mid-run (a joining channel: what its delivered past names
+            is covered, facts §4 "Covered and settled").
     """
 
     seed: int
@@ -127,6 +130,14 @@ class Scenario:
     late: tuple[str, ...] = ()
     base_offsets: dict[ChannelId, int] = field(default_factory=dict)
     truncate: bool = False
+    join: tuple[str, str] | None = None
+
+    def join_channels(self, task: TaskSpec) -> tuple[ChannelId, ...]:
+        """The channels ``task`` gains when its process joins :attr:`join`'s topic."""
+        if self.join is None or self.join[0] != task.process:
+            return ()
+        topic = self.topics[self.join[1]]
+        return (ChannelId(topic.topic_id, task.index),) if topic.partitions > task.index else ()
 
     def describe(self) -> str:
         """A one-paragraph summary used in failure messages (replay aid)."""
@@ -139,7 +150,7 @@ class Scenario:
                 f"processes=[{procs}] crash={self.crash_rate:.2f} "
                 f"restart={self.restart_rate:.2f} delete={list(self.deletable)} "
                 f"late={list(self.late)} truncate={self.truncate} "
-                f"bases={sorted(set(self.base_offsets.values()))}")
+                f"bases={sorted(set(self.base_offsets.values()))} join={self.join}")
 
 
 def _shape_edges(rng: random.Random, shape: str) -> tuple[list[str], list[tuple[str, ...]],
@@ -226,10 +237,37 @@ def generate(seed: int) -> Scenario:
         for topic in topics.values():
             for ch in topic.channels():
                 base_offsets[ch] = rng.choice((0, 2**31 - 3, rng.randrange(2**40, 2**50)))
+    join: tuple[str, str] | None = None
+    if rng.random() < 0.3:
+        # A topic the process does not receive yet, no wider than the process
+        # (a wider one would change the task count: TASK_WIDTH_CHANGED).
+        # Preferably a topic upstream of the process (transitively), so its
+        # delivered past names the topic and the join clamp has work to do.
+        def upstream(proc: ProcessSpec) -> set[str]:
+            found: set[str] = set()
+            frontier = set(proc.inputs)
+            while frontier:
+                writers = [p for p in processes if set(p.outputs) & frontier]
+                frontier = {t for p in writers for t in p.inputs} - found
+                found |= frontier
+            return found
+
+        def candidates(proc: ProcessSpec, only_upstream: bool) -> list[TopicSpec]:
+            width = max(topics[t].partitions for t in proc.inputs)
+            ups = upstream(proc)
+            return [t for t in topics.values() if t.name not in proc.inputs
+                    and t.name not in deletable and t.partitions <= width
+                    and (t.name in ups or not only_upstream)]
+
+        joinable = [p for p in processes if candidates(p, True)]
+        proc = rng.choice(joinable or list(processes))
+        options = candidates(proc, bool(joinable))
+        if options:
+            join = (proc.name, rng.choice(options).name)
     return Scenario(
         seed=seed, shape=shape, topics=topics, sources=sources, processes=processes,
         tasks=tuple(tasks), max_depth=rng.randint(1, 3) if shape == "random" else rng.randint(2, 5),
         crash_rate=rng.choice((0.0, 0.1, 0.25)), restart_rate=rng.choice((0.0, 0.05, 0.15)),
         deletable=deletable, late=late, base_offsets=base_offsets,
-        truncate=rng.random() < 0.3,
+        truncate=rng.random() < 0.3, join=join,
     )

@@ -116,6 +116,7 @@ class TaskHost:
         self.spec = spec
         self.scenario = scenario
         self.inputs = next(p.inputs for p in scenario.processes if p.name == spec.process)
+        self.received: tuple[ChannelId, ...] = spec.received
         self.engine_cls = engine_cls
         self.broker = broker
         self.oracle = oracle
@@ -138,6 +139,7 @@ class TaskHost:
         # that leave something held (what makes a crash test the hold-back state).
         self.holds = 0
         self.deleted_verdicts = 0  # executions told a received topic is gone
+        self.delivered = 0  # committed deliveries
         self.held_commits = 0
 
     @property
@@ -152,7 +154,7 @@ class TaskHost:
         if self.executions == 0:
             self._bootstrap()
         store = InMemoryOrderingStore.from_records(self.image.items())
-        engine = self.engine_cls(store, received=self.spec.received,
+        engine = self.engine_cls(store, received=self.received,
                                  on_warning=self.warnings.append)
         wanted = set(self.inputs) | set(self.spec.outputs)
         live = self.broker.live_names()
@@ -168,7 +170,7 @@ class TaskHost:
         if self.rng.random() < 0.15:  # the check timed out for some ids: left pending
             verdicts = {k: v for k, v in verdicts.items() if self.rng.random() < 0.5}
         engine.apply_identity(verdicts)
-        received_ids = {ch.topic_id for ch in self.spec.received}
+        received_ids = {ch.topic_id for ch in self.received}
         self.deleted_verdicts += sum(1 for tid, v in verdicts.items()
                                      if v is TopicVerdict.DELETED and tid in received_ids)
         engine.start(dict(self.committed))
@@ -179,7 +181,7 @@ class TaskHost:
         self.replay_below = dict(self.committed)
         # Each execution favours some channels, so others lag (H1 allows any
         # interleaving across channels); lagging is what makes messages wait.
-        self.weights = {ch: self.rng.choice((0.02, 0.2, 1.0)) for ch in self.spec.received}
+        self.weights = {ch: self.rng.choice((0.02, 0.2, 1.0)) for ch in self.received}
         self.log(f"{self.name} start epoch={self.epoch} at {self._positions(self.committed)} "
                  f"verdicts={ {str(k)[:8]: v.name for k, v in verdicts.items()} }")
 
@@ -187,10 +189,26 @@ class TaskHost:
         # Java's bootstrap commits the start positions before the first
         # execution: 0 (EARLIEST), or the log end for a late process (LATEST).
         if self.spec.process in self.scenario.late:
-            self.committed = {ch: self.broker.end_offset(ch) for ch in self.spec.received}
+            self.committed = {ch: self.broker.end_offset(ch) for ch in self.received}
         else:
-            self.committed = {ch: self.broker.log_start(ch) for ch in self.spec.received}
+            self.committed = {ch: self.broker.log_start(ch) for ch in self.received}
         self.oracle.on_start(self.name, self.committed)
+
+    def join(self) -> None:
+        """The declaration gains the scenario's join topic; takes effect at the next start.
+
+        The new channels have no committed read position, so they start at the
+        log start (EARLIEST); the engine covers what its delivered past names.
+        """
+        gained = self.scenario.join_channels(self.spec)
+        assert self.executions > 0, "a join is a change to a running task's declaration"
+        self.received = self.received + gained
+        self.inputs = (*self.inputs, self.scenario.join[1]) if self.scenario.join else self.inputs
+        for ch in gained:
+            self.committed[ch] = self.broker.log_start(ch)
+        self.oracle.on_join(self.name, {ch: self.committed[ch] for ch in gained})
+        self.stop()
+        self.log(f"{self.name} JOIN {[at(ch, self.committed[ch]) for ch in gained]}")
 
     def rewind(self, rng: random.Random) -> None:
         """Re-fetch some records below the start positions (a replay of committed input).
@@ -199,7 +217,7 @@ class TaskHost:
         so the engine must drop each such feed silently (facts §4, "Session
         floor", case 4); an accepted one is reported as ``V2 duplicate``.
         """
-        for ch in self.spec.received:
+        for ch in self.received:
             start = self.committed[ch]
             earliest = self.broker.log_start(ch)
             if start > earliest and ch.topic_id not in self.broker.deleted and rng.random() < 0.5:
@@ -219,7 +237,7 @@ class TaskHost:
         """Received channels holding a committed record at or past the fetch position."""
         if self.engine is None:
             return []
-        return [ch for ch in self.spec.received
+        return [ch for ch in self.received
                 if self.broker.fetch(ch, self.fetch[ch]) is not None]
 
     def needs_step(self) -> bool:
@@ -285,7 +303,7 @@ class TaskHost:
     def _skip_trailing_markers(self, rng: random.Random) -> None:
         # A consumer's position moves past markers and aborted records once it
         # has seen there is nothing visible before the log end (V4, V6).
-        for ch in self.spec.received:
+        for ch in self.received:
             if (self.broker.fetch(ch, self.fetch[ch]) is None
                     and ch.topic_id not in self.broker.deleted
                     and self.broker.end_offset(ch) > self.fetch[ch] and rng.random() < 0.5):
@@ -308,6 +326,7 @@ class TaskHost:
                               Body(rec.timestamp_ms, rec.key, rec.value, app), trigger,
                               decode_causes(raw)))
         self.oracle.on_commit(self.name, step.deliveries, sends)
+        self.delivered += len(step.deliveries)
         self.log(f"{self.name} commit delivered="
                  f"{[at(d.channel, d.position) for d in step.deliveries]} "
                  f"sent={[at(r.channel, r.offset) for r in records]} "

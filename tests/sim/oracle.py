@@ -149,7 +149,12 @@ class Oracle:
         self._task_past: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self._snapshots: dict[str, list[dict[ChannelId, int]]] = {t: [] for t in self.received}
         self._deleted: set[UUID] = set()
+        # What each record's header claimed, and per task the join of the claims of
+        # what it delivered: the delivered past a joining channel is clamped to.
+        self._claimed: dict[tuple[ChannelId, int], Mapping[ChannelId, int]] = {}
+        self._header_past: dict[str, dict[ChannelId, int]] = {t: {} for t in self.received}
         self.deliveries = 0
+        self.clamps = 0  # joining channels whose delivered past reached past the start
 
     # ---- ground truth in ------------------------------------------------
 
@@ -174,7 +179,8 @@ class Oracle:
         return past
 
     def _add_record(self, channel: ChannelId, offset: int, body: Body,
-                    past: dict[ChannelId, int]) -> None:
+                    past: dict[ChannelId, int],
+                    claimed: Mapping[ChannelId, int] | None = None) -> None:
         offsets = self._records.setdefault(channel, [])
         if offsets and offsets[-1] >= offset:
             raise AssertionError(f"simulator bug: {channel}@{offset} committed out of order")
@@ -182,10 +188,14 @@ class Oracle:
         offsets.append(offset)
         self._body[(channel, offset)] = body
         self._past[(channel, offset)] = past
+        self._claimed[(channel, offset)] = past if claimed is None else claimed
 
     def on_source_record(self, channel: ChannelId, offset: int, body: Body,
                          observed: Mapping[ChannelId, int]) -> None:
-        """A source committed a record after reading ``observed`` (empty: no causes)."""
+        """A source committed a record after reading ``observed`` (empty: no causes).
+
+        The source's header states exactly :meth:`observed_past` of ``observed``.
+        """
         self._add_record(channel, offset, body, self.observed_past(observed))
 
     def on_start(self, task: str, positions: Mapping[ChannelId, int]) -> None:
@@ -202,6 +212,19 @@ class Oracle:
             self._prefix[task][ch] = base
             self._top[task][ch] = base - 1
 
+    def on_join(self, task: str, positions: Mapping[ChannelId, int]) -> None:
+        """``task`` starts receiving new channels, from ``positions`` (their log starts).
+
+        What its delivered past names on a joining channel is covered (the join
+        clamp, facts §4): those records, and any below the start, are never
+        owed to the task, and it must not deliver them.
+        """
+        self.received[task] = self.received[task] | frozenset(positions)
+        for ch, start in positions.items():
+            clamp = max(self._header_past[task].get(ch, -1), start - 1)
+            self.clamps += clamp >= start
+            self.on_start(task, {ch: clamp + 1})
+
     def on_commit(self, task: str, deliveries: Sequence[Delivered],
                   sends: Sequence[Sent]) -> None:
         """A task committed a step.
@@ -217,13 +240,14 @@ class Oracle:
             self._check_delivery(task, d)
             _join(self._task_past[task], self._past.get((d.channel, d.position), {}))
             _join(self._task_past[task], {d.channel: d.position})
+            _join(self._header_past[task], self._claimed.get((d.channel, d.position), {}))
             snaps.append(dict(self._task_past[task]))
             self.deliveries += 1
         for sent in sends:
             past = dict(snaps[base + sent.trigger])
             if sent.causes is not None:
                 self._check_metadata(task, sent, past)
-            self._add_record(sent.channel, sent.offset, sent.body, past)
+            self._add_record(sent.channel, sent.offset, sent.body, past, sent.causes)
 
     def on_delete(self, topic_id: UUID) -> None:
         """A topic was deleted: senders may stop expressing causes on it (facts §1)."""
@@ -249,8 +273,14 @@ class Oracle:
             self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position} with body "
                                      f"{d.body}, but the record is {self._body[key]}")
         if index < self._base[task].get(d.channel, 0):
-            self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position}, below the "
-                                     f"position it started from ({self._start[task][d.channel]})")
+            first = self._start[task][d.channel]
+            if d.position <= self._task_past[task].get(d.channel, -1):
+                self._flag(V1, f"{task} delivered {d.channel}@{d.position} after an effect of "
+                               "it (a joining channel's delivered past must be covered)")
+            else:
+                self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position}, below "
+                                         f"{first}, the first position owed to it (below its "
+                                         "start, or in a joining channel's delivered past)")
             return
         seen = self._seen[task].setdefault(d.channel, set())
         if index in seen:

@@ -2,8 +2,9 @@
 
 Each seed builds a random topology (chain, diamond, fan-in, self-loop,
 random), runs sources and tasks with crashes, clean restarts, replays below
-the start position, aborted transactions and a topic deletion until the world
-drains, and fails with the oracle's clause (V1 causal order, V2 FIFO /
+the start position, aborted transactions, high offsets, retention
+truncation, late starts, a process joining a topic and a topic deletion until
+the world drains, and fails with the oracle's clause (V1 causal order, V2 FIFO /
 duplicate / loss / integrity, V5 liveness) plus the scenario and the last
 trace events. Replay one seed with ``PARSLEY_SIM_SEEDS=<seed>``.
 
@@ -53,7 +54,7 @@ def test_sweep_exercises_every_hazard() -> None:
             totals[key] = totals.get(key, 0) + value
     assert totals["offsets"] > totals["records"], "no markers or aborts: offsets all contiguous"
     for figure in ("crashes", "executions", "deleted", "deleted_verdicts", "replays",
-                   "truncations", "held_commits", "holds"):
+                   "truncations", "joins", "join_clamps", "held_commits", "holds"):
         assert totals[figure] > 0, f"the sweep never produced any {figure}: {totals}"
     multi = sum(1 for r in results
                 if any(len(t.received) > 1 for t in r.scenario.tasks))

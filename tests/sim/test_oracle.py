@@ -214,7 +214,41 @@ def test_late_start_owes_nothing_below_it() -> None:
     oracle.on_commit("R#0", [d(B, 5, 5)], [])
     assert oracle.finish() == [], "a cause below the start position was still required"
     oracle.on_commit("Q#0", [d(A, 0, 0)], [])
+    assert clauses(oracle) == [V1], "a cause delivered after its effect passed"
+    oracle = diamond()
+    oracle.on_start("Q#0", {A: 1, B: 0})
+    oracle.on_commit("Q#0", [d(A, 0, 0)], [])
     assert clauses(oracle) == [V2_INTEGRITY], "a delivery below the start position passed"
+
+
+def joined() -> Oracle:
+    """X sent B@5 after delivering A@0 only; its header claims A@2 (it had received
+    A@2): an allowed over-approximation. P receives B, delivers B@5, then joins A."""
+    oracle = Oracle({"P#0": [B], "X#0": [A]})
+    oracle.on_source_record(A, 0, body(0), {})
+    oracle.on_source_record(A, 2, body(2), {})
+    oracle.on_source_record(A, 3, body(3), {})
+    oracle.on_commit("X#0", [d(A, 0, 0)], [Sent(B, 5, body(5), 0, {A: 2})])
+    oracle.on_commit("X#0", [d(A, 2, 2), d(A, 3, 3)], [])
+    oracle.on_commit("P#0", [d(B, 5, 5)], [])
+    oracle.on_join("P#0", {A: 0})
+    assert oracle.clamps == 1, "the join clamp reached past the start but was not counted"
+    return oracle
+
+
+def test_joining_channel_owes_only_what_lies_beyond_the_delivered_past() -> None:
+    oracle = joined()
+    oracle.on_commit("P#0", [d(A, 3, 3)], [])
+    assert oracle.finish() == [], "records within the delivered past were still owed"
+
+
+def test_joining_channel_delivering_its_delivered_past_is_caught() -> None:
+    oracle = joined()
+    oracle.on_commit("P#0", [d(A, 2, 2)], [])  # claimed, not a true cause: the clamp rule
+    assert clauses(oracle) == [V2_INTEGRITY], oracle.violations
+    oracle = joined()
+    oracle.on_commit("P#0", [d(A, 0, 0)], [])  # a true cause of B@5, delivered after it
+    assert clauses(oracle) == [V1], oracle.violations
 
 
 def test_broker_log_start_and_truncation() -> None:

@@ -17,7 +17,7 @@ import pytest
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.engine.sabotage import Sabotage, engine_class
-from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER
+from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER, TAG_PAST
 from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5
 from tests.sim.seeds import DEFAULT_SEEDS, parse_seeds
 from tests.sim.world import SimResult, run
@@ -76,6 +76,13 @@ class _ForgetsCoverage(ProcessEngine):
         return tuple(d for d in super().take_deltas() if d[0][0] != TAG_FED)
 
 
+class _ForgetsDeliveredPast(ProcessEngine):
+    """Delivered-past rows ('p') never reach the changelog: a joining channel is not clamped."""
+
+    def take_deltas(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        return tuple(d for d in super().take_deltas() if d[0][0] != TAG_PAST)
+
+
 class _StartsFromZero(ProcessEngine):
     """Ignores the reported start positions (as if every channel started at offset 0)."""
 
@@ -86,6 +93,7 @@ class _StartsFromZero(ProcessEngine):
 @pytest.mark.parametrize(("broken", "clauses"), [
     (_ForgetsFrontier, {M1}),
     (_ForgetsCoverage, {V2_DUP}),
+    (_ForgetsDeliveredPast, {V1}),
     (_StartsFromZero, {V5}),
 ], ids=lambda x: x.__name__ if isinstance(x, type) else "")
 def test_oracle_catches_state_faults(broken: type[ProcessEngine], clauses: set[str]) -> None:

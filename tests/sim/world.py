@@ -140,6 +140,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     trace: list[str] = []
     broker = Broker(scenario.topics.values(), scenario.base_offsets)
     oracle = Oracle({t.name: t.received for t in scenario.tasks})
+    joiners = [t.name for t in scenario.tasks if scenario.join_channels(t)]
     clock = Clock()
     hosts = [TaskHost(t, scenario, engine_cls, broker, oracle, clock, trace.append)
              for t in scenario.tasks]
@@ -156,7 +157,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             return False
         chans = set(scenario.topics[topic].channels())
         return all(oracle.delivered_all(h.name, ch)
-                   for h in hosts for ch in h.spec.received if ch in chans)
+                   for h in hosts for ch in h.received if ch in chans)
 
     def delete(topic: str) -> None:
         broker.delete_topic(topic)
@@ -169,7 +170,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
 
     receivers: dict[ChannelId, list[TaskHost]] = {}
     for h in hosts:
-        for ch in h.spec.received:
+        for ch in h.received + scenario.join_channels(h.spec):
             receivers.setdefault(ch, []).append(h)
     truncations = 0
 
@@ -178,6 +179,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
         readers = receivers.get(ch, [])
         if any(h.executions == 0 for h in readers):
             return broker.log_start(ch)  # a reader yet to start reads from the log start
+        if any(ch not in h.committed for h in readers):
+            return broker.log_start(ch)  # a joiner yet to join reads from the log start
         return min((h.committed[ch] for h in readers), default=broker.end_offset(ch))
 
     def truncatable() -> list[ChannelId]:
@@ -215,6 +218,11 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             actions += [("delete", t) for t in pending_deletes if eligible(t)]
             if rng.random() < 0.05:
                 actions += [("truncate", ch) for ch in truncatable()]
+            if joiners and rng.random() < 0.05:
+                # Once its process has delivered a few; all its tasks join at once.
+                ready = [h for h in hosts if h.name in joiners and h.executions > 0]
+                if len(ready) == len(joiners) and sum(h.delivered for h in ready) >= 3:
+                    actions.append(("join", ready))
             if actions:
                 weights = [speed[actor.name] if kind == "task" else 1.0
                            for kind, actor in actions]
@@ -228,6 +236,11 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                         actor.stop()
                 elif kind == "truncate":
                     truncate(actor)
+                elif kind == "join":
+                    for h in actor:
+                        h.join()
+                    joiners.clear()
+                    trace.append(f"JOIN {scenario.join}")
                 else:
                     delete(actor)
                 continue
@@ -257,6 +270,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     }
     stats["replays"] = sum(h.replays for h in hosts)
     stats["truncations"] = truncations
+    stats["joins"] = sum(1 for line in trace if line.startswith("JOIN"))
+    stats["join_clamps"] = oracle.clamps
     stats["held_commits"] = sum(h.held_commits for h in hosts)
     stats["holds"] = sum(h.holds for h in hosts)
     stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
