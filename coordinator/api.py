@@ -37,6 +37,7 @@ from coordinator.bootstrap import (
 from coordinator.config import ParsleyConfig
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
+    BadRequest,
     ControlServer,
     NoReplyError,
     endpoint_file,
@@ -238,7 +239,7 @@ class Parsley:
             if deadline is not None and (isinstance(deadline, bool)
                                          or not isinstance(deadline, int | float)
                                          or deadline < 0):
-                raise ValueError(f"deadline_s must be a number >= 0, got {deadline!r}")
+                raise BadRequest(f"deadline_s must be a number >= 0, got {deadline!r}")
             report = self.stop(None if deadline is None else float(deadline))
             return {"shutdown": report.to_json(), "status": status_to_json(self.status())}
 

@@ -12,7 +12,15 @@ Requests and replies are JSON objects (orjson)::
     {"op": "stop", "deadline_s": 10}    -> {"outcome": "OK", "op": "stop", "shutdown": {...}}
     b"not json"                         -> {"outcome": "MALFORMED_REQUEST", "error": "..."}
     {"op": "dance"}                     -> {"outcome": "UNKNOWN_OPERATION", "error": "..."}
+    {"op": "stop", "deadline_s": -1}    -> {"outcome": "MALFORMED_REQUEST", "error": "..."}
     a handler that raised               -> {"outcome": "FAILED", "error": "..."}
+    a result orjson cannot encode       -> {"outcome": "FAILED", "error": "..."}
+
+The serving loop survives anything one request does (seed 002, P1: every
+request ends with exactly one reply): a reply that cannot be encoded is
+replaced by a ``FAILED`` one, an unexpected error in an iteration is logged
+and serving goes on, and a socket whose send failed (a ``REP`` socket then
+sits in the wrong state) is closed and bound again on the same endpoint.
 
 Endpoints (:func:`resolve_endpoint`): an ``ipc://`` path under the state dir
 by default; ``tcp`` only when asked, on 127.0.0.1 unless a host is given
@@ -26,6 +34,7 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +46,7 @@ from coordinator.config import ParsleyConfig
 
 __all__ = [
     "OPERATIONS",
+    "BadRequest",
     "ControlServer",
     "NoReplyError",
     "Outcome",
@@ -62,7 +72,16 @@ class Outcome(enum.Enum):
     UNKNOWN_OPERATION = "UNKNOWN_OPERATION"
     """``op`` names no operation; the reply lists the known ones."""
     FAILED = "FAILED"
-    """The operation raised; ``error`` says what."""
+    """The operation raised, or its result could not be encoded; ``error`` says what."""
+
+
+class BadRequest(ValueError):
+    """Raised by a handler that rejects the request's arguments -> ``MALFORMED_REQUEST``.
+
+    Any other exception a handler raises (a ``ValueError`` of its own
+    included) is a ``FAILED`` reply: the request was well formed, the
+    operation failed.
+    """
 
 
 class NoReplyError(TimeoutError):
@@ -108,7 +127,8 @@ def resolve_endpoint(listen: str | None, config: ParsleyConfig) -> str:
 
 
 Handler = Callable[[Mapping[str, Any]], Mapping[str, Any]]
-"""``request -> result fields``; raising gives a ``FAILED`` reply."""
+"""``request -> result fields``; raising :class:`BadRequest` gives ``MALFORMED_REQUEST``,
+raising anything else a ``FAILED`` reply."""
 
 
 class ControlServer:
@@ -126,12 +146,12 @@ class ControlServer:
     def __init__(self, endpoint: str, handlers: Mapping[str, Handler],
                  record_to: Path | None = None) -> None:
         self._handlers = dict(handlers)
-        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REP)
-        self._sock.setsockopt(zmq.LINGER, 0)
         if endpoint.startswith("ipc://"):
             Path(endpoint[len("ipc://"):]).parent.mkdir(parents=True, exist_ok=True)
-        self._sock.bind(endpoint)
+        self._sock = self._bind(endpoint)
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.rebinds = 0
+        """How many times the socket was closed and bound again after a failed send."""
         self._record_to = record_to
         if record_to is not None:
             record_to.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +159,17 @@ class ControlServer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="parsley-control", daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _bind(endpoint: str) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REP)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError:
+            sock.close(0)
+            raise
+        return sock
 
     def reply_for(self, raw: bytes) -> dict[str, Any]:
         """The one reply to one raw request (pure apart from the handler it calls)."""
@@ -160,7 +191,7 @@ class ControlServer:
                     "error": f"unknown operation {op!r}; known: {sorted(self._handlers)}"}
         try:
             result = dict(handler(req))
-        except ValueError as exc:
+        except BadRequest as exc:
             return {"outcome": Outcome.MALFORMED_REQUEST.value, "op": op, "error": str(exc)}
         except Exception as exc:
             log.exception("control operation %s failed", op)
@@ -168,23 +199,64 @@ class ControlServer:
                     "error": f"{type(exc).__name__}: {exc}"}
         return {"outcome": Outcome.OK.value, "op": op, **result}
 
+    def reply_bytes(self, raw: bytes) -> bytes:
+        """The encoded one reply to one raw request; never raises.
+
+        A reply that orjson cannot encode (or a ``reply_for`` that raised)
+        becomes ``{"outcome": "FAILED", "error": ...}``.
+        """
+        op: object = None
+        try:
+            reply = self.reply_for(raw)
+            op = reply.get("op")
+            return orjson.dumps(reply)
+        except Exception as exc:
+            log.exception("control reply could not be built")
+            fallback: dict[str, Any] = {"outcome": Outcome.FAILED.value,
+                                        "error": f"the reply could not be built: "
+                                                 f"{type(exc).__name__}: {exc}"}
+            if isinstance(op, str):
+                fallback["op"] = op
+            return orjson.dumps(fallback)
+
     def _serve(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         while not self._stop.is_set():
             try:
-                if not poller.poll(100):
+                try:
+                    if not poller.poll(100):
+                        continue
+                    raw = self._sock.recv()
+                except zmq.ZMQError:
+                    if self._stop.is_set():
+                        return
                     continue
-                raw = self._sock.recv()
-            except zmq.ZMQError:
-                if self._stop.is_set():
-                    return
-                continue
-            reply = self.reply_for(raw)
+                data = self.reply_bytes(raw)
+                try:
+                    self._sock.send(data)
+                except zmq.ZMQError:
+                    if self._stop.is_set():
+                        return
+                    log.exception("could not send a control reply; binding the socket again")
+                    poller.unregister(self._sock)
+                    self._rebind()
+                    poller.register(self._sock, zmq.POLLIN)
+            except Exception:  # one request must never end serving (seed 002, P1)
+                log.exception("control loop error; serving goes on")
+                time.sleep(0.05)
+
+    def _rebind(self) -> None:
+        """Close the socket and bind a new one on the same endpoint (retrying)."""
+        self._sock.close(0)
+        while not self._stop.is_set():
             try:
-                self._sock.send(orjson.dumps(reply))
+                self._sock = self._bind(self.endpoint)
+                self.rebinds += 1
+                return
             except zmq.ZMQError:
-                log.exception("could not send a control reply")
+                log.exception("could not bind %s again; retrying", self.endpoint)
+                time.sleep(0.2)
 
     def close(self) -> None:
         """Stop serving, close the socket, remove the endpoint record and ipc file."""
