@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"starting a private broker in {private_dir}")
             state, _ = devbroker.up(private_dir, say=_say)
             bootstrap = state.bootstrap
-        from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+        from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         rounds = a.rounds or (1 if a.quick else 2)
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # one failed run must not lose the others
                         failed = True
                         _say(f"{kind} {size} B FAILED: {exc!r}")
+                        traceback.print_exc()
                         continue
                     runs[key] = rep.best_of(runs.get(key), result)
         if not a.no_restore:
@@ -118,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:
                 failed = True
                 _say(f"restore FAILED: {exc!r}")
+                traceback.print_exc()
     finally:
-        admin = None  # an AdminClient outliving the broker logs reconnect failures
+        admin = None  # type: ignore[assignment]  # outliving the broker, it logs failures
         import gc
 
         gc.collect()

@@ -99,7 +99,7 @@ def relay(bootstrap: str, input_topic: str, output_topic: str, group: str,
                 txn_started = time.monotonic()
             producer.produce(output_topic, m.value(), m.key(), headers=m.headers(),
                              timestamp=m.timestamp()[1])
-            positions[(m.topic(), m.partition())] = m.offset() + 1
+            positions[(str(m.topic()), int(m.partition() or 0))] = int(m.offset() or 0) + 1
             pending += 1
         producer.poll(0)
         if in_txn and time.monotonic() - txn_started >= interval:

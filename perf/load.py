@@ -202,7 +202,7 @@ def producer_config(bootstrap_servers: str) -> dict[str, object]:
 
 
 def paced(count: int, rate_per_s: float, send: Callable[[int], None],
-          poll: Callable[[], None]) -> float:
+          poll: Callable[[], object]) -> float:
     """Call ``send(i)`` for i in range(count) at ``rate_per_s``; returns the seconds taken.
 
     Sleeps between sends (never busy-waits, the machine is shared); ``poll`` is

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from perf.load import CAUSE, HELD, now_us, parse_value
 
@@ -211,8 +211,9 @@ class OutputReader:
                 stamp = parse_value(m.value())
                 if stamp is None:
                     continue
-                headers = m.headers() or []
-                hb = sum(len(k.encode()) + len(v or b"") for k, v in headers)
+                hb = 0
+                for h in m.headers() or []:
+                    hb += len(str(h[0]).encode()) + len(h[1] or b"")
                 self.records.append(
                     Received(stamp.kind, stamp.seq, stamp.sent_us, read_us, m.timestamp()[1], hb)
                 )
@@ -321,8 +322,9 @@ class StatusCollector:
                 if m.get("kind") == "final" and m.get("stop_kind") != "CLEAN":
                     raise RuntimeError(f"a worker stopped: {m}")
             time.sleep(0.05)
-        last = self.snapshot()[-1:] or [None]
-        raise RuntimeError(f"no matching worker message in {timeout_s} s; last: {last[0]}")
+        snap = self.snapshot()
+        last = snap[-1] if snap else None
+        raise RuntimeError(f"no matching worker message in {timeout_s} s; last: {last}")
 
     def close(self) -> None:
         """Stop the thread and close the socket."""

@@ -37,7 +37,8 @@ __all__ = ["PATCHES", "patched_run"]
 def _shape_check_admin() -> None:
     from confluent_kafka import KafkaException
 
-    from workers.main import Stop, StopKind, Worker
+    from workers.main import Stop, Worker
+    from workers.protocol import StopKind
 
     def _check_shape(self: Any) -> None:
         for topic in self.received:

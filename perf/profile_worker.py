@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from perf.measure import OutputReader
 from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics

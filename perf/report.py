@@ -104,9 +104,9 @@ def ratios(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("parsley1_vs_baseline", "parsley2_vs_parsley1", "parsley2_cpu_efficiency",
                  "parsley1_vs_baseline_cpu"):
-        vals = [v[name] for v in by_size.values() if v[name] is not None]
+        vals = [x for v in by_size.values() if (x := v[name]) is not None]
         out[name] = min(vals) if vals else None
-    added = [v["held_added_p99_ms"] for v in by_size.values() if v["held_added_p99_ms"] is not None]
+    added = [x for v in by_size.values() if (x := v["held_added_p99_ms"]) is not None]
     out["held_added_p99_ms"] = max(added) if added else None
     out["by_size"] = by_size
     return out

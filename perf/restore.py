@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from perf import load
 from perf.measure import OutputReader, WorkerSampler

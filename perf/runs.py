@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from uuid import UUID
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -226,7 +226,7 @@ class ParsleyRelay:
         Returns:
             Seconds from the spawn until every task reported RUNNING.
         """
-        import multiprocess
+        import multiprocess  # type: ignore[import-untyped]
 
         from workers.main import run
         from workers.protocol import TaskSpec
