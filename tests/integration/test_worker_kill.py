@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -48,10 +49,22 @@ N_B = N_A // B_EVERY
 CHUNKS = 30
 
 
-def counting_relay(out: Channel[Any, Any], counts: Store[Any, Any]) -> Any:
-    """Count deliveries per source topic in ``counts`` and relay each to ``out``."""
+def counting_relay(out: Channel[Any, Any], counts: Store[Any, Any],
+                   kill_dir: str | None = None) -> Any:
+    """Count deliveries per source topic in ``counts`` and relay each to ``out``.
+
+    With ``kill_dir``, delivering a record for which a file ``kill-<topic>-<offset>``
+    exists there removes the file and SIGKILLs the worker from inside the step: after
+    the earlier deliveries of the open transaction were produced and before their
+    commit (the replay after the restart finds no file and goes on).
+    """
 
     def handle(delivery: Any, state: Any) -> Effects:
+        if kill_dir is not None:
+            token = os.path.join(kill_dir, f"kill-{delivery.topic}-{delivery.offset}")
+            if os.path.exists(token):
+                os.remove(token)
+                os.kill(os.getpid(), signal.SIGKILL)
         n = (state.get(counts, delivery.topic) or 0) + 1
         return (Effects.builder()
                 .put(counts, delivery.topic, n)
@@ -92,7 +105,13 @@ def test_kill_9_at_random_points_loses_nothing_duplicates_nothing_breaks_no_caus
     out = create_topic(unique_names.topic("out"))
     counts = Store("counts", STRING, JSON)
     out_ch = Channel(out.name, STRING, JSON)
-    handler = counting_relay(out_ch, counts)
+    kill_dir = tmp_path / "kills"
+    kill_dir.mkdir()
+    # Deterministic kills inside the step, between produce and commit.
+    tokens = [kill_dir / f"kill-{a.name}-{off}" for off in (120, 480, 910, 1333)]
+    for token in tokens:
+        token.touch()
+    handler = counting_relay(out_ch, counts, str(kill_dir))
     process = (Process("chaos").receives(Channel(a.name, BYTES, BYTES), handler)
                .receives(Channel(b.name, BYTES, BYTES), handler).sends(out_ch).stores(counts))
     topics = {a.name: a, b.name: b, out.name: out}
@@ -117,7 +136,17 @@ def test_kill_9_at_random_points_loses_nothing_duplicates_nothing_breaks_no_caus
             kills += 1
         feeder.join(120)
         assert done.is_set()
-        worker = spawn(spec)
+        while True:  # in-step kills left: restart until every token was consumed
+            worker = spawn(spec)
+            collector.wait_for(lambda m, w=worker: (m["kind"] == "status" and m["pid"] == w.pid
+                                                    and m["state"] == "RUNNING"
+                                                    and m["lag"] == 0) or not w.is_alive(),
+                               timeout_s=120)
+            if worker.is_alive():
+                break
+            worker.join(10)
+            assert worker.exitcode == -9
+            kills += 1
         expected = N_A + N_B
         collector.wait_for(lambda m: m["kind"] == "status" and m["pid"] == worker.pid
                            and m["state"] == "RUNNING" and m["lag"] == 0
@@ -126,14 +155,16 @@ def test_kill_9_at_random_points_loses_nothing_duplicates_nothing_breaks_no_caus
         statuses = [m for m in collector.snapshot() if m["kind"] == "status"]
     finally:
         collector.close()
-    assert kills == ROUNDS
+    assert kills >= ROUNDS
+    assert not any(t.exists() for t in tokens), "an in-step kill point was never reached"
     # The kills landed in running workers: killed workers had committed work and held
     # messages (their last status before the SIGKILL says so).
     killed = {m["pid"] for m in statuses} - {worker.pid}
     committed_by_killed = sum(
         max((m["commits"] for m in statuses if m["pid"] == pid), default=0) for pid in killed)
     held_seen = max((m["held_total"] for m in statuses), default=0)
-    print(f"kill rounds {ROUNDS}: killed workers committed {committed_by_killed} "
+    print(f"kill rounds {ROUNDS} + in-step kills {kills - ROUNDS} (others landed in killed "
+          f"rounds): killed workers committed {committed_by_killed} "
           f"transactions; deepest hold seen {held_seen}")
     assert committed_by_killed > 0
     assert held_seen > 0
