@@ -18,11 +18,12 @@ running.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka.admin import AdminClient
 
@@ -54,7 +55,7 @@ from coordinator.supervisor import (
 from parsley.declarations import Process
 from workers.kafka import admin_config
 
-__all__ = ["Parsley"]
+__all__ = ["MAX_CONTROL_STOP_DEADLINE_S", "Parsley", "control_stop_deadline"]
 
 log = logging.getLogger("parsley.coordinator")
 
@@ -76,6 +77,40 @@ def _refuse_a_second_coordinator(endpoint: str) -> None:
         "state dir; stop it (parsley-coordinator stop), or give this one another state_dir "
         "or control endpoint"
     )
+
+
+
+MAX_CONTROL_STOP_DEADLINE_S: Final = 300.0
+"""The longest deadline a control ``stop`` request may ask for, s: the control
+thread answers nothing else while a stop runs, so an unbounded one would block it."""
+
+
+def control_stop_deadline(raw: object) -> tuple[float | None, str | None]:
+    """The deadline a control ``stop`` request runs with (pure).
+
+    Args:
+        raw: the request's ``deadline_s``: absent (``None``) or a number of
+            seconds >= 0.
+
+    Returns:
+        ``(deadline_s, note)``: ``None`` for the supervisor's default; a
+        request over :data:`MAX_CONTROL_STOP_DEADLINE_S` is capped to it and
+        ``note`` says so (the reply carries it); otherwise ``note`` is ``None``.
+
+    Raises:
+        BadRequest: ``raw`` is not a finite number >= 0 (a bool included);
+            the reply is ``MALFORMED_REQUEST``.
+    """
+    if raw is None:
+        return None, None
+    if (isinstance(raw, bool) or not isinstance(raw, int | float)
+            or not math.isfinite(raw) or raw < 0):
+        raise BadRequest(f"deadline_s must be a number >= 0, got {raw!r}")
+    if raw > MAX_CONTROL_STOP_DEADLINE_S:
+        return MAX_CONTROL_STOP_DEADLINE_S, (
+            f"deadline_s {raw:g} capped to {MAX_CONTROL_STOP_DEADLINE_S:g} s, the longest a "
+            "control stop may take")
+    return float(raw), None
 
 
 class Parsley:
@@ -235,12 +270,13 @@ class Parsley:
             return {"status": status_to_json(self.status())}
 
         def stop(req: Mapping[str, Any]) -> dict[str, Any]:
-            deadline = req.get("deadline_s")
-            if deadline is not None and (isinstance(deadline, bool)
-                                         or not isinstance(deadline, int | float)
-                                         or deadline < 0):
-                raise BadRequest(f"deadline_s must be a number >= 0, got {deadline!r}")
-            report = self.stop(None if deadline is None else float(deadline))
-            return {"shutdown": report.to_json(), "status": status_to_json(self.status())}
+            deadline, note = control_stop_deadline(req.get("deadline_s"))
+            report = self.stop(deadline)
+            reply: dict[str, Any] = {"shutdown": report.to_json(),
+                                     "status": status_to_json(self.status()),
+                                     "deadline_s": deadline}
+            if note is not None:
+                reply["note"] = note
+            return reply
 
         return {"ping": ping, "status": status, "stop": stop}

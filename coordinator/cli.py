@@ -381,17 +381,21 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
     even then, are listed and the exit status is 6. The coordinator's `run`
     then returns.
     """
+    from coordinator.api import MAX_CONTROL_STOP_DEADLINE_S
     from coordinator.status_socket import NoReplyError, request
 
     ep = _endpoint(config_file, prefix, state_dir, endpoint)
     try:
-        reply = request(ep, {"op": "stop", "deadline_s": deadline}, timeout_s=deadline + 15)
+        reply = request(ep, {"op": "stop", "deadline_s": deadline},
+                        timeout_s=min(deadline, MAX_CONTROL_STOP_DEADLINE_S) + 15)
     except NoReplyError as exc:
         click.echo(str(exc), err=True)
         sys.exit(ExitCode.NO_COORDINATOR)
     if reply.get("outcome") != "OK":
         click.echo(f"{reply.get('outcome')}: {reply.get('error')}", err=True)
         sys.exit(ExitCode.ERROR)
+    if reply.get("note"):
+        click.echo(str(reply["note"]), err=True)
     shutdown = reply["shutdown"]
     click.echo(orjson.dumps(shutdown, option=orjson.OPT_INDENT_2).decode())
     sys.exit(ExitCode.CLEAN if shutdown["clean"] else ExitCode.SHUTDOWN_INCOMPLETE)

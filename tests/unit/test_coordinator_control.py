@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
+from coordinator.api import MAX_CONTROL_STOP_DEADLINE_S, control_stop_deadline
 from coordinator.status_socket import BadRequest, ControlServer, Outcome, request
 
 
@@ -68,3 +70,16 @@ def test_only_argument_validation_is_malformed_a_handlers_value_error_is_failed(
         assert bad["error"] == "deadline_s must be a number"
     finally:
         server.close()
+
+
+def test_a_control_stop_deadline_is_validated_and_capped() -> None:
+    assert control_stop_deadline(None) == (None, None)
+    assert control_stop_deadline(0) == (0.0, None)
+    assert control_stop_deadline(2.5) == (2.5, None)
+    assert control_stop_deadline(MAX_CONTROL_STOP_DEADLINE_S) == (MAX_CONTROL_STOP_DEADLINE_S, None)
+    capped, note = control_stop_deadline(1e9)
+    assert capped == MAX_CONTROL_STOP_DEADLINE_S == 300.0
+    assert note is not None and "1e+09 capped to 300 s" in note
+    for bad in (-1, True, "10", float("nan"), float("inf"), [1]):
+        with pytest.raises(BadRequest, match="deadline_s must be a number >= 0"):
+            control_stop_deadline(bad)
