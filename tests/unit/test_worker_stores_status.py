@@ -1,0 +1,67 @@
+"""The worker's task stores (sqlite cache + open-transaction writes) and its status pushes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import zmq
+
+from parsley.refusals import Reason
+from workers.frame import SerializedWrite
+from workers.protocol import StopKind, TaskState
+from workers.status import StatusReporter
+from workers.stores import TaskStores
+
+
+def test_reads_see_the_open_transaction_first_and_a_delete_as_absence(tmp_path: Path) -> None:
+    stores = TaskStores(tmp_path, ["s"])
+    assert stores.rebuild("s", [(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", b"x"),
+                                (b"c", None)]) == 2
+    assert (stores.get("s", b"a"), stores.get("s", b"b"), stores.get("s", b"c")) == \
+        (b"3", b"2", None)
+    stores.apply([SerializedWrite("s", b"a", b"4"), SerializedWrite("s", b"b", None),
+                  SerializedWrite("s", b"a", b"5")])
+    assert stores.get("s", b"a") == b"5" and stores.get("s", b"b") is None
+    assert stores.pending() == {"s": {b"a": b"5", b"b": None}}  # merged, latest per key
+    stores.discard()
+    assert stores.get("s", b"a") == b"3" and stores.get("s", b"b") == b"2"
+    stores.apply([SerializedWrite("s", b"a", b"6"), SerializedWrite("s", b"b", None)])
+    stores.committed()
+    assert stores.pending() == {}
+    assert stores.get("s", b"a") == b"6" and stores.get("s", b"b") is None
+    stores.close()
+
+
+def test_a_new_task_stores_never_trusts_the_previous_cache(tmp_path: Path) -> None:
+    first = TaskStores(tmp_path, ["s"])
+    first.apply([SerializedWrite("s", b"k", b"v")])
+    first.committed()
+    first.close()
+    again = TaskStores(tmp_path, ["s"])
+    assert again.get("s", b"k") is None  # rebuilt from the changelog only
+    again.close()
+
+
+def test_status_and_final_messages_have_the_protocol_shape() -> None:
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    reporter = StatusReporter(f"tcp://127.0.0.1:{port}", "proc", 3)
+    reporter.status(TaskState.RUNNING, {"held": [], "held_total": 0, "lag": 5})
+    reporter.final(StopKind.REFUSAL, Reason.RESERVED_HEADER_USED, "detail")
+    reporter.close()
+    assert pull.poll(5000)
+    status = orjson.loads(pull.recv())
+    assert pull.poll(5000)
+    final = orjson.loads(pull.recv())
+    pull.close()
+    ctx.term()
+    assert {k: status[k] for k in ("kind", "process", "task", "pid", "state", "lag")} == {
+        "kind": "status", "process": "proc", "task": 3, "pid": os.getpid(),
+        "state": "RUNNING", "lag": 5}
+    assert status["rss_bytes"] > 0 and isinstance(status["cpu_percent"], float)
+    assert final == {"kind": "final", "process": "proc", "task": 3, "pid": os.getpid(),
+                     "sent_ms": final["sent_ms"], "stop_kind": "REFUSAL",
+                     "refusal_reason": "RESERVED_HEADER_USED", "failure_detail": "detail"}
