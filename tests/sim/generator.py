@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from parsley.engine.channel import ChannelId
+from parsley.wire import encoded_size
 
 __all__ = [
     "SHAPES",
@@ -112,6 +113,10 @@ class Scenario:
             large or just below 2^31, so positions exercise int64 arithmetic.
         truncate: whether retention (delete-records) advances log starts up to
             the committed read positions of every receiver (V7).
+        budget_bytes: the metadata budget every engine gets: ``None`` for the
+            default, or exactly the encoded size of a frontier naming every
+            channel in the world, the largest a legal run can reach, so the
+            engine's size arithmetic is tested at its edge.
         join: ``(process, topic)``: the process's declaration gains ``topic`` at
             a restart mid-run (a joining channel: what its delivered past names
             is covered, facts §4 "Covered and settled").
@@ -131,6 +136,7 @@ class Scenario:
     base_offsets: dict[ChannelId, int] = field(default_factory=dict)
     truncate: bool = False
     join: tuple[str, str] | None = None
+    budget_bytes: int | None = None
 
     def join_channels(self, task: TaskSpec) -> tuple[ChannelId, ...]:
         """The channels ``task`` gains when its process joins :attr:`join`'s topic."""
@@ -150,7 +156,8 @@ class Scenario:
                 f"processes=[{procs}] crash={self.crash_rate:.2f} "
                 f"restart={self.restart_rate:.2f} delete={list(self.deletable)} "
                 f"late={list(self.late)} truncate={self.truncate} "
-                f"bases={sorted(set(self.base_offsets.values()))} join={self.join}")
+                f"bases={sorted(set(self.base_offsets.values()))} join={self.join} "
+                f"budget={self.budget_bytes}")
 
 
 def _shape_edges(rng: random.Random, shape: str) -> tuple[list[str], list[tuple[str, ...]],
@@ -270,4 +277,6 @@ def generate(seed: int) -> Scenario:
         crash_rate=rng.choice((0.0, 0.1, 0.25)), restart_rate=rng.choice((0.0, 0.05, 0.15)),
         deletable=deletable, late=late, base_offsets=base_offsets,
         truncate=rng.random() < 0.3, join=join,
+        budget_bytes=(encoded_size({ch: 0 for t in topics.values() for ch in t.channels()})
+                      if rng.random() < 0.3 else None),
     )

@@ -154,8 +154,10 @@ class TaskHost:
         if self.executions == 0:
             self._bootstrap()
         store = InMemoryOrderingStore.from_records(self.image.items())
+        budget = {} if self.scenario.budget_bytes is None else {
+            "budget_bytes": self.scenario.budget_bytes}
         engine = self.engine_cls(store, received=self.received,
-                                 on_warning=self.warnings.append)
+                                 on_warning=self.warnings.append, **budget)
         wanted = set(self.inputs) | set(self.spec.outputs)
         live = self.broker.live_names()
         engine.bind_names({n: live[n] for n in sorted(wanted) if n in live})

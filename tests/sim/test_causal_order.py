@@ -54,7 +54,8 @@ def test_sweep_exercises_every_hazard() -> None:
             totals[key] = totals.get(key, 0) + value
     assert totals["offsets"] > totals["records"], "no markers or aborts: offsets all contiguous"
     for figure in ("crashes", "executions", "deleted", "deleted_verdicts", "replays",
-                   "truncations", "joins", "join_clamps", "held_commits", "holds"):
+                   "truncations", "joins", "join_clamps", "held_commits", "holds",
+                   "budget_warnings"):
         assert totals[figure] > 0, f"the sweep never produced any {figure}: {totals}"
     multi = sum(1 for r in results
                 if any(len(t.received) > 1 for t in r.scenario.tasks))

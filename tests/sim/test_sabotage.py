@@ -10,17 +10,18 @@ that cannot fail is not a harness (STYLE.md, "Tests"; facts §8, V8).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import pytest
 
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import ProcessEngine
+from parsley.engine.engine import DEFAULT_BUDGET_BYTES, ProcessEngine
 from parsley.engine.sabotage import Sabotage, engine_class
 from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER, TAG_PAST
+from parsley.engine.store import OrderingStore
 from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5
 from tests.sim.seeds import DEFAULT_SEEDS, parse_seeds
-from tests.sim.world import SimResult, run
+from tests.sim.world import REFUSED, SimResult, run
 
 EXPECTED: dict[Sabotage, set[str]] = {
     Sabotage.EAGER_DELIVERY: {V1},
@@ -58,7 +59,8 @@ def test_oracle_catches_sabotage(mode: Sabotage) -> None:
 
 
 # Faults built from the engine's public API only, beyond the engine's own Sabotage
-# modes: each loses one kind of changelog row, or misreports the start positions.
+# modes: each loses one kind of changelog row, ignores the start positions, or
+# sizes the frontier one byte wrong.
 # They show which oracle clause guards which part of the ordering state.
 
 
@@ -83,6 +85,16 @@ class _ForgetsDeliveredPast(ProcessEngine):
         return tuple(d for d in super().take_deltas() if d[0][0] != TAG_PAST)
 
 
+class _BudgetOffByOne(ProcessEngine):
+    """Counts the frontier one byte too large (as a budget one byte too small would)."""
+
+    def __init__(self, store: OrderingStore, *, received: Iterable[ChannelId],
+                 budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                 on_warning: Callable[[str], None] | None = None) -> None:
+        super().__init__(store, received=received, budget_bytes=budget_bytes - 1,
+                         on_warning=on_warning)
+
+
 class _StartsFromZero(ProcessEngine):
     """Ignores the reported start positions (as if every channel started at offset 0)."""
 
@@ -94,6 +106,7 @@ class _StartsFromZero(ProcessEngine):
     (_ForgetsFrontier, {M1}),
     (_ForgetsCoverage, {V2_DUP}),
     (_ForgetsDeliveredPast, {V1}),
+    (_BudgetOffByOne, {REFUSED}),  # worlds whose budget is exactly their largest frontier
     (_StartsFromZero, {V5}),
 ], ids=lambda x: x.__name__ if isinstance(x, type) else "")
 def test_oracle_catches_state_faults(broken: type[ProcessEngine], clauses: set[str]) -> None:

@@ -120,7 +120,7 @@ def _engine_class() -> type[Any]:
 
 
 def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_000,
-        max_deliveries: int = 50_000) -> SimResult:
+        max_deliveries: int = 20_000) -> SimResult:
     """Simulate the world of ``seed`` with ``engine_cls`` and judge it with the oracle.
 
     Args:
@@ -128,7 +128,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
         engine_cls: the engine to test; the real ``ProcessEngine`` by default.
         max_ticks: scheduler actions before the run counts as not quiescing (V5).
         max_deliveries: committed deliveries before the run counts as a runaway
-            (V5); sound runs stay far below (the sweep's largest is ~10^4).
+            (V5); sound runs stay far below (the sweep's largest is ~3,000).
 
     Returns:
         A :class:`SimResult`; an engine refusal or exception is a violation
@@ -272,6 +272,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["truncations"] = truncations
     stats["joins"] = sum(1 for line in trace if line.startswith("JOIN"))
     stats["join_clamps"] = oracle.clamps
+    stats["budget_warnings"] = sum(len(h.warnings) for h in hosts)
     stats["held_commits"] = sum(h.held_commits for h in hosts)
     stats["holds"] = sum(h.holds for h in hosts)
     stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
