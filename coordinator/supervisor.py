@@ -56,7 +56,15 @@ from coordinator.status import (
     task_status_from_report,
 )
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.protocol import EXIT_CODES, FINAL, STATUS, StopKind, TaskSpec, stop_kind_of_exit
+from workers.protocol import (
+    EXIT_CODES,
+    FINAL,
+    REFUSAL_EXIT_BASE,
+    STATUS,
+    StopKind,
+    TaskSpec,
+    exit_verdict,
+)
 
 __all__ = [
     "DEFAULT_STOP_DEADLINE_S",
@@ -65,6 +73,7 @@ __all__ = [
     "StoppedWorker",
     "Supervisor",
     "WorkerTarget",
+    "classify_exit",
     "describe_exit",
 ]
 
@@ -102,6 +111,51 @@ def describe_exit(exitcode: int | None) -> str:
             name = "unknown signal"
         return f"was killed by signal {-exitcode} ({name})"
     return f"exited with code {exitcode}"
+
+
+def classify_exit(final: Mapping[str, Any], code: int | None
+                  ) -> tuple[StopKind, Reason | None, str | None]:
+    """How a worker stopped, from its final report or, when that was lost, its exit code (pure).
+
+    Never reads message text (seed 002: outcomes classified by a kind).
+
+    Args:
+        final: the worker's ``"final"`` message (``workers.protocol``), or ``{}``
+            when none arrived.
+        code: its exit status (``multiprocess.Process.exitcode``).
+
+    Returns:
+        ``(kind, reason, detail)``: the report's stop kind, refusal reason and
+        ``failure_detail`` when there is a report (an unreadable kind falls back
+        to the exit code's, a missing reason to the code's reason); without a
+        report the exit code's :class:`workers.protocol.ExitVerdict` and a
+        detail saying the final report was lost — ``"refusal <REASON> (final
+        report lost)"``, ``"refusal, reason unknown (final report lost)"`` for
+        exit code 10, ``None`` for a crash (the caller describes the exit).
+    """
+    verdict = exit_verdict(code)
+    if not final:
+        if verdict.kind is StopKind.CRASHED:
+            return verdict.kind, None, None
+        if verdict.kind is StopKind.REFUSAL:
+            what = (f"refusal {verdict.reason.name}" if verdict.reason is not None
+                    else "refusal, reason unknown")
+        else:
+            what = f"stop {verdict.kind.value}"
+        return verdict.kind, verdict.reason, f"{what} (final report lost)"
+    try:
+        kind = StopKind(final["stop_kind"])
+    except (KeyError, ValueError, TypeError):
+        kind = verdict.kind
+    reason: Reason | None = None
+    if kind is StopKind.REFUSAL:
+        if final.get("refusal_reason"):
+            with contextlib.suppress(ValueError, TypeError):
+                reason = Reason(final["refusal_reason"])
+        if reason is None:
+            reason = verdict.reason
+    raw = final.get("failure_detail")
+    return kind, reason, raw if isinstance(raw, str) and raw else None
 
 
 def _worker_main(target: WorkerTarget, spec: TaskSpec) -> None:
@@ -435,7 +489,8 @@ class Supervisor:
                       if t.exited_at is None and t.proc.exitcode is not None]
         for run, t in exited:
             code = t.proc.exitcode
-            if t.final is None and code in EXIT_CODES.values() and code != 0:
+            if t.final is None and code is not None and (
+                    (code in EXIT_CODES.values() and code != 0) or code >= REFUSAL_EXIT_BASE):
                 deadline = time.monotonic() + FINAL_GRACE_S
                 while t.final is None and time.monotonic() < deadline:
                     self._drain()
@@ -445,16 +500,10 @@ class Supervisor:
     def _on_exit(self, run: _Run, t: _Task, code: int | None) -> None:
         name = run.plan.name
         final = t.final or {}
-        try:
-            kind = StopKind(final["stop_kind"]) if final else stop_kind_of_exit(code)
-        except (KeyError, ValueError):
-            kind = stop_kind_of_exit(code)
-        reason: Reason | None = None
-        if kind is StopKind.REFUSAL and final.get("refusal_reason"):
-            with contextlib.suppress(ValueError):
-                reason = Reason(final["refusal_reason"])
-        detail = final.get("failure_detail")
-        if kind is StopKind.CRASHED or not detail:
+        kind, reason, detail = classify_exit(final, code)
+        if not final and detail is not None:
+            detail = f"task {t.index} of '{name}' (pid {t.pid}) {detail}, {describe_exit(code)}"
+        elif kind is StopKind.CRASHED or not detail:
             detail = (f"task {t.index} of '{name}' (pid {t.pid}) {describe_exit(code)}"
                       + ("" if kind is not StopKind.CRASHED else " without a final report")
                       + (f": {final.get('failure_detail')}" if final.get("failure_detail")

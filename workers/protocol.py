@@ -32,9 +32,12 @@ stalled loop shows as an ageing entry (seed 000, "Diagnosis")::
      "failure_detail": str | None}
 
 Exit codes mirror the stop kind (:data:`EXIT_CODES`), so a worker whose final
-message was lost is still classified; an exit by signal or any other code is
-a crash (:attr:`StopKind.CRASHED`), whose detail the coordinator builds from
-the exit code or signal.
+message was lost is still classified; a refusal's exit code also carries its
+reason (:func:`exit_code_for`: ``64 + index`` of the reason in
+:class:`parsley.refusals.Reason`; 10 stays "refusal, reason unknown"). An
+exit by signal or any other code is a crash (:attr:`StopKind.CRASHED`),
+whose detail the coordinator builds from the exit code or signal.
+:func:`exit_verdict` reads an exit status back into ``(kind, reason)``.
 """
 
 from __future__ import annotations
@@ -46,14 +49,19 @@ from typing import Any, Final
 from uuid import UUID
 
 from parsley.declarations import Process
+from parsley.refusals import Reason
 
 __all__ = [
     "EXIT_CODES",
     "FINAL",
+    "REFUSAL_EXIT_BASE",
     "STATUS",
+    "ExitVerdict",
     "StopKind",
     "TaskSpec",
     "TaskState",
+    "exit_code_for",
+    "exit_verdict",
     "stop_kind_of_exit",
 ]
 
@@ -105,9 +113,85 @@ EXIT_CODES: Final[Mapping[StopKind, int]] = {
 
 _KIND_OF_CODE: Final = {code: kind for kind, code in EXIT_CODES.items()}
 
+REFUSAL_EXIT_BASE: Final = 64
+"""A refusal with a known reason exits ``64 + list(Reason).index(reason)``.
+
+64 is above the stop kinds' codes (0, 10-13) and below 128 (what shells
+report for a signal); ``Reason`` has far fewer than 64 members, so every
+refusal code stays under 128. The coordinator and its workers run the same
+build (spawned from it), so both read the same ``Reason`` order.
+"""
+
+_REASONS: Final = tuple(Reason)
+assert REFUSAL_EXIT_BASE + len(_REASONS) < 128, "refusal exit codes must stay below 128"
+
+
+@dataclass(frozen=True, slots=True)
+class ExitVerdict:
+    """What a worker's exit status says on its own (its final report may be lost).
+
+    Attributes:
+        kind: the stop kind; :attr:`StopKind.CRASHED` for a signal or an unknown code.
+        reason: the refusal reason when ``kind`` is REFUSAL and the code carried
+            it (:func:`exit_code_for`), else ``None`` (exit code 10: reason unknown).
+    """
+
+    kind: StopKind
+    reason: Reason | None = None
+
+
+def exit_code_for(kind: StopKind, reason: Reason | None = None) -> int:
+    """The exit status a worker stopping with ``kind`` (and ``reason``) should exit with.
+
+    The worker should exit with this rather than ``EXIT_CODES[kind]``, so
+    that the coordinator still knows a refusal's reason when the worker's
+    final report is lost (read back by :func:`exit_verdict`). ``EXIT_CODES``
+    stays valid: 10 is read as "refusal, reason unknown".
+
+    Args:
+        kind: how the worker stopped; not :attr:`StopKind.CRASHED` (a worker
+            that knows it stops is not a crash).
+        reason: the refusal's reason; ignored unless ``kind`` is REFUSAL.
+
+    Returns:
+        ``EXIT_CODES[kind]``, or for a REFUSAL with a reason
+        ``REFUSAL_EXIT_BASE + index of reason in Reason`` (64..127).
+
+    Raises:
+        ValueError: ``kind`` is CRASHED.
+    """
+    if kind is StopKind.CRASHED:
+        raise ValueError("CRASHED is what the coordinator concludes, not an exit a worker chooses")
+    if kind is StopKind.REFUSAL and reason is not None:
+        return REFUSAL_EXIT_BASE + _REASONS.index(reason)
+    return EXIT_CODES[kind]
+
+
+def exit_verdict(exitcode: int | None) -> ExitVerdict:
+    """Classify a worker's exit status (``multiprocess.Process.exitcode``) with its reason.
+
+    Args:
+        exitcode: the exit status; negative means killed by that signal
+            number, ``None`` means still running (the caller's timeout: crashed).
+
+    Returns:
+        The :class:`ExitVerdict`: the kind of an :data:`EXIT_CODES` code
+        (reason ``None``), REFUSAL with its reason for a code of
+        :func:`exit_code_for`, else CRASHED.
+    """
+    if exitcode is None:
+        return ExitVerdict(StopKind.CRASHED)
+    index = exitcode - REFUSAL_EXIT_BASE
+    if 0 <= index < len(_REASONS):
+        return ExitVerdict(StopKind.REFUSAL, _REASONS[index])
+    return ExitVerdict(_KIND_OF_CODE.get(exitcode, StopKind.CRASHED))
+
 
 def stop_kind_of_exit(exitcode: int | None) -> StopKind:
-    """Classify a worker's exit status (``multiprocess.Process.exitcode``).
+    """The stop kind of a worker's exit status (``exit_verdict(exitcode).kind``).
+
+    Kept for callers that need only the kind; :func:`exit_verdict` also gives
+    a refusal's reason.
 
     Args:
         exitcode: the exit status; negative means killed by that signal number,
@@ -116,9 +200,7 @@ def stop_kind_of_exit(exitcode: int | None) -> StopKind:
     Returns:
         The stop kind whose code it is, else :attr:`StopKind.CRASHED`.
     """
-    if exitcode is None:
-        return StopKind.CRASHED
-    return _KIND_OF_CODE.get(exitcode, StopKind.CRASHED)
+    return exit_verdict(exitcode).kind
 
 
 @dataclass(frozen=True)
