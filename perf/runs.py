@@ -141,9 +141,12 @@ class BaselineRelay:
                     ready.set()
 
         threading.Thread(target=watch, daemon=True).start()
-        if not ready.wait(timeout_s):
-            self.stop()
-            raise RuntimeError("the baseline relay did not get ready")
+        deadline = time.monotonic() + timeout_s
+        while not ready.wait(0.2):
+            code = self.proc.poll()
+            if code is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the baseline relay did not get ready (exit status {code})")
 
     def pids(self) -> list[int]:
         """The relay's pid."""
