@@ -97,12 +97,15 @@ class OrderingStateInspector:
 
         Raises:
             ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for an
-                ``f`` key that is not 21 bytes or a value that is not 8 bytes.
+                ``f`` key that is not 21 bytes, a value that is not 8 bytes, or
+                a negative coverage (``restored coverage names position P on
+                <ch>, ...``, as :func:`~parsley.engine.state_codec.decode_coverage`).
         """
         covered: dict[ChannelId, int] = {}
         for key, value in self._latest.items():
             if key[:1] == b"f":
-                covered[sc.channel_of_key(key)] = sc.decode_long(value)
+                ch = sc.channel_of_key(key)
+                covered[ch] = sc.decode_coverage(ch, value)
         return dict(sorted(covered.items()))
 
     @staticmethod

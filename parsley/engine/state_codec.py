@@ -55,6 +55,7 @@ __all__ = [
     "OrderingImage",
     "channel_of_key",
     "decode_binding",
+    "decode_coverage",
     "decode_held",
     "decode_long",
     "encode_binding",
@@ -481,6 +482,35 @@ def _assignable(ch: ChannelId, position: int, what: str) -> int:
     return position
 
 
+def decode_coverage(ch: ChannelId, value: bytes) -> int:
+    """Read an ``f`` (coverage, ``fedUpTo``) value of channel ``ch``.
+
+    Coverage is any position the channel can have been fed up to, or the
+    fed-to-end sentinel :data:`FED_TO_END` (2^63-1), returned verbatim. It is
+    never negative: the engine only records a fed position or ``start - 1``
+    for a start above 0.
+
+    Returns:
+        The covered position (offset, inclusive), ``0 <= covered <= 2^63-1``.
+
+    Raises:
+        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT``, ``corrupt
+            ordering value: length N where 8 bytes were written``, or
+            ``restored coverage names position P on <ch>, which no channel can
+            assign; receipt refuses negative positions, ...`` for ``P < 0``.
+
+    Source: facts §3 "Checks when state is restored" (the range checks the
+    frontier and delivered past get, applied to coverage minus the sentinel).
+    """
+    position = decode_long(value)
+    if position < 0:
+        raise _refuse(
+            f"restored coverage names position {position} on {ch}, which no channel can "
+            "assign; " + _CORRUPT_ROW
+        )
+    return position
+
+
 def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
     """Parse and validate every entry of one task's ordering state.
 
@@ -564,10 +594,11 @@ def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
             if ch is None:
                 ch = _channel_at(key, 1, key)
                 channels[raw] = ch
-            position = decode(value)
             if tag == TAG_FED:
-                image.fed[ch] = position
-            elif tag == TAG_FRONTIER:
+                image.fed[ch] = decode_coverage(ch, value)
+                continue
+            position = decode(value)
+            if tag == TAG_FRONTIER:
                 if ch.topic_id.int == 0:
                     raise _refuse(
                         "restored frontier names the reserved zero topic id; " + _FORGED.format(5)

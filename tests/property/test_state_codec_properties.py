@@ -72,7 +72,7 @@ positions = st.integers(0, 2**63 - 2)
 
 
 @given(
-    st.dictionaries(channels, st.one_of(positions, st.just(FED_TO_END), st.just(-1)), max_size=5),
+    st.dictionaries(channels, st.one_of(positions, st.just(FED_TO_END)), max_size=5),
     st.dictionaries(channels, positions, max_size=5),
     st.dictionaries(channels, positions, max_size=5),
     st.dictionaries(st.text(min_size=1, max_size=10), channels.map(lambda c: c.topic_id),

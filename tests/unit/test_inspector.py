@@ -105,6 +105,10 @@ def test_held_bodies_are_not_kept() -> None:
          "corrupt ordering key: length 22 for tag 'f'"),
         ("fed value 4 bytes", (sc.fed_key(O0), b"\x00" * 4), "covered_positions",
          "corrupt ordering value: length 4 where 8 bytes were written"),
+        ("fed value negative", (sc.fed_key(O0), sc.encode_long(-2)), "covered_positions",
+         f"restored coverage names position -2 on {O0}, which no channel can assign; receipt "
+         "refuses negative positions, so this row is corrupt ordering state. Reset the "
+         "process's state and group offsets deliberately to proceed."),
         ("binding 19 bytes", (sc.name_key("orders"), b"\x01" * 19), "name_bindings",
          "corrupt ordering value: name binding for 'orders' has length 19 where 20 bytes were "
          "written"),

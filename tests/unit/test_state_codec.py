@@ -329,6 +329,10 @@ IMAGE_CORRUPTIONS: list[tuple[str, str, list[tuple[bytes, bytes]], str]] = [
      f"restored delivered past names position {FED_TO_END} on {B}, {FORGED_7}"),
     ("restore", "delivered past negative", _with(sc.past_key(B), sc.encode_long(-1)),
      f"restored delivered past names position -1 on {B}, {CORRUPT_ROW}"),
+    ("restore", "coverage negative", _with(sc.fed_key(A), sc.encode_long(-2)),
+     f"restored coverage names position -2 on {A}, {CORRUPT_ROW}"),
+    ("restore", "coverage -1", _with(sc.fed_key(CH0), sc.encode_long(-1)),
+     f"restored coverage names position -1 on {CH0}, {CORRUPT_ROW}"),
     ("restore", "held rows out of position order",
      [(b"v", b"\x01"), (sc.held_key(A, 5), EXAMPLE_2), (sc.held_key(A, 4), EXAMPLE_2)],
      f"held messages restored out of position order on {A} (5 before 4); the store's scan "
@@ -353,7 +357,7 @@ def test_load_image_corruption(
     assert refused(caught) == expected, f"{family}/{label}"
 
 
-def test_fed_rows_keep_the_sentinel_and_allow_any_int64() -> None:
+def test_fed_rows_keep_the_sentinel_and_allow_any_position() -> None:
     # fedUpTo is not a wire position: 2^63-1 is the fed-to-end sentinel, stored verbatim.
     image = sc.load_image(_with(sc.fed_key(CH0), sc.encode_long(FED_TO_END)))
     assert image.fed[CH0] == FED_TO_END
