@@ -1,0 +1,8 @@
+"""The verification kit: a seeded simulator and a happened-before oracle (issue 3, item 5).
+
+``generator`` draws a world from a seed, ``broker`` holds its logs (offsets
+with markers and aborted records), ``host`` drives one ``ProcessEngine`` per
+task under the host obligations, ``oracle`` judges the committed history from
+ground truth, and ``world.run(seed)`` ties them together. Replay a failing
+seed with ``PARSLEY_SIM_SEEDS=<seed> pytest tests/sim``.
+"""

@@ -12,6 +12,7 @@ same seed replays the same run with the same engine.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import traceback
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ __all__ = ["SimResult", "run"]
 REFUSED = "refused in a legal world"
 ENGINE_ERROR = "engine error"
 NO_QUIESCENCE = "V5 liveness (no quiescence)"
+TRACE_TAIL = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +42,8 @@ class SimResult:
     scenario: Scenario
     violations: tuple[Violation, ...]
     stats: dict[str, int]
-    trace: tuple[str, ...] = field(repr=False)
+    trace: tuple[str, ...] = field(repr=False)  # the last TRACE_TAIL events
+    trace_digest: str = ""  # SHA-1 of every event, for replay checks
 
     @property
     def failed(self) -> bool:
@@ -277,4 +280,5 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["holds"] = sum(h.holds for h in hosts)
     stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
     found = oracle.violations + [v for h in hosts for v in h.violations] + extra
-    return SimResult(scenario, tuple(found), stats, tuple(trace))
+    digest = hashlib.sha1("\n".join(trace).encode()).hexdigest()
+    return SimResult(scenario, tuple(found), stats, tuple(trace[-TRACE_TAIL:]), digest)
