@@ -41,6 +41,7 @@ __all__ = [
     "TaskStatus",
     "aggregate_state",
     "parse_status",
+    "process_state",
     "status_to_json",
     "task_status_from_report",
 ]
@@ -53,7 +54,8 @@ class ProcessState(enum.Enum):
     """A process's state as ``status()`` reports it (seed 000, seed 001 "Triage")."""
 
     STARTING = "STARTING"
-    """Workers spawned; not every task reports RUNNING yet."""
+    """Workers spawned; not every task reports RUNNING yet (a task whose worker
+    exited and waits for its respawn counts as starting)."""
     RUNNING = "RUNNING"
     """Every task reports RUNNING."""
     REBALANCING = "REBALANCING"
@@ -242,6 +244,25 @@ def aggregate_state(task_states: Iterable[str | None]) -> ProcessState:
     if all(s == "RUNNING" for s in states):
         return ProcessState.RUNNING
     return ProcessState.REBALANCING
+
+
+def process_state(task_count: int, task_states: Mapping[int, str | None]) -> ProcessState:
+    """A live process's state over all of its ``task_count`` tasks (pure).
+
+    Every task ``0 <= i < task_count`` counts: one absent from ``task_states``
+    (its worker exited and waits for a respawn, or is not spawned yet) counts
+    as having no report, i.e. ``STARTING``, so the process is not ``RUNNING``
+    until every task is back and reports RUNNING (seed 000, "Diagnosis").
+
+    Args:
+        task_count: W, the process's task count (>= 1).
+        task_states: ``{task: its last reported state, or None without a report}``
+            for the tasks whose worker is alive; entries outside the range are ignored.
+
+    Returns:
+        :func:`aggregate_state` over ``task_states.get(i)`` for every task ``i``.
+    """
+    return aggregate_state(task_states.get(i) for i in range(task_count))
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ from coordinator.status import (
     ProcessState,
     ProcessStatus,
     TaskStatus,
-    aggregate_state,
+    process_state,
     task_status_from_report,
 )
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -418,10 +418,10 @@ class Supervisor:
                         tasks.append(task_status_from_report(
                             t.report, age_ms=int((now - t.report_at) * 1000),
                             status_interval_ms=interval, rss_bytes=rss, cpu_percent=cpu))
-                live = [t for t in run.tasks.values() if t.exited_at is None]
-                state = aggregate_state(
-                    None if t.report is None else str(t.report.get("state")) for t in live
-                ) if live else ProcessState.STARTING
+                # Over every task: one that exited and waits for its respawn is STARTING.
+                state = process_state(run.plan.task_count, {
+                    t.index: None if t.report is None else str(t.report.get("state"))
+                    for t in run.tasks.values() if t.exited_at is None})
                 out[name] = ProcessStatus(state, run.refusal_reason, run.failure_detail,
                                           tuple(tasks), run.restarts)
         return out
