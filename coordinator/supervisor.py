@@ -252,6 +252,7 @@ class _Task:
     final: dict[str, Any] | None = None
     exited_at: float | None = None
     crash_respawns: int = 0
+    malformed_logged: bool = False
 
 
 @dataclass
@@ -414,10 +415,17 @@ class Supervisor:
                         with contextlib.suppress(psutil.Error):
                             rss = int(t.handle.memory_info().rss)
                             cpu = float(t.handle.cpu_percent(None))
-                    with contextlib.suppress(KeyError, TypeError, ValueError):
+                    try:
                         tasks.append(task_status_from_report(
                             t.report, age_ms=int((now - t.report_at) * 1000),
                             status_interval_ms=interval, rss_bytes=rss, cpu_percent=cpu))
+                    except (KeyError, TypeError, ValueError) as exc:
+                        if not t.malformed_logged:  # once per worker, not once per status()
+                            t.malformed_logged = True
+                            log.warning("%s: task %d (pid %d) sent a malformed status report "
+                                        "(%s: %s); it has no status entry until a readable "
+                                        "one arrives", run.plan.application_id, t.index, t.pid,
+                                        type(exc).__name__, exc)
                 # Over every task: one that exited and waits for its respawn is STARTING.
                 state = process_state(run.plan.task_count, {
                     t.index: None if t.report is None else str(t.report.get("state"))

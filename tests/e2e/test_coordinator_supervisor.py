@@ -8,6 +8,7 @@ freshness, staleness, and a bounded shutdown of a worker that ignores SIGTERM.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ from coordinator.supervisor import RestartPolicy, Supervisor
 from parsley.declarations import Channel, Effects, Process
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES
-from workers.protocol import EXIT_CODES, StopKind, TaskSpec
+from workers.protocol import EXIT_CODES, StopKind, TaskSpec, exit_code_for
 
 INTERVAL_MS = 200
 
@@ -152,6 +153,26 @@ def fake_application_failure(spec: TaskSpec) -> int:
     r.status()
     time.sleep(0.3)
     return r.final(StopKind.APPLICATION, None, "handler raised KeyError('sku') at a@0")
+
+
+def fake_refusal_report_lost(spec: TaskSpec) -> int:
+    r = _Reporter(spec)
+    r.status()
+    time.sleep(0.3)
+    r.sock.close()  # no final report: only the exit code tells
+    return exit_code_for(StopKind.REFUSAL, Reason.TASK_WIDTH_CHANGED)
+
+
+def fake_malformed_report(spec: TaskSpec) -> int:
+    r = _Reporter(spec)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    while not stop:
+        r.sock.send(orjson.dumps({
+            "kind": "status", "process": spec.process.name, "task": spec.task,
+            "pid": os.getpid(), "state": "RUNNING", "held": [{"topic": "b"}]}))
+        time.sleep(spec.status_interval_ms / 1000)
+    return r.final(StopKind.CLEAN)
 
 
 # --- helpers -----------------------------------------------------------------
@@ -432,3 +453,51 @@ def test_control_socket_one_reply_per_request_malformed_included(tmp_path: Path)
     finally:
         server.close()
     assert not (tmp_path / "ctl.ipc").exists()
+
+
+def test_a_refusal_whose_final_report_is_lost_keeps_its_reason(
+    tmp_path: Path, supervisors: list[Supervisor]
+) -> None:
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_refusal_report_lost)
+    supervisors.append(sup)
+    sup.start()
+    assert sup.wait_any_stopped(30)
+    st = sup.status()["p"]
+    assert st.state is ProcessState.STOPPED
+    assert st.refusal_reason is Reason.TASK_WIDTH_CHANGED
+    code = exit_code_for(StopKind.REFUSAL, Reason.TASK_WIDTH_CHANGED)
+    assert st.failure_detail is not None
+    assert st.failure_detail.endswith(
+        f"refusal TASK_WIDTH_CHANGED (final report lost), exited with code {code}")
+
+
+def test_a_task_waiting_for_its_respawn_keeps_the_process_starting(
+    tmp_path: Path, supervisors: list[Supervisor]
+) -> None:
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 2)}, target=fake_crash_task0_once,
+                     restart=RestartPolicy.TRANSIENT, backoff_s=3.0)
+    supervisors.append(sup)
+    sup.start()
+    _wait(lambda: len(sup.status()["p"].tasks) == 2, what="both tasks reporting")
+    _wait(lambda: [t.task for t in sup.status()["p"].tasks] == [1], what="task 0's crash")
+    st = sup.status()["p"]
+    assert st.restarts == 0, "still within the respawn backoff"
+    assert st.state is ProcessState.STARTING, "one task of two is down: not RUNNING"
+    _wait(lambda: sup.status()["p"].state is ProcessState.RUNNING
+          and len(sup.status()["p"].tasks) == 2, what="running again after the respawn")
+
+
+def test_a_malformed_report_is_logged_once(
+    tmp_path: Path, supervisors: list[Supervisor], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="parsley.coordinator.supervisor")
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_malformed_report)
+    supervisors.append(sup)
+    sup.start()
+    _wait(lambda: sup.status()["p"].state is ProcessState.RUNNING, what="a (malformed) report")
+    for _ in range(5):
+        assert sup.status()["p"].tasks == (), "no entry can be built from the report"
+        time.sleep(INTERVAL_MS / 1000)
+    logged = [r for r in caplog.records if "malformed status report" in r.getMessage()]
+    assert len(logged) == 1, [r.getMessage() for r in logged]
+    assert "task 0" in logged[0].getMessage() and "KeyError" in logged[0].getMessage()
