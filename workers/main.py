@@ -57,6 +57,7 @@ from workers.changelog import RestoreProgress, read_partition
 from workers.frame import HandlerFailure, HandlerFrame
 from workers.identity import Backoff, IdentityChecker
 from workers.kafka import (
+    TRANSACTION_TIMEOUT_MS,
     ErrorKind,
     SubstrateError,
     admin_config,
@@ -563,6 +564,27 @@ class Worker:
         self._close_state()
 
 
+def _timed_out(outcome: Stop, txn: TaskTransaction) -> Stop:
+    """A fenced producer whose own transaction outlived ``transaction.timeout.ms``.
+
+    The broker aborts such a transaction and bumps the producer epoch, and the
+    client then reports ``_FENCED`` exactly as for a newer worker of the task.
+    When the open transaction is older than the timeout, the timeout explains
+    the fencing: a substrate stop that a restart resolves (seed 001, "The
+    cluster was unreachable": "a transaction timeout"), not a fatal one.
+    """
+    if not txn.open:
+        return outcome
+    age_s = time.monotonic() - txn.opened_at
+    if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
+        return outcome
+    return Stop(
+        StopKind.SUBSTRATE, None,
+        f"the task's transaction was open {age_s:.1f} s, past transaction.timeout.ms="
+        f"{TRANSACTION_TIMEOUT_MS}, and the broker aborted it (a stalled handler or loop); "
+        f"nothing of it was committed; restart: {outcome.detail}")
+
+
 def _configure_logging(spec: TaskSpec) -> None:
     root = logging.getLogger()
     if not root.handlers:
@@ -614,6 +636,8 @@ def run(spec: TaskSpec) -> int:
         outcome = Stop(StopKind.CLEAN, None, None)  # pragma: no cover - run always raises
     except BaseException as exc:  # every end is classified and reported
         outcome = stop_of(exc)
+        if outcome.kind is StopKind.FATAL and worker is not None:
+            outcome = _timed_out(outcome, worker.txn)
         if outcome.kind is not StopKind.CLEAN and worker is not None:
             try:
                 worker.txn.abort()

@@ -1,0 +1,105 @@
+"""A transaction the broker times out under the worker (seed 001: "an open transaction is
+aborted at ten seconds"), on the real broker.
+
+The handler stalls once for longer than ``transaction.timeout.ms`` (10 s) plus the broker's
+sweep of timed-out transactions, so the broker aborts the open transaction and bumps the
+producer epoch. Measured on Kafka 4.3 with librdkafka 2.16: the worker's next transactional
+call fails with ``_FENCED`` ("This instance has been fenced by a newer instance"), as for
+a real zombie; since its own transaction outlived the timeout, the worker reports it as
+the substrate stop it is (``SUBSTRATE``, exit 12, detail naming the timeout) rather than
+``FATAL``. Nothing of the aborted transaction is committed, and a restarted worker
+resumes from the committed record exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from parsley import Channel, Effects, Process, Store
+from parsley.serdes import BYTES, JSON, STRING
+from tests.kafka_support import QUIET, CreateTopic, UniqueNames
+from tests.worker_support import (
+    StatusCollector,
+    bootstrap,
+    make_spec,
+    read_committed,
+    spawn,
+    stop_worker,
+)
+from workers.protocol import EXIT_CODES, StopKind
+
+N = 200
+STALL_AT = 120
+STALL_S = 22.0  # > transaction.timeout.ms (10 s) + the broker's 10 s timed-out-transaction sweep
+
+
+def stalling_relay(out: Channel[Any, Any], counts: Store[Any, Any], token: str) -> Any:
+    """Count and relay; at offset STALL_AT stall STALL_S once (while ``token`` exists)."""
+
+    def handle(delivery: Any, state: Any) -> Effects:
+        if delivery.offset == STALL_AT and os.path.exists(token):
+            os.remove(token)
+            time.sleep(STALL_S)
+        n = (state.get(counts, "n") or 0) + 1
+        return (Effects.builder().put(counts, "n", n)
+                .send(out, None, {"off": delivery.offset, "n": n}).build())
+
+    return handle
+
+
+def test_a_transaction_timed_out_by_the_broker_stops_substrate_and_a_restart_resumes_once(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
+    unique_names: UniqueNames, tmp_path: Path,
+) -> None:
+    inp = create_topic(unique_names.topic("in"))
+    out = create_topic(unique_names.topic("out"))
+    token = tmp_path / "stall"
+    token.touch()
+    counts = Store("counts", STRING, JSON)
+    out_ch = Channel(out.name, STRING, JSON)
+    process = (Process("stall").receives(Channel(inp.name, BYTES, BYTES),
+                                         stalling_relay(out_ch, counts, str(token)))
+               .sends(out_ch).stores(counts))
+    topics = {inp.name: inp, out.name: out}
+    prefix = unique_names.group("app")
+    bootstrap(kafka_admin, prefix, process, topics)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    for i in range(N):
+        producer.produce(inp.name, value=b"%d" % i, partition=0)
+        if i % 20 == 19:
+            producer.flush(30)
+            time.sleep(0.05)
+    assert producer.flush(30) == 0
+    collector = StatusCollector()
+    try:
+        spec = make_spec(process, prefix, kafka_bootstrap, collector.endpoint,
+                         str(tmp_path / "state"), topics, status_interval_ms=200)
+        worker = spawn(spec)
+        final = collector.final(worker.pid, timeout_s=90)
+        worker.join(30)
+        assert final["stop_kind"] == "SUBSTRATE" and final["refusal_reason"] is None, final
+        assert "past transaction.timeout.ms=10000" in final["failure_detail"], final
+        assert "fenced" in final["failure_detail"], final
+        assert worker.exitcode == EXIT_CODES[StopKind.SUBSTRATE]
+        assert not token.exists()
+        # Nothing delivered in the timed-out transaction is visible.
+        committed = [orjson.loads(r.value)["off"]
+                     for r in read_committed(kafka_bootstrap, out.name)]
+        assert committed == list(range(len(committed))) and len(committed) <= STALL_AT
+        again = spawn(spec)
+        collector.wait_for(lambda m: m["kind"] == "status" and m["pid"] == again.pid
+                           and m["lag"] == 0 and m["held_total"] == 0
+                           and m["state"] == "RUNNING", timeout_s=90)
+        assert stop_worker(again) == EXIT_CODES[StopKind.CLEAN]
+    finally:
+        collector.close()
+    seen = [orjson.loads(r.value) for r in read_committed(kafka_bootstrap, out.name)]
+    assert [s["off"] for s in seen] == list(range(N))
+    assert [s["n"] for s in seen] == list(range(1, N + 1))
