@@ -67,7 +67,7 @@ from parsley.declarations import (
     validate_declarations,
 )
 from parsley.engine import state_codec as sc
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.inspector import OrderingStateInspector
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import RestoreProgress, ensure_changelog_topic, read_partition
@@ -83,6 +83,7 @@ __all__ = [
     "TaskState",
     "bootstrap",
     "bootstrap_process",
+    "initial_position",
     "kafka_topic_id",
     "progress_logger",
     "read_ordering_state",
@@ -446,6 +447,65 @@ class ProcessPlan:
         return {n: t.partitions for n, t in self.topics.items()}
 
 
+def initial_position(
+    prior_state: bool,
+    covered: int | None,
+    named: bool,
+    declared: InitialPosition,
+    earliest: int,
+    latest: int,
+    *,
+    where: str = "the channel",
+) -> int:
+    """The position the bootstrap pre-commits for a received partition without one (pure).
+
+    The rule of facts §5 (bootstrap step 3, "pre-commit every missing start
+    position"), in order:
+
+    * prior state that covers the channel: ``covered + 1``; on the fed-to-end
+      sentinel (``FED_TO_END``, 2^63-1) ``earliest`` instead, never sentinel + 1;
+    * prior state that names the topic but never covered this channel: ``0``;
+    * prior state that never named the topic: ``earliest``;
+    * no prior state (a process's first start): the declared ``starting_at``
+      (``earliest`` or ``latest``).
+
+    Args:
+        prior_state: whether the ordering changelog held any state.
+        covered: the channel's covered position from the state, or ``None``.
+        named: whether the state binds the topic's name.
+        declared: the channel's declared initial position.
+        earliest: the partition's earliest offset (>= 0).
+        latest: the partition's latest offset (>= ``earliest``).
+        where: names the channel in a refusal's detail
+            (``"<changelog>[<p>]: <topic>-<p>"``).
+
+    Returns:
+        The offset to commit (the next offset to fetch), in ``0..FED_TO_END``.
+
+    Raises:
+        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for a
+            ``covered`` outside ``0..FED_TO_END`` (negative, or beyond a signed
+            64-bit long): no such coverage can be written, so the state is not
+            one this build understands.
+        ValueError: ``earliest``/``latest`` negative or out of order (a
+            caller's error, not the cluster's state).
+    """
+    if covered is not None and not 0 <= covered <= FED_TO_END:
+        raise _refuse(
+            Reason.UNKNOWN_ORDERING_STATE_FORMAT,
+            f"{where}: covered position {covered} is outside 0..{FED_TO_END} (a covered "
+            "position is a non-negative offset or the fed-to-end sentinel)",
+        )
+    if not 0 <= earliest <= latest:
+        raise ValueError(f"{where}: offsets must satisfy 0 <= earliest <= latest, got "
+                         f"earliest={earliest}, latest={latest}")
+    if not prior_state:
+        return latest if declared is InitialPosition.LATEST else earliest
+    if covered is not None:
+        return earliest if covered == FED_TO_END else covered + 1
+    return 0 if named else earliest
+
+
 def _received_partitions(
     process: Process, topics: Mapping[str, ResolvedTopic]
 ) -> list[TopicPartition]:
@@ -719,30 +779,20 @@ def bootstrap_process(
             named: set[str] = set()
             for s in states:
                 named.update(s.inspector.name_bindings())
-            earliest_needed: list[TopicPartition] = []
-            latest_needed: list[TopicPartition] = []
+            earliest = _list_offsets(admin, missing, latest=False)
+            latest = _list_offsets(admin, missing, latest=True)
             for tp in missing:
                 key = (tp.topic, tp.partition)
-                if prior:
-                    covered: int | None = None
-                    if tp.partition < len(states):
-                        covered = states[tp.partition].inspector.covered_positions().get(
-                            ChannelId(topics[tp.topic].topic_id, tp.partition))
-                    if covered is not None and not OrderingStateInspector.is_fed_to_end(covered):
-                        precommit[key] = covered + 1
-                    elif covered is None and tp.topic in named:
-                        precommit[key] = 0
-                    else:
-                        earliest_needed.append(tp)
-                else:
-                    inp = process.input(tp.topic)
-                    assert inp is not None
-                    if inp.channel.initial_position is InitialPosition.LATEST:
-                        latest_needed.append(tp)
-                    else:
-                        earliest_needed.append(tp)
-            precommit.update(_list_offsets(admin, earliest_needed, latest=False))
-            precommit.update(_list_offsets(admin, latest_needed, latest=True))
+                covered: int | None = None
+                if tp.partition < len(states):
+                    covered = states[tp.partition].inspector.covered_positions().get(
+                        ChannelId(topics[tp.topic].topic_id, tp.partition))
+                inp = process.input(tp.topic)
+                assert inp is not None
+                precommit[key] = initial_position(
+                    prior, covered, tp.topic in named, inp.channel.initial_position,
+                    earliest[key], latest[key],
+                    where=f"{changelog_name}[{tp.partition}]: {tp.topic}-{tp.partition}")
 
         # Step 5 (Streams creates its changelogs at start): only once nothing refused.
         try:
