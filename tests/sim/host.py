@@ -189,7 +189,7 @@ class TaskHost:
 
     def _bootstrap(self) -> None:
         # Java's bootstrap commits the start positions before the first
-        # execution: 0 (EARLIEST), or the log end for a late process (LATEST).
+        # execution: the log start (EARLIEST), or the log end for a late process (LATEST).
         if self.spec.process in self.scenario.late:
             self.committed = {ch: self.broker.end_offset(ch) for ch in self.received}
         else:
