@@ -39,6 +39,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from workers.kafka import OWNED_PROPERTIES
+
 __all__ = [
     "DEFAULT_COMMIT_INTERVAL_MS",
     "DEFAULT_METADATA_BUDGET_BYTES",
@@ -58,29 +60,14 @@ DEFAULT_COMMIT_INTERVAL_MS: Final = 100
 ENV_PREFIX: Final = "PARSLEY_"
 _ENV_KAFKA: Final = "PARSLEY_KAFKA_"
 
-OWNED_KAFKA_PROPERTIES: Final = frozenset(
-    {
-        "bootstrap.servers",
-        "metadata.broker.list",
-        "group.id",
-        "group.instance.id",
-        "group.protocol",
-        "group.remote.assignor",
-        "partition.assignment.strategy",
-        "transactional.id",
-        "transaction.timeout.ms",
-        "enable.idempotence",
-        "isolation.level",
-        "auto.offset.reset",
-        "enable.auto.commit",
-        "partitioner",
-        "application.id",
-        "processing.guarantee",
-    }
+OWNED_KAFKA_PROPERTIES: Final = OWNED_PROPERTIES | frozenset(
+    {"application.id", "processing.guarantee"}
 )
 """Client properties Parsley sets itself (issue 5 item 1; facts §5 forbidden keys and
-suffixes; the worker's own list, ``workers.kafka.OWNED_PROPERTIES``, is a subset).
-A ``consumer.``/``producer.``/``admin.`` prefix does not make one acceptable."""
+suffixes): the worker's own set, ``workers.kafka.OWNED_PROPERTIES`` (one source for
+both), plus the two Streams names a Java user may carry over (``application.id``,
+``processing.guarantee``), which Parsley derives itself. A
+``consumer.``/``producer.``/``admin.`` prefix does not make one acceptable."""
 
 _CLIENT_PREFIXES: Final = (
     "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",

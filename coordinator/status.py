@@ -202,6 +202,10 @@ def task_status_from_report(
 ) -> TaskStatus:
     """Build a task entry from a worker's ``"status"`` message (``workers.protocol``).
 
+    The message carries the entry's fields under the same names, so it is
+    parsed by :meth:`TaskStatus.from_json`, with the coordinator's own
+    figures (age, staleness, and memory and CPU when measured) laid over it.
+
     Args:
         report: the decoded status message.
         age_ms: ms since the coordinator received it.
@@ -213,23 +217,14 @@ def task_status_from_report(
     Raises:
         KeyError, TypeError, ValueError: a malformed report.
     """
-    rss = rss_bytes if rss_bytes is not None else report.get("rss_bytes")
-    cpu = cpu_percent if cpu_percent is not None else report.get("cpu_percent")
-    return TaskStatus(
-        task=int(report["task"]),
-        pid=int(report["pid"]),
-        state=str(report.get("state", "RUNNING")),
-        held=_held(report.get("held") or ()),
-        frontier_channels=int(report.get("frontier_channels", 0)),
-        frontier_bytes=int(report.get("frontier_bytes", 0)),
-        budget_bytes=int(report.get("budget_bytes", 0)),
-        lag=None if report.get("lag") is None else int(report["lag"]),
-        restore=_restore(report.get("restore")),
-        rss_bytes=None if rss is None else int(rss),
-        cpu_percent=None if cpu is None else float(cpu),
-        updated_ms_ago=max(0, int(age_ms)),
-        stale=age_ms > STALE_INTERVALS * status_interval_ms,
-    )
+    fields = dict(report)
+    if rss_bytes is not None:
+        fields["rss_bytes"] = rss_bytes
+    if cpu_percent is not None:
+        fields["cpu_percent"] = cpu_percent
+    fields["updated_ms_ago"] = max(0, int(age_ms))
+    fields["stale"] = age_ms > STALE_INTERVALS * status_interval_ms
+    return TaskStatus.from_json(fields)
 
 
 def aggregate_state(task_states: Iterable[str | None]) -> ProcessState:

@@ -6,6 +6,7 @@ import pytest
 
 from coordinator.config import OWNED_KAFKA_PROPERTIES, ParsleyConfig
 from coordinator.status_socket import ControlServer, request, resolve_endpoint
+from workers.kafka import OWNED_PROPERTIES
 
 ISSUE_OWNED = [
     "group.id", "group.instance.id", "group.protocol", "partition.assignment.strategy",
@@ -29,6 +30,13 @@ def test_owned_property_refused_naming_it(key: str) -> None:
         ParsleyConfig("h:1", "shop", kafka_properties={key: "x"})
     with pytest.raises(ValueError, match=f"'consumer.{key}' is owned by Parsley"):
         ParsleyConfig("h:1", "shop", kafka_properties={f"consumer.{key}": "x"})
+
+
+@pytest.mark.parametrize("key", sorted(OWNED_KAFKA_PROPERTIES))
+def test_every_owned_property_is_refused_the_workers_set_included(key: str) -> None:
+    assert OWNED_PROPERTIES <= OWNED_KAFKA_PROPERTIES, "one source: the worker's set"
+    with pytest.raises(ValueError, match=f"'producer.{key}' is owned by Parsley"):
+        ParsleyConfig("h:1", "shop", kafka_properties={f"producer.{key}": "x"})
 
 
 @pytest.mark.parametrize(

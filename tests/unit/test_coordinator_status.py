@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.status import ProcessState, process_state
+from coordinator.status import ProcessState, TaskStatus, process_state, task_status_from_report
 
 STATES = st.sampled_from([None, "STARTING", "RESTORING", "RUNNING", "REBALANCING"])
 
@@ -29,3 +30,35 @@ def test_running_only_when_every_task_reports_running(width: int, states: dict) 
     if any(s is None or s == "STARTING" for s in every):
         assert got is ProcessState.STARTING
     assert got is not ProcessState.STOPPED
+
+
+REPORT = {"kind": "status", "process": "p", "task": 1, "pid": 4321, "sent_ms": 0,
+          "state": "RUNNING",
+          "held": [{"topic": "b", "partition": 1, "count": 2, "head": 7,
+                    "blockers": [{"topic": "a", "partition": 1, "required": 3,
+                                  "settled": None}]}],
+          "held_total": 2, "frontier_channels": 2, "frontier_bytes": 54,
+          "budget_bytes": 262144, "lag": 5,
+          "restore": {"records": 3, "position": 3, "end": 3, "done": True},
+          "delivered": 9, "commits": 4, "commit_latency_ms": 1.5, "rss_bytes": 1,
+          "cpu_percent": 0.5}
+
+
+def test_a_report_becomes_the_entry_that_its_json_round_trips() -> None:
+    entry = task_status_from_report(REPORT, age_ms=700, status_interval_ms=200,
+                                    rss_bytes=30_000_000)
+    assert entry.task == 1 and entry.pid == 4321 and entry.lag == 5
+    assert entry.held_count == 2 and entry.held[0].blockers[0].settled is None
+    assert entry.rss_bytes == 30_000_000, "the coordinator's measure wins"
+    assert entry.cpu_percent == 0.5, "else the worker's own figure"
+    assert entry.updated_ms_ago == 700 and entry.stale, "700 ms > 3 x 200 ms"
+    assert TaskStatus.from_json(entry.to_json()) == entry
+    fresh = task_status_from_report(REPORT, age_ms=-5, status_interval_ms=200)
+    assert fresh.updated_ms_ago == 0 and not fresh.stale and fresh.rss_bytes == 1
+
+
+def test_a_malformed_report_raises_what_the_supervisor_logs() -> None:
+    for bad in ({**REPORT, "held": [{"topic": "b"}]}, {**REPORT, "lag": "x"},
+                {k: v for k, v in REPORT.items() if k != "pid"}):
+        with pytest.raises((KeyError, TypeError, ValueError)):
+            task_status_from_report(bad, age_ms=0, status_interval_ms=200)
