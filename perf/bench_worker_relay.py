@@ -86,6 +86,11 @@ def main() -> None:
     done = collector.wait_for(lambda m: m["kind"] == "status" and m["delivered"] >= n
                               and m["lag"] == 0, timeout_s=600)
     elapsed = (done["sent_ms"] - t0) / 1000
+    import psutil
+
+    cpu = psutil.Process(worker.pid).cpu_times()
+    print(f"worker CPU {cpu.user + cpu.system:.1f} s in all (start-up included): "
+          f"{(cpu.user + cpu.system) / n * 1e6:.0f} us per message")
     print(f"relay of {n} x 100-byte records, one task: {elapsed:.1f} s, "
           f"{n / elapsed:,.0f} messages/s; commits {done['commits']}, last commit "
           f"{done['commit_latency_ms']:.1f} ms, rss {done['rss_bytes'] / 2**20:.0f} MiB, "
