@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from coordinator.config import OWNED_KAFKA_PROPERTIES, ParsleyConfig
@@ -112,3 +115,12 @@ def test_control_endpoints_ipc_by_default_tcp_loopback_only_when_asked(tmp_path)
         assert request(server.endpoint, {"op": "ping"}) == {"outcome": "OK", "op": "ping", "pid": 1}
     finally:
         server.close()
+
+
+def test_the_operations_doc_lists_exactly_the_owned_properties() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = doc.split("<!-- owned-properties -->")[1].split("<!-- /owned-properties -->")[0]
+    names = set(re.findall(r"`([a-z][a-z.]*)`", section))
+    assert names == set(OWNED_KAFKA_PROPERTIES), (
+        f"missing from the doc: {sorted(set(OWNED_KAFKA_PROPERTIES) - names)}; "
+        f"not owned: {sorted(names - set(OWNED_KAFKA_PROPERTIES))}")
