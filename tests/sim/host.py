@@ -293,7 +293,7 @@ class TaskHost:
         while (msg := engine.deliver_next()) is not None:
             body = Body(msg.timestamp_ms, msg.key, msg.value, tuple(msg.headers))
             trigger = len(step.deliveries)
-            step.deliveries.append(Delivered(msg.channel, msg.position, body))
+            step.deliveries.append(Delivered(msg.channel, msg.position, body, dict(msg.causes)))
             for topic, partition, key, value, app in handler_sends(
                     self.spec.process, msg.value, self.spec.outputs, self.scenario):
                 channel = ChannelId(self.scenario.topics[topic].topic_id, partition)

@@ -25,8 +25,8 @@ Clauses it names (facts §8 and §1, "Receiver rule"):
   delivered in offset order, each once, none skipped.
 * ``V2 integrity``: a delivery that is no committed record of a received
   channel (an aborted record, a marker's offset), or whose key, value,
-  timestamp or application headers differ from the record's (``parsley.*``
-  headers must be stripped).
+  timestamp, application headers (``parsley.*`` stripped) or causes differ
+  from the record's.
 * ``V5 liveness``: at drain, a committed record on a received channel was
   never delivered.
 * ``M1 causes expressed`` and ``M2 entries name records`` (facts §1, "Meaning
@@ -86,11 +86,19 @@ class Body:
 
 @dataclass(frozen=True, slots=True)
 class Delivered:
-    """A delivery as the task's handler received it (channel, offset, and the body seen)."""
+    """A delivery as the task's handler received it.
+
+    Attributes:
+        channel, position: the record delivered.
+        body: what the handler saw of it.
+        causes: the causes the engine handed over with it, or ``None`` to skip
+            that check (hand-built histories); they must be the record's header.
+    """
 
     channel: ChannelId
     position: int
     body: Body
+    causes: Mapping[ChannelId, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +280,10 @@ class Oracle:
         if self._body[key] != d.body:
             self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position} with body "
                                      f"{d.body}, but the record is {self._body[key]}")
+        if d.causes is not None and dict(d.causes) != dict(self._claimed[key]):
+            self._flag(V2_INTEGRITY, f"{task} delivered {d.channel}@{d.position} with causes "
+                                     f"{dict(d.causes)}, but its header says "
+                                     f"{dict(self._claimed[key])}")
         if index < self._base[task].get(d.channel, 0):
             first = self._start[task][d.channel]
             if d.position <= self._task_past[task].get(d.channel, -1):

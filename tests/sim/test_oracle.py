@@ -157,6 +157,15 @@ def test_aborted_offset_and_altered_body_are_integrity() -> None:
     assert clauses(oracle)[-1] == V2_INTEGRITY, "delivery from an unreceived channel passed"
 
 
+def test_delivered_causes_must_be_the_header() -> None:
+    oracle = diamond()  # B@5's header (no explicit claim) is its true past {A: 0}
+    oracle.on_commit("R#0", [Delivered(B, 5, body(5), {A: 0})], [])
+    assert oracle.violations == [], "causes equal to the header were flagged"
+    oracle = diamond()
+    oracle.on_commit("R#0", [Delivered(B, 5, body(5), {A: 2})], [])
+    assert clauses(oracle) == [V2_INTEGRITY], "causes differing from the header passed"
+
+
 def test_broker_offsets_skip_markers_and_aborts() -> None:
     topic = TopicSpec("t", UUID(int=7), 1)
     (ch,) = topic.channels()
