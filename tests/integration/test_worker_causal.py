@@ -95,11 +95,14 @@ def test_derived_message_is_held_until_its_cause_commits_then_delivered_in_order
             (b.name, 0, 1, 0)
         assert entry["blockers"] == [
             {"topic": a.name, "partition": 0, "required": 0, "settled": None}]
+        committed = collector.wait_for(lambda m: m["kind"] == "status" and m["commits"] >= 1)
         time.sleep(1.0)  # several commit intervals: still nothing may be delivered
         assert read_committed(kafka_bootstrap, out.name) == []
         still = collector.wait_for(lambda m: m["kind"] == "status", since=len(
             collector.snapshot()))
         assert still["held_total"] == 1 and still["delivered"] == 0
+        # Idle (the hold is committed, nothing new fed): no transaction at all.
+        assert still["commits"] == committed["commits"]
 
         upstream.commit_transaction(30)
         collector.wait_for(
