@@ -459,6 +459,11 @@ _CORRUPT_ROW = (
     "receipt refuses negative positions, so this row is corrupt ordering state. "
     "Reset the process's state and group offsets deliberately to proceed."
 )
+_RESET = "Reset the process's state and group offsets deliberately to proceed."
+_HELD_UNFED = (
+    "every held message is fed before it is held, so this row is corrupt ordering state. "
+    + _RESET
+)
 _LOST_HEAD = (
     "ordering state present without its format version entry; the earliest records of "
     "the ordering changelog have been lost, so this state is incomplete and cannot be "
@@ -536,7 +541,12 @@ def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
             id; ...``; ``restored frontier|delivered past names position P on
             <ch>, which no channel can assign; ...`` (negative or 2^63-1);
             ``held messages restored out of position order on <ch> (a before
-            b); ...``; any :func:`decode_held` diagnosis.
+            b); ...``; ``held message at <ch>@P above its channel's coverage
+            (fedUpTo=F); ...``, ``... on a channel with no coverage row; ...``
+            or ``... on a channel recorded as no longer existing
+            (fedUpTo=2^63-1); ...`` (a hold not within its channel's live
+            coverage would deliver ahead of lower positions fed later); any
+            :func:`decode_held` diagnosis.
 
     Source: facts §3 "Version entry", "Checks when state is restored"; Java
     ``ProcessEngine`` constructor and ``OrderingStateCodec``.
@@ -614,4 +624,29 @@ def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
                 raise _refuse(f"corrupt ordering key: length {len(key)} for tag 'v'")
         else:
             raise _refuse(f"corrupt ordering key: unknown tag {_tag_text(key)}")
+    for ch, positions in image.held.items():
+        _check_held_within_coverage(ch, positions, image.fed.get(ch))
     return image
+
+
+def _check_held_within_coverage(ch: ChannelId, positions: list[int], fed: int | None) -> None:
+    # A message is fed (coverage raised to its position) before it is held, and a
+    # channel is fed to its end only with nothing held. A hold above coverage would
+    # restore ahead of a lower position fed later and deliver out of order.
+    if fed is None:
+        raise _refuse(
+            f"held message at {ch}@{positions[0]} on a channel with no coverage row; "
+            + _HELD_UNFED
+        )
+    if fed == FED_TO_END:
+        raise _refuse(
+            f"held message at {ch}@{positions[0]} on a channel recorded as no longer "
+            f"existing (fedUpTo={fed}); a channel is fed to its end only with nothing held, "
+            "so this row is corrupt ordering state. " + _RESET
+        )
+    if positions[-1] > fed:
+        above = next(p for p in positions if p > fed)
+        raise _refuse(
+            f"held message at {ch}@{above} above its channel's coverage (fedUpTo={fed}); "
+            + _HELD_UNFED
+        )

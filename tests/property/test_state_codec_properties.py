@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,6 +87,10 @@ def test_image_round_trip(
     names: dict[str, UUID],
     held: dict[ChannelId, set[int]],
 ) -> None:
+    # A hold sits within its channel's live coverage; cover every held channel.
+    for c, ps in held.items():
+        if fed.get(c, -1) in (-1, FED_TO_END) or fed[c] < max(ps):
+            fed[c] = max(ps)
     store = {sc.VERSION_KEY: sc.VERSION_VALUE}
     store |= {sc.fed_key(c): sc.encode_long(p) for c, p in fed.items()}
     store |= {sc.frontier_key(c): sc.encode_long(p) for c, p in frontier.items()}
@@ -97,3 +102,23 @@ def test_image_round_trip(
     assert image.has_version
     assert (image.fed, image.frontier, image.past, image.names) == (fed, frontier, past, names)
     assert image.held == {c: sorted(ps) for c, ps in held.items()}
+
+
+@given(channels, st.sets(positions, min_size=1, max_size=4),
+       st.one_of(st.none(), positions, st.just(FED_TO_END)))
+def test_a_hold_outside_live_coverage_is_refused(
+    ch: ChannelId, held: set[int], fed: int | None
+) -> None:
+    store = {sc.VERSION_KEY: sc.VERSION_VALUE}
+    if fed is not None:
+        store[sc.fed_key(ch)] = sc.encode_long(fed)
+    blob = sc.encode_held(sc.HeldMessage(1, b"k", None))
+    store |= {sc.held_key(ch, p): blob for p in held}
+    within = fed is not None and fed != FED_TO_END and max(held) <= fed
+    if within:
+        assert sc.load_image(sorted(store.items())).held == {ch: sorted(held)}
+        return
+    with pytest.raises(ParsleyFailClosedError) as caught:
+        sc.load_image(sorted(store.items()))
+    assert caught.value.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
+    assert caught.value.detail.startswith("held message at "), caught.value.detail

@@ -433,6 +433,30 @@ def test_restore_refuses_unknown_state_format() -> None:
     assert "without its format version entry" in info.value.detail
 
 
+def test_restore_refuses_a_held_message_above_its_channels_coverage() -> None:
+    # Restored, A@10 would sit ahead of a later-fed A@7 and deliver [10, 7]: FIFO broken.
+    held = sc.encode_held(sc.HeldMessage(0, b"k", b"v10", (), ()))
+    store = InMemoryOrderingStore([(sc.VERSION_KEY, sc.VERSION_VALUE),
+                                   (sc.fed_key(A), sc.encode_long(5)),
+                                   (sc.held_key(A, 10), held)])
+    with pytest.raises(ParsleyFailClosedError) as info:
+        ProcessEngine(store, received=[A])
+    assert info.value.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
+    assert info.value.detail.startswith(
+        f"held message at {A}@10 above its channel's coverage (fedUpTo=5); "), info.value.detail
+
+
+def test_restored_holds_from_real_deltas_sit_within_coverage() -> None:
+    log: list[tuple[bytes, bytes | None]] = []
+    e = engine(received=(A, B))
+    e.receive(msg(A, 3, {B: 0}))
+    e.receive(msg(A, 4))
+    log += e.take_deltas()
+    e2 = ProcessEngine(InMemoryOrderingStore.from_records(log), received=[A, B])
+    e2.start({})
+    assert e2.held_count() == 2 and e2.covered(A) == 4
+
+
 def test_start_clamps_coverage_to_delivered_past_and_start_positions() -> None:
     log: list[tuple[bytes, bytes | None]] = []
     e = engine(received=(A,))

@@ -160,6 +160,13 @@ def test_inspector_agrees_with_a_full_restore(writes: list[tuple[bytes, int | No
             latest.pop(key, None)
         else:
             latest[key] = value
+    # A live hold always sits within its channel's live coverage (load_image refuses
+    # otherwise): cover every held channel up to its highest possible hold, 9.
+    for c in {sc.held_key_parts(k)[0] for k in latest if k[:1] == b"h"}:
+        fed = latest.get(sc.fed_key(c))
+        if fed is None or sc.decode_long(fed) in range(9) or sc.decode_long(fed) == FED_TO_END:
+            records.append((sc.fed_key(c), sc.encode_long(9)))
+            latest[sc.fed_key(c)] = sc.encode_long(9)
     image = sc.load_image(sorted(latest.items()))
     inspector = OrderingStateInspector(records)
     assert inspector.covered_positions() == image.fed

@@ -18,6 +18,7 @@ T1 = UUID(int=(1 << 64) | 2)  # MSB 1, LSB 2: the facts' channel "(1,2)"
 CH0 = ChannelId(T1, 0)
 A = ChannelId(UUID("0102030405060708090a0b0c0d0e0f10"), 3)
 B = ChannelId(UUID("f102030405060708090a0b0c0d0e0f10"), 0)
+D = ChannelId(UUID("d102030405060708090a0b0c0d0e0f10"), 2)
 
 EXAMPLE_1 = bytes.fromhex(
     "01000000000000000700000000016b000000017600000001000000016800000001010000000100000000000000"
@@ -207,8 +208,9 @@ def test_every_truncation_and_byte_flip_fails_closed() -> None:
 def _valid_items() -> list[tuple[bytes, bytes]]:
     items = {
         sc.VERSION_KEY: sc.VERSION_VALUE,
-        sc.fed_key(A): sc.encode_long(10),
-        sc.fed_key(B): sc.encode_long(FED_TO_END),
+        sc.fed_key(A): sc.encode_long(13),
+        sc.fed_key(B): sc.encode_long(2),
+        sc.fed_key(D): sc.encode_long(FED_TO_END),
         sc.frontier_key(A): sc.encode_long(9),
         sc.frontier_key(CH0): sc.encode_long(0),
         sc.past_key(A): sc.encode_long(4),
@@ -224,7 +226,7 @@ def _valid_items() -> list[tuple[bytes, bytes]]:
 def test_load_image_valid() -> None:
     image = sc.load_image(_valid_items())
     assert image.has_version
-    assert image.fed == {A: 10, B: FED_TO_END}
+    assert image.fed == {A: 13, B: 2, D: FED_TO_END}
     assert image.frontier == {A: 9, CH0: 0}
     assert image.past == {A: 4}
     assert image.names == {"orders": A.topic_id, "payments": B.topic_id}
@@ -261,6 +263,10 @@ FORGED_7 = (
 CORRUPT_ROW = (
     "which no channel can assign; receipt refuses negative positions, so this row is corrupt "
     "ordering state. Reset the process's state and group offsets deliberately to proceed."
+)
+HELD_UNFED = (
+    "every held message is fed before it is held, so this row is corrupt ordering state. "
+    "Reset the process's state and group offsets deliberately to proceed."
 )
 ZERO = ChannelId(UUID(int=0), 1)
 
@@ -333,6 +339,19 @@ IMAGE_CORRUPTIONS: list[tuple[str, str, list[tuple[bytes, bytes]], str]] = [
      f"restored coverage names position -2 on {A}, {CORRUPT_ROW}"),
     ("restore", "coverage -1", _with(sc.fed_key(CH0), sc.encode_long(-1)),
      f"restored coverage names position -1 on {CH0}, {CORRUPT_ROW}"),
+    ("restore", "held above its channel's coverage", _with(sc.held_key(A, 14), EXAMPLE_2),
+     f"held message at {A}@14 above its channel's coverage (fedUpTo=13); {HELD_UNFED}"),
+    ("restore", "held far above a low coverage",
+     [(b"v", b"\x01"), (sc.fed_key(A), sc.encode_long(5)), (sc.held_key(A, 10), EXAMPLE_2)],
+     f"held message at {A}@10 above its channel's coverage (fedUpTo=5); {HELD_UNFED}"),
+    ("restore", "held on a channel with no coverage row",
+     _with(sc.held_key(B, 2), EXAMPLE_2, drop=sc.fed_key(B)),
+     f"held message at {B}@2 on a channel with no coverage row; {HELD_UNFED}"),
+    ("restore", "held on a fed-to-end channel", _with(sc.held_key(D, 1), EXAMPLE_2),
+     f"held message at {D}@1 on a channel recorded as no longer existing "
+     f"(fedUpTo={FED_TO_END}); a channel is fed to its end only with nothing held, so "
+     "this row is corrupt ordering state. Reset the process's state and group offsets "
+     "deliberately to proceed."),
     ("restore", "held rows out of position order",
      [(b"v", b"\x01"), (sc.held_key(A, 5), EXAMPLE_2), (sc.held_key(A, 4), EXAMPLE_2)],
      f"held messages restored out of position order on {A} (5 before 4); the store's scan "
