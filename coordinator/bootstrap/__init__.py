@@ -1,0 +1,415 @@
+"""Bootstrap at start: everything a process needs before its first worker runs.
+
+Per process, in the Java implementation's order (``JAVA-PARSLEY-FACTS.md`` §5,
+"Bootstrap steps at ``Parsley.start``"):
+
+1. validate the declarations (``ValueError``);
+2. resolve every declared topic, received or sent, to its id and partition
+   count; "unknown" only after three answers 500 ms apart
+   (:class:`StartError` naming the topic); a topic without an id is
+   ``SUBSTRATE_MISCONFIGURED`` (brokers below 3.7.0);
+3. describe the ordering changelog (absence also takes three answers) and read
+   every partition of it end to end, with progress (facts §3, "Start-time
+   reads of the changelog"); with prior state, refuse
+   ``CHANNEL_IDENTITY_CHANGED`` and ``CHANNEL_REMOVED_WITH_HELD_MESSAGES``;
+   then ``TASK_WIDTH_CHANGED``; corrupt state is
+   ``UNKNOWN_ORDERING_STATE_FORMAT``;
+4. list the committed read positions (stable), refuse ``ORDERING_STATE_LOST``
+   for a commit the bootstrap did not write over an empty changelog partition;
+5. create the ordering changelog (compact, one partition per task) and the
+   store changelogs where absent;
+6. pre-commit every missing start position with the metadata
+   ``parsley.bootstrap``: covered + 1 where the state covers the channel
+   (earliest for the fed-to-end sentinel, never sentinel + 1); 0 for a topic
+   the state names but never covered; earliest for a topic the state never
+   named when there is prior state; the declared initial position only on a
+   first start. A member of the group that is not this coordinator's and does
+   not leave within a window is ``SUBSTRATE_MISCONFIGURED``.
+
+Nothing runs yet when this module is done: the supervisor spawns workers from
+the :class:`ProcessPlan` afterwards. A failed bootstrap raises one of
+``ParsleyFailClosedError`` (a refusal), :class:`StartRetryableError` (message
+ending "Retry this start."), :class:`StartError` (a missing prerequisite or a
+cluster that could not be queried) or ``ValueError`` (a wrong declaration) —
+seed 001, "If start threw".
+
+The package, by responsibility (this module orchestrates and exports the
+public names):
+
+- :mod:`~coordinator.bootstrap.common`: errors, constants, the refusal helper;
+- :mod:`~coordinator.bootstrap.resolve`: step 2, topic resolution and describes;
+- :mod:`~coordinator.bootstrap.changelog`: step 3, reading the ordering state,
+  with progress;
+- :mod:`~coordinator.bootstrap.positions`: the pure ``ORDERING_STATE_LOST``
+  check and pre-commit rule, and the committed/list-offsets calls;
+- :mod:`~coordinator.bootstrap.group`: group members, the wait for an empty
+  group, the bootstrap consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from coordinator.bootstrap.changelog import TaskState, progress_logger, read_ordering_state
+from coordinator.bootstrap.common import (
+    ADMIN_TIMEOUT_S,
+    ANSWER_SPACING_S,
+    BOOTSTRAP_CLIENT_PREFIX,
+    BOOTSTRAP_METADATA,
+    DEFAULT_GROUP_WINDOW_S,
+    UNKNOWN_ANSWERS,
+    StartError,
+    StartRetryableError,
+    refuse,
+)
+from coordinator.bootstrap.group import await_empty_group, bootstrap_consumer
+from coordinator.bootstrap.positions import (
+    committed_positions,
+    initial_position,
+    list_offsets,
+    lost_positions,
+    ordering_state_lost,
+)
+from coordinator.bootstrap.resolve import (
+    ResolvedTopic,
+    describe_changelog,
+    fmt_channels,
+    kafka_topic_id,
+    resolve_topics,
+)
+from coordinator.config import ParsleyConfig
+from parsley.declarations import (
+    Process,
+    application_id,
+    ordering_changelog,
+    store_changelog,
+    task_width,
+    validate_declarations,
+)
+from parsley.engine.channel import ChannelId
+from parsley.refusals import Reason
+from workers.changelog import RestoreProgress, ensure_changelog_topic
+from workers.kafka import SubstrateError, admin_config, restore_consumer_config
+
+__all__ = [
+    "BOOTSTRAP_CLIENT_PREFIX",
+    "BOOTSTRAP_METADATA",
+    "DEFAULT_GROUP_WINDOW_S",
+    "ProcessPlan",
+    "ResolvedTopic",
+    "StartError",
+    "StartRetryableError",
+    "TaskState",
+    "bootstrap",
+    "bootstrap_process",
+    "initial_position",
+    "kafka_topic_id",
+    "progress_logger",
+    "read_ordering_state",
+    "resolve_topics",
+]
+
+log = logging.getLogger("parsley.coordinator.bootstrap")
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """What the bootstrap established for one process; the supervisor spawns from it.
+
+    Attributes:
+        process: the declaration.
+        prefix: the application id prefix.
+        task_count: W, the widest received topic's partition count.
+        topics: every declared topic (received and sent) as resolved.
+        prior_state: whether the ordering changelog held any state.
+        start_positions: ``{(topic, partition): offset}``, the committed read
+            position (next offset to fetch) of every received partition.
+        precommitted: the subset the bootstrap committed in this start.
+    """
+
+    process: Process
+    prefix: str
+    task_count: int
+    topics: Mapping[str, ResolvedTopic]
+    prior_state: bool
+    start_positions: Mapping[tuple[str, int], int]
+    precommitted: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The process name."""
+        return self.process.name
+
+    @property
+    def application_id(self) -> str:
+        """``<prefix>-<process>``."""
+        return application_id(self.prefix, self.process.name)
+
+    @property
+    def topic_ids(self) -> dict[str, UUID]:
+        """Declared topic name -> topic id (``TaskSpec.topic_ids``)."""
+        return {n: t.topic_id for n, t in self.topics.items()}
+
+    @property
+    def partitions(self) -> dict[str, int]:
+        """Declared topic name -> partition count (``TaskSpec.partitions``)."""
+        return {n: t.partitions for n, t in self.topics.items()}
+
+
+def _received_partitions(
+    process: Process, topics: Mapping[str, ResolvedTopic]
+) -> list[TopicPartition]:
+    return [TopicPartition(t, p) for t in process.received_topics
+            for p in range(topics[t].partitions)]
+
+
+def bootstrap_process(
+    config: ParsleyConfig,
+    process: Process,
+    topics: Mapping[str, ResolvedTopic],
+    admin: AdminClient,
+    *,
+    on_progress: Callable[[RestoreProgress], None] | None = None,
+    group_window_s: float = DEFAULT_GROUP_WINDOW_S,
+    answers: int = UNKNOWN_ANSWERS,
+    spacing_s: float = ANSWER_SPACING_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProcessPlan:
+    """Bootstrap steps 3-6 for one process (facts §5 step 3): state, refusals, positions.
+
+    Args:
+        config: the configuration.
+        process: the declaration (already validated).
+        topics: every declared topic of ``process``, resolved.
+        admin: an AdminClient.
+        on_progress: changelog read progress.
+        group_window_s: s a member may stay in the group before the
+            pre-commit calls it a conflict.
+        answers: unknown answers before the changelog counts as absent.
+        spacing_s: s between answers.
+        sleep: sleeps (tests pass a fake).
+
+    Returns:
+        The :class:`ProcessPlan`.
+
+    Raises:
+        ParsleyFailClosedError: ``CHANNEL_IDENTITY_CHANGED`` ("topics [<names>] now
+            resolve to different identities than this process's state was built
+            against"), ``CHANNEL_REMOVED_WITH_HELD_MESSAGES`` ("received messages
+            remain undelivered on [<topicId>/<partition>, ...], which the new
+            declaration no longer receives"), ``TASK_WIDTH_CHANGED`` ("this
+            process's ordering state was built for <n> task(s) but the
+            declaration now induces <m> ..."), ``ORDERING_STATE_LOST`` ("committed
+            read positions exist for <topic-partition>, ..."),
+            ``UNKNOWN_ORDERING_STATE_FORMAT``, ``SUBSTRATE_MISCONFIGURED`` (a
+            foreign group member) — shapes of seed 001.
+        StartRetryableError: a changelog view that changed under the read.
+        StartError: the cluster could not be queried.
+    """
+    prefix = config.application_id_prefix
+    app_id = application_id(prefix, process.name)
+    changelog_name = ordering_changelog(prefix, process.name)
+    received = {t: topics[t] for t in process.received_topics}
+    width = task_width({t: r.partitions for t, r in received.items()})
+
+    # Step 3.1-3.3: describe and read the ordering changelog.
+    changelog = describe_changelog(admin, changelog_name, answers=answers,
+                                    spacing_s=spacing_s, timeout_s=ADMIN_TIMEOUT_S, sleep=sleep)
+    states: list[TaskState] = []
+    read_consumer: Consumer | None = None
+
+    def read(partitions: int) -> list[TaskState]:
+        nonlocal read_consumer
+        if read_consumer is None:
+            cfg = restore_consumer_config(config.bootstrap_servers, prefix, process.name, 0,
+                                          config.kafka_properties)
+            cfg["client.id"] = f"{BOOTSTRAP_CLIENT_PREFIX}{app_id}-changelog"
+            read_consumer = Consumer(cfg)
+        return read_ordering_state(admin, read_consumer, changelog_name, partitions,
+                                   on_progress=on_progress)
+
+    try:
+        if changelog is not None:
+            log.info("%s: reading ordering changelog %s (%d partitions)", app_id,
+                     changelog_name, changelog.partitions)
+            states = read(changelog.partitions)
+        prior = any(s.has_state for s in states)
+
+        # Step 3.4: identity and stranded holds, with prior state.
+        if prior:
+            current = {t: r.topic_id for t, r in received.items()}
+            changed = sorted({n for s in states
+                              for n in s.inspector.identity_changed_topics(current)})
+            if changed:
+                raise refuse(
+                    Reason.CHANNEL_IDENTITY_CHANGED,
+                    f"topics {changed} now resolve to different identities than this "
+                    f"process's state was built against (process '{process.name}'). Positions "
+                    "in the old log mean nothing in the new one; reset the process "
+                    "(runbook: CHANNEL_IDENTITY_CHANGED).",
+                )
+            channels = {ChannelId(r.topic_id, p) for r in received.values()
+                        for p in range(r.partitions)}
+            stranded = sorted({ch for s in states for ch in s.inspector.held_channels()
+                               if ch not in channels})
+            if stranded:
+                raise refuse(
+                    Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
+                    f"received messages remain undelivered on {fmt_channels(stranded)}, "
+                    f"which the new declaration of process '{process.name}' no longer "
+                    "receives. Put the channel back in the declaration and restart, or reset.",
+                )
+
+        # Step 3.5: width.
+        if changelog is not None and changelog.partitions != width:
+            raise refuse(
+                Reason.TASK_WIDTH_CHANGED,
+                f"this process's ordering state was built for {changelog.partitions} task(s) "
+                f"but the declaration now induces {width} (the widest received topic's "
+                f"partition count changed) (process '{process.name}', changelog "
+                f"{changelog_name}). Restore the declaration, or reset if partitions were "
+                "added to the widest topic.",
+            )
+
+        # Step 3.6: start positions.
+        tps = _received_partitions(process, topics)
+        committed = committed_positions(admin, app_id, tps, sleep)
+        suspects = lost_positions(
+            committed, None if changelog is None else [s.records for s in states])
+        if suspects:
+            if changelog is not None:
+                # Look again: a sibling's first commit may have landed meanwhile.
+                again = read(len(states))
+                appeared = [s.partition for s in suspects
+                            if s.partition < len(again) and again[s.partition].records > 0]
+                if appeared:
+                    raise StartRetryableError(
+                        f"ordering records appeared in {changelog_name}{appeared} while the "
+                        "start was checking it"
+                    )
+            raise ordering_state_lost(suspects[0], changelog_name, changelog is not None,
+                                      app_id)
+
+        missing = [tp for tp in tps if (tp.topic, tp.partition) not in committed]
+        positions = {k: v[0] for k, v in committed.items()}
+        precommit: dict[tuple[str, int], int] = {}
+        if missing:
+            named: set[str] = set()
+            for s in states:
+                named.update(s.inspector.name_bindings())
+            earliest = list_offsets(admin, missing, latest=False)
+            latest = list_offsets(admin, missing, latest=True)
+            for tp in missing:
+                key = (tp.topic, tp.partition)
+                covered: int | None = None
+                if tp.partition < len(states):
+                    covered = states[tp.partition].inspector.covered_positions().get(
+                        ChannelId(topics[tp.topic].topic_id, tp.partition))
+                inp = process.input(tp.topic)
+                assert inp is not None
+                precommit[key] = initial_position(
+                    prior, covered, tp.topic in named, inp.channel.initial_position,
+                    earliest[key], latest[key],
+                    where=f"{changelog_name}[{tp.partition}]: {tp.topic}-{tp.partition}")
+
+        # Step 5 (Streams creates its changelogs at start): only once nothing refused.
+        try:
+            info, _created = ensure_changelog_topic(admin, changelog_name, width)
+            if info.cleanup_policy != "compact":
+                log.warning(
+                    "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
+                    "or its earliest records age out and the next start refuses "
+                    "(ORDERING_STATE_LOST or a state without its version entry)",
+                    app_id, changelog_name, info.cleanup_policy)
+            for store in process.declared_stores:
+                ensure_changelog_topic(admin, store_changelog(prefix, process.name, store.name),
+                                       width)
+        except SubstrateError as exc:
+            raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
+
+        if precommit:
+            await_empty_group(admin, app_id, group_window_s, sleep)
+            consumer = bootstrap_consumer(config, app_id)
+            try:
+                offsets = [TopicPartition(t, p, off, metadata=BOOTSTRAP_METADATA)
+                           for (t, p), off in sorted(precommit.items())]
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in (
+                        KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+                        KafkaError.REBALANCE_IN_PROGRESS):
+                    raise StartRetryableError(
+                        f"a member joined group '{app_id}' while the start committed its "
+                        f"initial positions ({err.name()})"
+                    ) from exc
+                raise StartError(f"could not commit the initial positions of group "
+                                 f"'{app_id}': {exc}") from exc
+            finally:
+                consumer.close()
+            positions.update(precommit)
+            log.info("%s: committed initial positions for %s", app_id,
+                     [f"{t}-{p}@{o}" for (t, p), o in sorted(precommit.items())])
+    finally:
+        if read_consumer is not None:
+            read_consumer.close()
+
+    return ProcessPlan(
+        process=process,
+        prefix=prefix,
+        task_count=width,
+        topics={n: topics[n]
+                for n in {*process.received_topics, *(c.name for c in process.outputs)}},
+        prior_state=prior,
+        start_positions=dict(sorted(positions.items())),
+        precommitted=dict(sorted(precommit.items())),
+    )
+
+
+def bootstrap(
+    config: ParsleyConfig,
+    processes: Sequence[Process],
+    *,
+    admin: AdminClient | None = None,
+    on_progress: Callable[[RestoreProgress], None] | None = None,
+    group_window_s: float = DEFAULT_GROUP_WINDOW_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, ProcessPlan]:
+    """Run the whole bootstrap for ``processes`` (facts §5 steps 1-3), all or nothing.
+
+    Args:
+        config: the configuration.
+        processes: the declared processes.
+        admin: an AdminClient (one is built from ``config`` when omitted).
+        on_progress: changelog read progress (default: :func:`progress_logger`).
+        group_window_s: see :func:`bootstrap_process`.
+        sleep: sleeps (tests pass a fake).
+
+    Returns:
+        ``{process name: ProcessPlan}`` in declaration order.
+
+    Raises:
+        ValueError: a wrong declaration (``validate_declarations``).
+        ParsleyFailClosedError: a refusal (see :func:`bootstrap_process`).
+        StartRetryableError: a lagging metadata view ("... Retry this start.").
+        StartError: a missing prerequisite or an unreachable cluster.
+    """
+    procs = list(processes)
+    validate_declarations(config.application_id_prefix, procs)
+    if on_progress is None:
+        on_progress = progress_logger()
+    if admin is None:  # AdminClient has no close; it is released with the object
+        admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
+    names = {c.name for p in procs for c in (*(i.channel for i in p.inputs), *p.outputs)}
+    topics = resolve_topics(admin, names, sleep=sleep)
+    plans: dict[str, ProcessPlan] = {}
+    for p in procs:
+        plans[p.name] = bootstrap_process(config, p, topics, admin, on_progress=on_progress,
+                                          group_window_s=group_window_s, sleep=sleep)
+    return plans
