@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -56,6 +57,7 @@ __all__ = [
     "InitialPosition",
     "Input",
     "Process",
+    "RefusalLatch",
     "Send",
     "State",
     "Store",
@@ -243,6 +245,45 @@ class State(Protocol):
         ...
 
 
+_REFUSAL_LATCH: ContextVar[Callable[[ParsleyFailClosedError], ParsleyFailClosedError] | None] = (
+    ContextVar("parsley_refusal_latch", default=None)
+)
+
+
+class RefusalLatch:
+    """Latch refusals raised while building effects into a handler frame.
+
+    Inside ``with RefusalLatch(frame.latch):`` a refusal raised by
+    :class:`Send` / :meth:`EffectsBuilder.send` (RESERVED_HEADER_USED) is
+    handed to ``latch`` before it is raised, so the frame rethrows it at its
+    next boundary even when the application catches it. Outside any frame the
+    refusal is simply raised.
+
+    Args:
+        latch: remembers a refusal (the first one wins) and returns it.
+
+    Source: seed 001, "Every refusal raised inside the handler frame is
+    latched and rethrown at the frame's boundary"; Java ``ParsleyProcessor``.
+    """
+
+    __slots__ = ("_latch", "_token")
+
+    def __init__(self, latch: Callable[[ParsleyFailClosedError], ParsleyFailClosedError]) -> None:
+        self._latch = latch
+        self._token: Token[Callable[[ParsleyFailClosedError], ParsleyFailClosedError] | None]
+
+    def __enter__(self) -> None:
+        self._token = _REFUSAL_LATCH.set(self._latch)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _REFUSAL_LATCH.reset(self._token)
+
+
+def _latched(refusal: ParsleyFailClosedError) -> ParsleyFailClosedError:
+    latch = _REFUSAL_LATCH.get()
+    return refusal if latch is None else latch(refusal)
+
+
 def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> tuple[Header, ...]:
     """Copy application headers into a tuple of ``(str, bytes | None)``, refusing reserved keys."""
     if headers is None:
@@ -260,11 +301,11 @@ def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> t
                 f"{topic}: header '{key}' value must be bytes or None, got {type(value).__name__}"
             )
         if key.startswith(RESERVED_HEADER_PREFIX):
-            raise ParsleyFailClosedError(
+            raise _latched(ParsleyFailClosedError(
                 Reason.RESERVED_HEADER_USED,
                 f"{topic}: application header '{key}' uses the reserved prefix "
                 f"'{RESERVED_HEADER_PREFIX}'; application headers may not use it",
-            )
+            ))
         out.append((key, None if value is None else bytes(value)))
     return tuple(out)
 
@@ -284,7 +325,8 @@ class Send:
             the delivered message's timestamp.
 
     Raises:
-        ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header key.
+        ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header
+            key, latched into the handler frame (see :class:`RefusalLatch`).
         ValueError: a negative timestamp.
         TypeError: ``channel`` is not a Channel, or a malformed header.
     """
@@ -380,7 +422,8 @@ class EffectsBuilder:
                 delivered message's timestamp.
 
         Raises:
-            ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header.
+            ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*``
+                header, latched into the handler frame (see :class:`RefusalLatch`).
             ValueError: negative timestamp.
         """
         self._sends.append(Send(channel, key, value, _headers(channel.name, headers), timestamp))

@@ -17,8 +17,9 @@ For each message the engine releases, the worker calls
 5. returns a :class:`FrameResult` of bytes, which the worker writes. The frame
    itself writes nothing, so a refused step leaves nothing partial behind.
 
-A refusal the state view raises inside application code is *latched*: it is
-re-raised at the frame's next boundary (entry, after the payload's
+A refusal the state view, or an effect under construction (RESERVED_HEADER_USED
+from ``Send`` / ``EffectsBuilder.send``), raises inside application code is
+*latched*: it is re-raised at the frame's next boundary (entry, after the payload's
 deserializers, after the handler, after planning) even if the application
 caught it, as Java's ``ParsleyProcessor.rethrowSeamViolation`` does.
 
@@ -42,6 +43,7 @@ from parsley.declarations import (
     Delivery,
     Effects,
     Process,
+    RefusalLatch,
     Store,
     same_store,
 )
@@ -407,7 +409,8 @@ class HandlerFrame:
         delivery: Delivery[Any, Any] = Delivery(
             topic, partition, offset, timestamp_ms, key_value, value_value, app_headers)
         try:
-            effects = source.handler(delivery, self._state)
+            with RefusalLatch(self.latch):
+                effects = source.handler(delivery, self._state)
         except ParsleyFailClosedError:
             self._rethrow()
             raise

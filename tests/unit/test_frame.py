@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiprocess.reduction import ForkingPickler
 
-from parsley.declarations import Channel, Delivery, Effects, Process, State, Store
+from parsley.declarations import Channel, Delivery, Effects, Process, Send, State, Store
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES, JSON, STRING
@@ -219,6 +219,36 @@ def test_reserved_header_from_the_builder_is_a_refusal_not_a_handler_failure() -
     assert refusal.reason is Reason.RESERVED_HEADER_USED
     assert refusal.detail == ("audit: application header 'parsley.causes' uses the reserved "
                               "prefix 'parsley.'; application headers may not use it")
+
+
+def test_reserved_header_refusal_caught_by_the_application_is_latched() -> None:
+    # Seed 001: every refusal raised inside the handler frame is latched and rethrown
+    # at the frame's boundary, so a catch changes nothing but the stack trace.
+    caught: list[Reason] = []
+
+    def handler(delivery: Delivery[Any, Any], state: State) -> Effects:
+        try:
+            Effects.builder().send(AUDIT, "k", 1, headers=[("parsley.x", b"1")])
+        except ParsleyFailClosedError as exc:
+            caught.append(exc.reason)
+        try:
+            Send(AUDIT, "k", 2, (("parsley.y", None),))
+        except ParsleyFailClosedError as exc:
+            caught.append(exc.reason)
+        return Effects.none()
+
+    frame = _frame(handler)
+    refusal = _refusal(frame)
+    assert caught == [Reason.RESERVED_HEADER_USED, Reason.RESERVED_HEADER_USED]
+    assert refusal.reason is Reason.RESERVED_HEADER_USED
+    assert refusal.detail == ("audit: application header 'parsley.x' uses the reserved "
+                              "prefix 'parsley.'; application headers may not use it"), "first wins"
+
+
+def test_reserved_header_outside_a_frame_still_raises_and_latches_nothing() -> None:
+    with pytest.raises(ParsleyFailClosedError):
+        Effects.builder().send(AUDIT, "k", 1, headers={"parsley.causes": b""})
+    assert _deliver(_frame(lambda d, s: Effects.none())) == FrameResult((), ())
 
 
 class _HeaderWriting:
