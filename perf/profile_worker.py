@@ -27,12 +27,19 @@ from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics
 __all__ = ["profiled_run"]
 
 
-def profiled_run(spec: Any, out_path: str, html_path: str | None = None) -> int:
-    """``workers.main.run(spec)`` under pyinstrument; writes the profile text to ``out_path``."""
+def profiled_run(spec: Any, out_path: str, html_path: str | None = None,
+                 patches: tuple[str, ...] = ()) -> int:
+    """``workers.main.run(spec)`` under pyinstrument; writes the profile text to ``out_path``.
+
+    ``patches`` names :data:`perf.patches.PATCHES` applied first.
+    """
     from pyinstrument import Profiler
 
+    from perf.patches import PATCHES
     from workers.main import run
 
+    for name in patches:
+        PATCHES[name]()
     prof = Profiler(interval=0.001)
     prof.start()
     try:
@@ -54,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--out", default="/tmp/worker-profile.txt")
     ap.add_argument("--html")
+    ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
+                    help="apply a candidate fix from perf/patches.py in the worker")
     a = ap.parse_args(argv)
     admin = AdminClient({"bootstrap.servers": a.bootstrap_servers})
     tag = f"perf-{uuid.uuid4().hex[:8]}-profile"
@@ -67,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         relay = ParsleyRelay(a.bootstrap_servers, [inp], out, tag, 100, workdir)
         reader = OutputReader(a.bootstrap_servers, [out])
         t0 = time.monotonic()
-        relay.start(120.0, target=profiled_run, extra_args=(a.out, a.html))
+        relay.start(120.0, target=profiled_run, extra_args=(a.out, a.html, tuple(a.worker_patch)))
         ok = reader.read_until(a.messages, 600.0)
         took = time.monotonic() - t0
         relay.stop()
