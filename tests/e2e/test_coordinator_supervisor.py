@@ -163,6 +163,27 @@ def fake_refusal_report_lost(spec: TaskSpec) -> int:
     return exit_code_for(StopKind.REFUSAL, Reason.TASK_WIDTH_CHANGED)
 
 
+def fake_crash_task0_once_task1_up(spec: TaskSpec) -> int:
+    """Task 0 crashes (once) only after task 1 has reported, so the crash is seen
+    with task 1's entry present."""
+    marker = Path(spec.state_dir) / "crashed-0"
+    up = Path(spec.state_dir) / "task1-up"
+    r = _Reporter(spec)
+    if spec.task == 1:
+        r.status()
+        time.sleep(0.3)
+        up.write_text("x")
+    elif not marker.exists():
+        r.status()
+        deadline = time.monotonic() + 60
+        while not up.exists() and time.monotonic() < deadline:
+            r.status()
+            time.sleep(0.1)
+        marker.write_text("x")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _run_until_term(r)
+
+
 def fake_malformed_report(spec: TaskSpec) -> int:
     r = _Reporter(spec)
     stop: list[int] = []
@@ -474,12 +495,13 @@ def test_a_refusal_whose_final_report_is_lost_keeps_its_reason(
 def test_a_task_waiting_for_its_respawn_keeps_the_process_starting(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
-    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 2)}, target=fake_crash_task0_once,
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 2)},
+                     target=fake_crash_task0_once_task1_up,
                      restart=RestartPolicy.TRANSIENT, backoff_s=3.0)
     supervisors.append(sup)
     sup.start()
-    _wait(lambda: len(sup.status()["p"].tasks) == 2, what="both tasks reporting")
-    _wait(lambda: [t.task for t in sup.status()["p"].tasks] == [1], what="task 0's crash")
+    _wait(lambda: (tmp_path / "crashed-0").exists()
+          and [t.task for t in sup.status()["p"].tasks] == [1], what="task 0's crash")
     st = sup.status()["p"]
     assert st.restarts == 0, "still within the respawn backoff"
     assert st.state is ProcessState.STARTING, "one task of two is down: not RUNNING"
