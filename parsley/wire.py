@@ -51,6 +51,7 @@ __all__ = [
     "encode_causes",
     "encoded_size",
     "is_reserved",
+    "split_causes_header",
     "strip_reserved",
     "varint_size",
 ]
@@ -415,7 +416,54 @@ def strip_reserved(headers: Sequence[Header]) -> tuple[Header, ...]:
         The same pairs, order kept, without any ``parsley.*`` header; this is
         what deserializers and handlers see (Java ``withoutReservedHeaders``).
     """
-    return tuple(h for h in headers if not h[0].startswith(RESERVED_PREFIX))
+    return tuple([h for h in headers if not h[0].startswith(RESERVED_PREFIX)])
+
+
+def split_causes_header(
+    headers: Sequence[Header],
+) -> tuple[bool, bytes | None, tuple[Header, ...]]:
+    """Find the ``parsley.causes`` header and the application's headers of a record.
+
+    Args:
+        headers: the record's headers as fetched, (key, value-or-None), in order.
+
+    Returns:
+        ``(found, raw, app_headers)``: whether ``parsley.causes`` is present;
+        its raw value (``None`` when absent *or* present with a null value,
+        so test ``found``); and every header without the ``parsley.`` prefix,
+        order kept (:func:`strip_reserved`), always a tuple. Nothing is
+        decoded or size-checked here.
+
+    Raises:
+        ParsleyFailClosedError: ``UNDECODABLE_METADATA``, ``duplicate
+            parsley.causes headers``, when the key appears more than once.
+
+    Source: ``JAVA-PARSLEY-FACTS.md`` §1, Placement (Java
+    ``ProcessEngine.extractCauses``, ``withoutReservedHeaders``). The caller
+    prefixes ``<channel>@<position>: `` to the detail.
+    """
+    # Fast paths: a record carrying only its causes, or no headers at all.
+    n = len(headers)
+    if n == 1:
+        key, value = headers[0]
+        if key == CAUSES_HEADER:
+            return True, value, ()
+    elif n == 0:
+        return False, None, ()
+    found = False
+    raw: bytes | None = None
+    reserved = False
+    for key, value in headers:
+        if key == CAUSES_HEADER:
+            if found:
+                raise _undecodable(f"duplicate {CAUSES_HEADER} headers")
+            found = True
+            raw = value
+        elif key.startswith(RESERVED_PREFIX):
+            reserved = True
+    if found or reserved:
+        return found, raw, strip_reserved(headers)
+    return False, None, headers if type(headers) is tuple else tuple(headers)
 
 
 def causes_from_headers(
@@ -447,14 +495,7 @@ def causes_from_headers(
     ``ProcessEngine.extractCauses``). The caller prefixes
     ``<channel>@<position>: `` to the detail.
     """
-    found = False
-    raw: bytes | None = None
-    for key, value in headers:
-        if key == CAUSES_HEADER:
-            if found:
-                raise _undecodable(f"duplicate {CAUSES_HEADER} headers")
-            found = True
-            raw = value
+    found, raw, _ = split_causes_header(headers)
     if not found:
         return None
     if raw is not None and len(raw) > budget_bytes:

@@ -49,6 +49,7 @@ from parsley.declarations import (
 )
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.wire import strip_reserved
 
 __all__ = [
     "FrameResult",
@@ -392,7 +393,7 @@ class HandlerFrame:
         if source is None:
             raise ValueError(f"{self.process.name} was fed {topic}, which it does not receive")
         channel = source.channel
-        app_headers = tuple(h for h in headers if not h[0].startswith(RESERVED_HEADER_PREFIX))
+        app_headers = strip_reserved(headers)
         part = "key"
         try:
             key_value = None if key is None else channel.key_serde.deserialize(key)

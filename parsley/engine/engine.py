@@ -49,7 +49,7 @@ from parsley.engine.frontier import FrontierEncoding
 from parsley.engine.store import OrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.status import Blocker, HeldChannel, TaskDiagnosis
-from parsley.wire import CAUSES_HEADER, RESERVED_PREFIX, decode_causes
+from parsley.wire import decode_causes, split_causes_header, strip_reserved
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -458,30 +458,10 @@ class ProcessEngine:
             raise RuntimeError("receive() before start(): the session floor is not set")
 
         # -- causes (budget before decode)
-        headers = msg.headers
-        if len(headers) == 1 and headers[0][0] == CAUSES_HEADER:
-            raw = headers[0][1]
-            app_headers: tuple[Header, ...] = ()
-            found = True
-        else:
-            raw = None
-            found = False
-            reserved = False
-            for hkey, hvalue in headers:
-                if hkey == CAUSES_HEADER:
-                    if found:
-                        raise _refuse(
-                            Reason.UNDECODABLE_METADATA,
-                            f"{ch}@{q}: duplicate {CAUSES_HEADER} headers",
-                        )
-                    found = True
-                    raw = hvalue
-                elif hkey.startswith(RESERVED_PREFIX):
-                    reserved = True
-            if found or reserved:
-                app_headers = tuple([h for h in headers if not h[0].startswith(RESERVED_PREFIX)])
-            else:
-                app_headers = headers
+        try:
+            found, raw, app_headers = split_causes_header(msg.headers)
+        except ParsleyFailClosedError as exc:
+            raise _refuse(exc.reason, f"{ch}@{q}: {exc.detail}") from exc
         entry: _Decoded | None = None
         if not found:
             causes = _NO_CAUSES
@@ -725,7 +705,7 @@ class ProcessEngine:
                 held.timestamp_ms,
                 held.key,
                 held.value,
-                tuple(h for h in held.headers if not h[0].startswith(RESERVED_PREFIX)),
+                strip_reserved(held.headers),
                 held.causes,
             )
             self._dirty_h[(ch, q)] = None

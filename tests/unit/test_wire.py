@@ -8,12 +8,13 @@ diagnosis. Placement rules (``causes_from_headers``) have their own table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 import pytest
 
 from parsley import wire
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import ChannelId, Header
 from parsley.refusals import ParsleyFailClosedError, Reason
 
 A = UUID("0102030405060708090a0b0c0d0e0f10")
@@ -413,6 +414,42 @@ def test_strip_reserved() -> None:
     assert wire.strip_reserved(headers) == (("a", b"1"), ("b", None), ("parsley", b"2"),
                                             ("Parsley.x", b"3"))
     assert wire.is_reserved("parsley.causes") and not wire.is_reserved("parsley")
+
+
+@pytest.mark.parametrize(
+    ("label", "headers", "expected"),
+    [
+        ("no headers", (), (False, None, ())),
+        ("only the causes header", ((wire.CAUSES_HEADER, b"\x00"),), (True, b"\x00", ())),
+        ("null causes value", ((wire.CAUSES_HEADER, None),), (True, None, ())),
+        ("application headers only", (("a", b"1"), ("b", None)),
+         (False, None, (("a", b"1"), ("b", None)))),
+        ("causes among others", (("a", b"1"), (wire.CAUSES_HEADER, b"\x00"), ("b", None)),
+         (True, b"\x00", (("a", b"1"), ("b", None)))),
+        ("other reserved only", (("parsley.x", b"1"), ("a", None)), (False, None, (("a", None),))),
+        ("a list is returned as a tuple", [("a", b"1")], (False, None, (("a", b"1"),))),
+        ("prefix is case-sensitive", (("Parsley.causes", b"1"),),
+         (False, None, (("Parsley.causes", b"1"),))),
+    ],
+)
+def test_split_causes_header(
+    label: str, headers: Sequence[Header], expected: tuple[bool, bytes | None, tuple[Header, ...]]
+) -> None:
+    found, raw, app = wire.split_causes_header(headers)
+    assert (found, raw, app) == expected, label
+    assert type(app) is tuple, label
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [((wire.CAUSES_HEADER, b"\x00"), (wire.CAUSES_HEADER, b"\x00")),
+     (("a", None), (wire.CAUSES_HEADER, None), ("parsley.x", None), (wire.CAUSES_HEADER, b""))],
+)
+def test_split_causes_header_refuses_duplicates(headers: Sequence[Header]) -> None:
+    with pytest.raises(ParsleyFailClosedError) as caught:
+        wire.split_causes_header(headers)
+    assert caught.value.reason is Reason.UNDECODABLE_METADATA
+    assert caught.value.detail == "duplicate parsley.causes headers"
 
 
 def _cached() -> int:
