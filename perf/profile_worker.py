@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from perf.measure import OutputReader
-from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics
+from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics, delete_topics
 
 __all__ = ["profiled_run"]
 
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         took = time.monotonic() - t0
         relay.stop()
         reader.close()
+    delete_topics(admin, [inp, out], tag)
     print(f"relayed {len(reader.records)} of {a.messages} ({'ok' if ok else 'TIMEOUT'}) "
           f"in {took:.1f} s including startup")
     with open(a.out) as f:

@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 
 from perf import load
 from perf.measure import OutputReader, WorkerSampler
-from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics
+from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics, delete_topics
 
 __all__ = ["restore_benchmark"]
 
@@ -112,6 +112,7 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         reader.close()
     finally:
         relay.stop()
+        delete_topics(admin, [a, b, c, out], tag)
     st = statuses[0] if statuses else {}
     restore = st.get("restore") or {}
     return {

@@ -114,6 +114,20 @@ def create_topics(admin: AdminClient, topics: Sequence[tuple[str, int, dict[str,
 OUTPUT_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 
 
+def delete_topics(admin: AdminClient, names: Sequence[str], prefix: str | None = None) -> None:
+    """Delete a run's topics (and with ``prefix``, its relay's ordering changelog), best effort.
+
+    A shared broker would otherwise collect a few topics per run.
+    """
+    from parsley.declarations import ordering_changelog
+
+    topics = list(names) + ([ordering_changelog(prefix, "relay")] if prefix else [])
+    with contextlib.suppress(Exception):
+        for f in admin.delete_topics(topics, operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                f.result(30)
+
+
 # ----------------------------------------------------------------------------- relays
 
 
@@ -480,6 +494,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         with contextlib.suppress(Exception):
             reader.close()
         relay.stop()
+        delete_topics(admin, [*ins, out], None if kind == "baseline" else tag)
     per_pid = cpu.per_pid()
     cpu_s = [round(per_pid.get(pid, 0.0), 3) for pid in pids]
     total_cpu = sum(cpu_s)
