@@ -195,7 +195,9 @@ def read_committed(bootstrap_servers: str, topic: str, partitions: Sequence[int]
                     raise AssertionError(f"no watermark for {topic}-{p} in {timeout_s} s")
                 time.sleep(0.2)
             ends[p] = high
-        todo = {p for p in partitions if ends[p] > 0}
+        # Done with a partition at its end-of-partition event (everything committed below
+        # the last stable offset read), or at the last record below the high watermark.
+        todo = set(partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         while todo and time.monotonic() < deadline:
             for msg in consumer.consume(500, 0.2):
@@ -205,7 +207,7 @@ def read_committed(bootstrap_servers: str, topic: str, partitions: Sequence[int]
                     continue
                 out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(),
                                   msg.value(), tuple(msg.headers() or ())))
-                if msg.offset() + 1 >= ends[msg.partition()]:
+                if ends[msg.partition()] > 0 and msg.offset() + 1 >= ends[msg.partition()]:
                     todo.discard(msg.partition())
         if todo:
             raise AssertionError(f"reading {topic} {sorted(todo)} did not reach the end "

@@ -184,6 +184,7 @@ class Worker:
         self.abortable_in_a_row = 0
         self.next_shape_check = 0.0
         self.start_positions: dict[tuple[str, int], int] = {}
+        self.restores = 0
 
     # -- state -------------------------------------------------------------------
 
@@ -210,9 +211,11 @@ class Worker:
                     raise
                 log.warning("%s task %d: restoring failed (%s); retrying with a fresh admin "
                             "client", self.app_id, self.task, exc.detail)
-                self.admin = AdminClient(admin_config(self.spec.bootstrap_servers,
-                                                      dict(self.spec.kafka_properties)))
-                self.identity = IdentityChecker(self.admin)
+
+    def _fresh_admin(self) -> None:
+        self.admin = AdminClient(admin_config(self.spec.bootstrap_servers,
+                                              dict(self.spec.kafka_properties)))
+        self.identity = IdentityChecker(self.admin)
 
     def restore_state(self) -> None:
         """Restore the ordering store and the declared stores from partition ``i`` of their
@@ -227,6 +230,11 @@ class Worker:
         self.restore = {}
         self._close_state()
         spec = self.spec
+        if self.restores:
+            # A rebuild follows a rebalance or an abort, often a broker restart: a fresh
+            # AdminClient has fresh leader metadata (see build_state).
+            self._fresh_admin()
+        self.restores += 1
         self.store = SqliteOrderingStore.create(self.dir)
         self.store.rebuild(read_partition(
             self.restore_consumer, self.admin, self.ordering_topic, self.task,
