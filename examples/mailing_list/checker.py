@@ -304,44 +304,38 @@ class TopicTail:
             raise KafkaException(f"topic {topic!r} is not available: "
                                  f"{None if desc is None else desc.error}")
         self.partitions = sorted(desc.partitions)
-        self._eof_at: dict[int, int] = {}
+        self._at_end: set[int] = set()
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
                                for p in self.partitions])
 
-    def read_available(self, timeout_s: float = 30.0) -> list[Rec]:
-        """Records committed since the last call, up to each partition's end now.
+    def read_available(self, idle_s: float = 1.0, timeout_s: float = 60.0) -> list[Rec]:
+        """Records committed since the last call, as far as the consumer can see now.
 
-        A partition is at its end once the consumer reports it (librdkafka's
-        partition EOF: the high watermark, or under ``read_committed`` the last
-        stable offset) and its high watermark has not moved since. Returns what
-        was read when ``timeout_s`` passes first (e.g. a transaction left open).
+        Reads until every partition has reported its end (librdkafka's partition
+        EOF: the high watermark, or under ``read_committed`` the last stable
+        offset) since its last record and a poll comes back empty; or until
+        nothing has arrived for ``idle_s`` (a trailing commit marker or an open
+        transaction never yields a record); or ``timeout_s`` at most. Records
+        committed later are returned by a later call.
 
         Raises:
             KafkaException: a consumer error other than reaching a partition's end.
         """
         out: list[Rec] = []
-        pending = set()
-        for p in self.partitions:
-            _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), cached=True)
-            end = self._eof_at.get(p)
-            if end is None or high > end:
-                pending.add(p)
         deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            for msg in self._consumer.consume(500, 0.2):
+        last_record = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = self._consumer.consume(500, 0.2)
+            got = False
+            for msg in batch:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        # Under read_committed the EOF offset stops short of a trailing
-                        # commit marker; the fetch's own high watermark does not.
-                        _, high = self._consumer.get_watermark_offsets(
-                            TopicPartition(self.topic, msg.partition()), cached=True)
-                        self._eof_at[msg.partition()] = max(msg.offset(), high)
-                        pending.discard(msg.partition())
+                        self._at_end.add(msg.partition())
                         continue
                     raise KafkaException(err)
-                self._eof_at.pop(msg.partition(), None)
+                got = True
+                self._at_end.discard(msg.partition())
                 raw = msg.value()
                 if raw is None:
                     continue
@@ -349,6 +343,12 @@ class TopicTail:
                 key = msg.key()
                 out.append(Rec(msg.topic(), msg.partition(), msg.offset(),
                                None if key is None else key.decode("utf-8", "replace"), value))
+            now = time.monotonic()
+            if got:
+                last_record = now
+                continue
+            if len(self._at_end) == len(self.partitions) or now - last_record >= idle_s:
+                break
         return out
 
     def close(self) -> None:
