@@ -42,12 +42,12 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import Serde, check_serde, equivalent_serdes
+from parsley.wire import RESERVED_PREFIX as _HEADER_PREFIX
 
 __all__ = [
     "EARLIEST",
     "LATEST",
-    "RESERVED_HEADER_PREFIX",
-    "RESERVED_PREFIX",
+    "RESERVED_NAME_PREFIX",
     "TASK_ID_MIN_DIGITS",
     "Channel",
     "Delivery",
@@ -75,13 +75,10 @@ __all__ = [
 K = TypeVar("K")
 V = TypeVar("V")
 
-RESERVED_PREFIX: Final = "__parsley."
+RESERVED_NAME_PREFIX: Final = "__parsley."
 """Parsley's namespace in cluster names (Java ``Parsley.RESERVED_PREFIX``). No
-declared prefix, process, store or channel name may contain it."""
-
-RESERVED_HEADER_PREFIX: Final = "parsley."
-"""Parsley's namespace in record headers (``parsley.causes``); application
-headers may not start with it (seed 000, RESERVED_HEADER_USED)."""
+declared prefix, process, store or channel name may contain it. Not the header
+prefix: that is :data:`parsley.wire.RESERVED_PREFIX` (``parsley.``)."""
 
 TASK_ID_MIN_DIGITS: Final = 3
 """Task numbers in transactional and group instance ids are zero-padded to at
@@ -97,8 +94,8 @@ def _check_name(kind: str, name: object) -> str:
         raise TypeError(f"{kind} name must be a str, got {type(name).__name__}")
     if not name.strip():
         raise ValueError(f"{kind} name must not be blank")
-    if RESERVED_PREFIX in name:
-        raise ValueError(f"{kind} name '{name}' uses the reserved prefix {RESERVED_PREFIX}")
+    if RESERVED_NAME_PREFIX in name:
+        raise ValueError(f"{kind} name '{name}' uses the reserved prefix {RESERVED_NAME_PREFIX}")
     if not _LEGAL_NAME.fullmatch(name) or name in (".", ".."):
         raise ValueError(
             f"{kind} name '{name}' is not a legal Kafka topic name part "
@@ -300,11 +297,11 @@ def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> t
             raise TypeError(
                 f"{topic}: header '{key}' value must be bytes or None, got {type(value).__name__}"
             )
-        if key.startswith(RESERVED_HEADER_PREFIX):
+        if key.startswith(_HEADER_PREFIX):
             raise _latched(ParsleyFailClosedError(
                 Reason.RESERVED_HEADER_USED,
                 f"{topic}: application header '{key}' uses the reserved prefix "
-                f"'{RESERVED_HEADER_PREFIX}'; application headers may not use it",
+                f"'{_HEADER_PREFIX}'; application headers may not use it",
             ))
         out.append((key, None if value is None else bytes(value)))
     return tuple(out)
@@ -553,7 +550,7 @@ def application_id(prefix: str, process: str) -> str:
 
 def ordering_changelog(prefix: str, process: str) -> str:
     """``<prefix>-<process>-__parsley.ordering-changelog``: the ordering state's topic."""
-    return f"{application_id(prefix, process)}-{RESERVED_PREFIX}ordering-changelog"
+    return f"{application_id(prefix, process)}-{RESERVED_NAME_PREFIX}ordering-changelog"
 
 
 def store_changelog(prefix: str, process: str, store: str) -> str:

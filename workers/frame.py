@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from parsley.declarations import (
-    RESERVED_HEADER_PREFIX,
     Channel,
     Delivery,
     Effects,
@@ -49,6 +48,7 @@ from parsley.declarations import (
 )
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.wire import RESERVED_PREFIX as RESERVED_HEADER_PREFIX
 from parsley.wire import strip_reserved
 
 __all__ = [

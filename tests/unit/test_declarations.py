@@ -296,3 +296,15 @@ def test_declarations_with_closures_pickle_with_multiprocess() -> None:
     assert effects.writes[0].value == 7, "the closure's captured weight must survive pickling"
     assert state.stores[0] is copy.declared_stores[0], (
         "the closure's Store and the declared one must be one object after one pickle")
+
+
+def test_one_name_per_reserved_prefix() -> None:
+    # Cluster names and record headers have different reserved prefixes; one name each.
+    import parsley.declarations as decl
+    from parsley import wire
+
+    assert decl.RESERVED_NAME_PREFIX == "__parsley."
+    assert wire.RESERVED_PREFIX == "parsley."
+    assert not hasattr(decl, "RESERVED_PREFIX"), "collides with wire.RESERVED_PREFIX"
+    assert not hasattr(decl, "RESERVED_HEADER_PREFIX"), "duplicates wire.RESERVED_PREFIX"
+    assert ordering_changelog("x", "p").endswith(f"-{decl.RESERVED_NAME_PREFIX}ordering-changelog")
