@@ -4,7 +4,10 @@ For each message the engine releases, the worker calls
 :meth:`HandlerFrame.deliver` with plain values (no Kafka types). The frame
 
 1. decodes key and value with the received channel's declared serdes
-   (APPLICATION_PAYLOAD_UNDECODABLE ``<process>: <topic>@<offset> ...``);
+   (APPLICATION_PAYLOAD_UNDECODABLE ``<process>: <topic>@<offset> <key|value>
+   could not be decoded by the declared serde (partition <p>; <error>)``: seed
+   001's ``<topic>@<position>`` kept whole, the partition the runbook's
+   ``--partition`` needs added inside the parenthesis);
 2. calls the handler with a :class:`parsley.Delivery` (``parsley.*`` headers
    removed) and a :class:`parsley.State` reading the task's stores through a
    :class:`StoreView`;
@@ -404,7 +407,7 @@ class HandlerFrame:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
                 f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
-                f"declared serde ({_describe(exc)})",
+                f"declared serde (partition {partition}; {_describe(exc)})",
             ) from exc
         self._rethrow()
         delivery: Delivery[Any, Any] = Delivery(

@@ -132,12 +132,14 @@ def test_undecodable_value_and_key() -> None:
     refusal = _refusal(frame, value=b"{not json")
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNDECODABLE
     assert refusal.detail.startswith(
-        "tally: orders@41 value could not be decoded by the declared serde (JSONDecodeError: ")
+        "tally: orders@41 value could not be decoded by the declared serde (partition 3; "
+        "JSONDecodeError: ")
     assert isinstance(refusal.__cause__, ValueError)
     refusal = _refusal(frame, key=b"\xff", offset=9)
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNDECODABLE
     assert refusal.detail.startswith(
-        "tally: orders@9 key could not be decoded by the declared serde (UnicodeDecodeError: ")
+        "tally: orders@9 key could not be decoded by the declared serde (partition 3; "
+        "UnicodeDecodeError: ")
 
 
 def test_none_effects_are_refused() -> None:
