@@ -44,7 +44,7 @@ from parsley.engine.channel import (
     Header,
     ReceivedMessage,
 )
-from parsley.engine.deliverability import decide
+from parsley.engine.deliverability import Held, decide
 from parsley.engine.frontier import FrontierEncoding
 from parsley.engine.store import OrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -877,8 +877,8 @@ class ProcessEngine:
             verdict = decide(self._causes_of_head(ch, queue[0]), self._received, self.settled)
             blockers = tuple(
                 Blocker(label(b.channel.topic_id), b.channel.partition, b.required, b.settled)
-                for b in getattr(verdict, "blockers", ())
-            )
+                for b in verdict.blockers
+            ) if isinstance(verdict, Held) else ()
             held.append(HeldChannel(label(ch.topic_id), ch.partition, len(queue), queue[0],
                                     blockers))
         return TaskDiagnosis(tuple(held), len(self._frontier), self.frontier_bytes(),

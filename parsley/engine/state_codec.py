@@ -259,7 +259,11 @@ class HeldMessage:
         timestamp_ms: record timestamp, ms since the epoch (int64).
         key: raw key, ``None`` distinct from ``b""``.
         value: raw value, ``None`` distinct from ``b""``.
-        headers: headers as received, (key, value-or-None), order kept.
+        headers: the application's headers, (key, value-or-None), in received
+            order. The engine persists them with every ``parsley.*`` header
+            (``parsley.causes`` included) already stripped, as it delivers
+            them; the causes are kept decoded in ``causes``. The codec itself
+            writes whatever headers it is given.
         causes: the causes the message expressed, (channel, position) pairs,
             written in the given order (pass channel order, as
             :func:`parsley.wire.decode_causes` yields, to match Java's bytes).
