@@ -4,7 +4,7 @@
    mid-run: the coordinator (``--restart transient``) respawns that task, and
    the checker's verdict is 0 duplicates, 0 lost, 0 causal violations, every
    post handled, and a naive consumer still sees inversions.
-2. A run with ``--delay-every``: while it runs, ``parsley-coordinator status
+2. A run of 15,000 with ``--delay-every``: while it runs, ``parsley-coordinator status
    --json`` shows ``digest`` holding threaded events, each head naming the
    ``list.posts`` position it waits for; the verdict is clean as well.
 """
@@ -163,10 +163,10 @@ def test_demo_survives_a_digest_worker_killed_mid_run(kafka_bootstrap: str) -> N
 
 
 def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap: str) -> None:
-    # Two tasks per process: each digest task has half the backlog to catch up on,
-    # so its held events stay visible for several status intervals.
+    # 15,000 posts on two tasks per process: each digest task catches up on 15,000
+    # records, so its held events stay visible for several status intervals.
     demo = Demo(kafka_bootstrap, "--delay-every", "25", "--delay-ms", "300",
-                "--partitions", "2")
+                "--partitions", "2", "--count", "15000")
     held_seen: list[dict[str, Any]] = []
     try:
         posts_topic = demo.wait_for(r"topics (list\.posts\S*),").group(1)
@@ -189,8 +189,8 @@ def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap
                 blocker
             settled = blocker["settled"]
             assert settled is None or blocker["required"] > settled, blocker
-    assert demo.seen(r"^replayed 5000 posts \(.*, 200 held back\)"), demo.tail()
-    assert result["messages"] == result["handled"] == 5000, result
+    assert demo.seen(r"^replayed 15000 posts \(.*, 600 held back\)"), demo.tail()
+    assert result["messages"] == result["handled"] == 15000, result
     assert (result["duplicates"], result["lost"], result["causal_violations"]) == (0, 0, 0), \
         demo.tail()
     assert code == 0, demo.tail()
