@@ -402,8 +402,9 @@ class _Display:
 
     def show_status(self, statuses: list[dict[str, Any]]) -> None:
         self.statuses = statuses
-        if self._live is not None:
-            self._live.update(self._render())
+        if self.live:  # drawn in place while live; nothing printed before or after
+            if self._live is not None:
+                self._live.update(self._render())
             return
         now = time.monotonic()
         if now - self._last_plain >= 5.0:
