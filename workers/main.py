@@ -21,8 +21,10 @@ The worker (issue 4; DESIGN.md, "Architecture"):
    check, checks partition counts, and pushes status over ZeroMQ.
 
 It stops on SIGTERM (commits what it has, exit 0), on a refusal (aborts,
-logs ERROR ``... (failing closed)``, exit 10), a handler failure (exit 11), a
-substrate condition (exit 12) or a fenced/fatal client (exit 13), pushing one
+logs ERROR ``... (failing closed)``, exit ``64 + index of the reason``, so the
+coordinator can name the reason even if the final report is lost), a handler
+failure (exit 11), a substrate condition (exit 12) or a fenced/fatal client
+(exit 13), pushing one
 ``final`` message first (:mod:`workers.protocol`). An abortable Kafka error
 aborts, rebuilds the state from the changelogs and rewinds to the committed
 offsets, then goes on.
@@ -68,7 +70,7 @@ from workers.kafka import (
     to_exception,
 )
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
-from workers.protocol import EXIT_CODES, StopKind, TaskSpec, TaskState
+from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.status import StatusReporter
 from workers.step import TaskStep
 from workers.stores import TaskStores
@@ -622,8 +624,9 @@ def run(spec: TaskSpec) -> int:
         spec: the task's spec, resolved by the bootstrap.
 
     Returns:
-        The exit code of the stop kind (:data:`workers.protocol.EXIT_CODES`).
-        In a process spawned by ``multiprocess`` it exits with that code instead
+        :func:`workers.protocol.exit_code_for` of the stop kind and refusal
+        reason (read back by :func:`workers.protocol.exit_verdict`). In a
+        process spawned by ``multiprocess`` it exits with that code instead
         (``SystemExit``), so ``Process.exitcode`` carries it.
     """
     _configure_logging(spec)
@@ -667,7 +670,7 @@ def run(spec: TaskSpec) -> int:
         worker.close(outcome.kind is StopKind.CLEAN)
     reporter.final(outcome.kind, outcome.reason, outcome.detail)
     reporter.close()
-    code = EXIT_CODES[outcome.kind]
+    code = exit_code_for(outcome.kind, outcome.reason)
     if _in_spawned_child():
         logging.shutdown()
         raise SystemExit(code)

@@ -21,12 +21,13 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import TopicVerdict
+from parsley.refusals import Reason
 from parsley.wire import CAUSES_HEADER, encode_causes
 from tests.integration.test_worker_causal import relay_process
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames, create_topic, delete_topic
 from tests.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
 from workers.identity import IdentityChecker
-from workers.protocol import EXIT_CODES, StopKind
+from workers.protocol import EXIT_CODES, ExitVerdict, StopKind, exit_verdict
 
 
 def test_checker_judges_alive_deleted_and_recreated_topics(
@@ -105,7 +106,9 @@ def test_worker_refuses_a_received_topic_recreated_under_its_name(
     finally:
         collector.close()
         kafka_admin.delete_topics([a.name, out.name])
-    assert final["stop_kind"] == "REFUSAL" and final["exitcode"] == 10
+    assert final["stop_kind"] == "REFUSAL"
+    assert exit_verdict(final["exitcode"]) == ExitVerdict(StopKind.REFUSAL,
+                                                          Reason.CHANNEL_IDENTITY_CHANGED)
     assert final["refusal_reason"] == "CHANNEL_IDENTITY_CHANGED"
     assert (f"topic '{a.name}' now resolves to {ChannelId(a2.topic_id, 0)} but this process's "
             f"state was built against a previous incarnation ({a.topic_id})"
@@ -141,7 +144,9 @@ def test_worker_refuses_a_received_topic_deleted_with_messages_held(
     finally:
         collector.close()
         kafka_admin.delete_topics([b.name, out.name])
-    assert final["stop_kind"] == "REFUSAL" and final["exitcode"] == 10
+    assert final["stop_kind"] == "REFUSAL"
+    assert exit_verdict(final["exitcode"]) == ExitVerdict(
+        StopKind.REFUSAL, Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES)
     assert final["refusal_reason"] == "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES"
     assert (f"1 received message(s) from {ChannelId(a.topic_id, 0)} remain undelivered but the "
             "channel's topic no longer exists" in final["failure_detail"])
