@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,8 @@ from parsley.declarations import (
 )
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES, JSON, STRING
+
+ROOT_DIR = Path(__file__).resolve().parents[2]
 
 ORDERS: Channel[str, Any] = Channel("orders", STRING, JSON)
 AUDIT: Channel[str, Any] = Channel("audit", STRING, JSON)
@@ -308,3 +311,28 @@ def test_one_name_per_reserved_prefix() -> None:
     assert not hasattr(decl, "RESERVED_PREFIX"), "collides with wire.RESERVED_PREFIX"
     assert not hasattr(decl, "RESERVED_HEADER_PREFIX"), "duplicates wire.RESERVED_PREFIX"
     assert ordering_changelog("x", "p").endswith(f"-{decl.RESERVED_NAME_PREFIX}ordering-changelog")
+
+
+def test_the_facade_re_exports_every_declaration_from_its_own_module() -> None:
+    import importlib
+
+    import parsley.declarations as decl
+
+    homes = {"parsley.channels": ["EARLIEST", "LATEST", "RESERVED_NAME_PREFIX", "Channel",
+                                  "InitialPosition", "Store", "same_store"],
+             "parsley.effects": ["Delivery", "Effects", "EffectsBuilder", "Handler",
+                                 "RefusalLatch", "Send", "State", "Write"],
+             "parsley.process": ["Input", "Process"],
+             "parsley.naming": ["TASK_ID_MIN_DIGITS", "application_id", "group_instance_id",
+                                "ordering_changelog", "store_changelog", "task_width",
+                                "transactional_id", "validate_declarations"]}
+    exported = sorted(name for names in homes.values() for name in names)
+    assert sorted(decl.__all__) == exported
+    for module_name, names in homes.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            assert name in module.__all__, f"{module_name} does not export {name}"
+            assert getattr(decl, name) is getattr(module, name), name
+    source = (ROOT_DIR / "parsley" / "declarations.py").read_text()
+    assert "import *" not in source
+    assert len(source.splitlines()) < 120, "declarations.py is a thin facade"

@@ -1,0 +1,290 @@
+"""What a handler sees and returns: deliveries, the state view, and effects.
+
+A handler gets a :class:`Delivery` and a :class:`State` and returns
+:class:`Effects` (built with :meth:`Effects.builder`): the sends and store
+writes of one step. A reserved header refused while effects are built is
+latched into the handler frame (:class:`RefusalLatch`).
+
+Source: ``JAVA-PARSLEY-FACTS.md`` §11 (``Delivery``, ``State``, ``Effects``,
+``Handler``), seed 000 (RESERVED_HEADER_USED, HANDLER_RETURNED_NULL_EFFECTS),
+seed 001. Re-exported by :mod:`parsley.declarations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from parsley.channels import Channel, Store
+from parsley.engine.channel import Header
+from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.wire import RESERVED_PREFIX as _HEADER_PREFIX
+
+__all__ = [
+    "Delivery",
+    "Effects",
+    "EffectsBuilder",
+    "Handler",
+    "RefusalLatch",
+    "Send",
+    "State",
+    "Write",
+]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery(Generic[K, V]):
+    """One message handed to a handler (Java ``Delivery``).
+
+    Attributes:
+        topic: the received topic's name.
+        partition: its partition (the task number).
+        offset: the record's own offset (inclusive position).
+        timestamp: the record timestamp, ms since the epoch.
+        key: the key, decoded by the channel's key serde (``None`` for a null key).
+        value: the value, decoded by the value serde (``None`` for a tombstone).
+        headers: application headers in record order; ``parsley.*`` removed.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: K | None
+    value: V | None
+    headers: tuple[Header, ...] = ()
+
+
+class State(Protocol):
+    """A handler's read view of its task's stores (Java ``State``).
+
+    ``get`` sees every write of earlier deliveries in the same task, committed
+    or not. Refusals it raises are latched by the frame: an application
+    ``except`` that swallows one does not save the step.
+    """
+
+    def get(self, store: Store[K, V], key: K) -> V | None:
+        """The value stored under ``key``, or ``None``.
+
+        Raises:
+            ParsleyFailClosedError: STATE_ACCESS_TO_UNDECLARED_STORE (not declared
+                by ``stores(...)``), APPLICATION_PAYLOAD_UNSERIALIZABLE (the key
+                will not serialize), APPLICATION_PAYLOAD_UNDECODABLE (the stored
+                value will not decode).
+            ValueError: ``key`` is ``None``.
+        """
+        ...
+
+
+_REFUSAL_LATCH: ContextVar[Callable[[ParsleyFailClosedError], ParsleyFailClosedError] | None] = (
+    ContextVar("parsley_refusal_latch", default=None)
+)
+
+
+class RefusalLatch:
+    """Latch refusals raised while building effects into a handler frame.
+
+    Inside ``with RefusalLatch(frame.latch):`` a refusal raised by
+    :class:`Send` / :meth:`EffectsBuilder.send` (RESERVED_HEADER_USED) is
+    handed to ``latch`` before it is raised, so the frame rethrows it at its
+    next boundary even when the application catches it. Outside any frame the
+    refusal is simply raised.
+
+    Args:
+        latch: remembers a refusal (the first one wins) and returns it.
+
+    Source: seed 001, "Every refusal raised inside the handler frame is
+    latched and rethrown at the frame's boundary"; Java ``ParsleyProcessor``.
+    """
+
+    __slots__ = ("_latch", "_token")
+
+    def __init__(self, latch: Callable[[ParsleyFailClosedError], ParsleyFailClosedError]) -> None:
+        self._latch = latch
+        self._token: Token[Callable[[ParsleyFailClosedError], ParsleyFailClosedError] | None]
+
+    def __enter__(self) -> None:
+        self._token = _REFUSAL_LATCH.set(self._latch)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _REFUSAL_LATCH.reset(self._token)
+
+
+def _latched(refusal: ParsleyFailClosedError) -> ParsleyFailClosedError:
+    latch = _REFUSAL_LATCH.get()
+    return refusal if latch is None else latch(refusal)
+
+
+def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> tuple[Header, ...]:
+    """Copy application headers into a tuple of ``(str, bytes | None)``, refusing reserved keys."""
+    if headers is None:
+        return ()
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+    out: list[Header] = []
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"{topic}: a header is a (key, value) pair, got {pair!r}")
+        key, value = pair
+        if not isinstance(key, str):
+            raise TypeError(f"{topic}: a header key must be a str, got {type(key).__name__}")
+        if value is not None and not isinstance(value, bytes | bytearray):
+            raise TypeError(
+                f"{topic}: header '{key}' value must be bytes or None, got {type(value).__name__}"
+            )
+        if key.startswith(_HEADER_PREFIX):
+            raise _latched(ParsleyFailClosedError(
+                Reason.RESERVED_HEADER_USED,
+                f"{topic}: application header '{key}' uses the reserved prefix "
+                f"'{_HEADER_PREFIX}'; application headers may not use it",
+            ))
+        out.append((key, None if value is None else bytes(value)))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One emission (Java ``Effects.Send``).
+
+    Attributes:
+        channel: carries the topic name only; the bytes are made by the serdes
+            of the channel of that name the process declared (seed 000,
+            EMISSION_TO_UNDECLARED_CHANNEL).
+        key: the key, or ``None`` for a null key.
+        value: the value, or ``None`` for a tombstone.
+        headers: application headers, ``(key, bytes | None)`` pairs in order.
+        timestamp_ms: the record timestamp, ms since the epoch, or ``None`` for
+            the delivered message's timestamp.
+
+    Raises:
+        ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header
+            key, latched into the handler frame (see :class:`RefusalLatch`).
+        ValueError: a negative timestamp.
+        TypeError: ``channel`` is not a Channel, or a malformed header.
+    """
+
+    channel: Channel[Any, Any]
+    key: Any
+    value: Any
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.channel, Channel):
+            raise TypeError(f"send needs a Channel, got {type(self.channel).__name__}")
+        object.__setattr__(self, "headers", _headers(self.channel.name, self.headers))
+        ts = self.timestamp_ms
+        if ts is not None:
+            if not isinstance(ts, int) or isinstance(ts, bool):
+                raise TypeError(f"{self.channel.name}: timestamp must be an int of ms")
+            if ts < 0:
+                raise ValueError(f"{self.channel.name}: timestamp must be >= 0 ms, got {ts}")
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One store write (Java ``Effects.Write``): a put, or a delete when ``value`` is None.
+
+    Raises:
+        TypeError: ``store`` is not a Store.
+    """
+
+    store: Store[Any, Any]
+    key: Any
+    value: Any
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, Store):
+            raise TypeError(f"a write needs a Store, got {type(self.store).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What one delivery does: emissions and store writes, each in the order given.
+
+    Build with :meth:`none` or :meth:`builder`. A handler must return one;
+    ``None`` is refused (seed 000, HANDLER_RETURNED_NULL_EFFECTS).
+    """
+
+    sends: tuple[Send, ...] = ()
+    writes: tuple[Write, ...] = ()
+
+    @staticmethod
+    def none() -> Effects:
+        """Effects of a step that changes nothing."""
+        return _NONE
+
+    @staticmethod
+    def builder() -> EffectsBuilder:
+        """A fresh, mutable :class:`EffectsBuilder`."""
+        return EffectsBuilder()
+
+
+_NONE: Final = Effects()
+
+
+class EffectsBuilder:
+    """Collects sends and writes; :meth:`build` returns the immutable :class:`Effects`.
+
+    Each method returns the builder, so calls chain.
+    """
+
+    __slots__ = ("_sends", "_writes")
+
+    def __init__(self) -> None:
+        self._sends: list[Send] = []
+        self._writes: list[Write] = []
+
+    def send(
+        self,
+        channel: Channel[K, V],
+        key: K | None,
+        value: V | None,
+        headers: Mapping[str, bytes | None] | Iterable[Header] | None = None,
+        timestamp: int | None = None,
+    ) -> EffectsBuilder:
+        """Emit ``(key, value)`` to ``channel``.
+
+        Args:
+            channel: a declared channel, matched by name.
+            key: the key (``None`` for a null key).
+            value: the value (``None`` for a tombstone).
+            headers: application headers: a mapping or ``(key, bytes | None)`` pairs.
+            timestamp: record timestamp in ms since the epoch; default the
+                delivered message's timestamp.
+
+        Raises:
+            ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*``
+                header, latched into the handler frame (see :class:`RefusalLatch`).
+            ValueError: negative timestamp.
+        """
+        self._sends.append(Send(channel, key, value, _headers(channel.name, headers), timestamp))
+        return self
+
+    def put(self, store: Store[K, V], key: K, value: V) -> EffectsBuilder:
+        """Store ``value`` under ``key``.
+
+        Raises:
+            ValueError: ``value`` is ``None`` (use :meth:`delete`).
+        """
+        if value is None:
+            raise ValueError(f"{store.name}: put needs a value; use delete(store, key) to remove")
+        self._writes.append(Write(store, key, value))
+        return self
+
+    def delete(self, store: Store[K, V], key: K) -> EffectsBuilder:
+        """Remove ``key`` from ``store`` (a changelog tombstone)."""
+        self._writes.append(Write(store, key, None))
+        return self
+
+    def build(self) -> Effects:
+        """The effects collected so far; the builder stays usable."""
+        return Effects(tuple(self._sends), tuple(self._writes))
+
+
+Handler = Callable[[Delivery[Any, Any], State], Effects]
+"""``(delivery, state) -> Effects``: the application code for one received channel."""
