@@ -488,7 +488,13 @@ def classify(exc_or_err: BaseException | KafkaError) -> Classification:
     4. ``_AUTO_OFFSET_RESET``/``OFFSET_OUT_OF_RANGE`` → ``OFFSET_RESET``;
     5. fenced codes (``_FENCED``, ``PRODUCER_FENCED``,
        ``INVALID_PRODUCER_EPOCH``, ``FENCED_INSTANCE_ID``) → ``FENCED``;
-    6. ``fatal()`` → ``FATAL``; 7. ``txn_requires_abort()`` → ``ABORTABLE``;
+    6. ``fatal()``, or the code ``_FATAL`` whatever its flag → ``FATAL``: a
+       static member replaced by a newer worker for the task reaches the
+       consumer as a ``_FATAL`` event ("Static consumer fenced by other
+       consumer with same group.instance.id") whose own ``fatal()`` is false
+       (the client's fatal state is set, the event announcing it is not
+       flagged); the consumer is unusable either way;
+       7. ``txn_requires_abort()`` → ``ABORTABLE``;
        8. ``retriable()`` → ``RETRIABLE``;
     9. any other Kafka error → ``SUBSTRATE_TRANSIENT``;
     10. anything else → ``UNCLASSIFIED``.
@@ -521,7 +527,7 @@ def classify(exc_or_err: BaseException | KafkaError) -> Classification:
         kind = ErrorKind.OFFSET_RESET
     elif code in _FENCED_CODES:
         kind = ErrorKind.FENCED
-    elif err.fatal():
+    elif err.fatal() or code == KafkaError._FATAL:
         kind = ErrorKind.FATAL
     elif err.txn_requires_abort():
         kind = ErrorKind.ABORTABLE

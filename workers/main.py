@@ -63,10 +63,12 @@ from workers.kafka import (
     ErrorKind,
     SubstrateError,
     admin_config,
+    classify,
     consumer_config,
     producer_config,
     resolve_offset_reset,
     restore_consumer_config,
+    stop_kind,
     to_exception,
 )
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
@@ -116,9 +118,7 @@ def stop_of(exc: BaseException) -> Stop:
     if isinstance(exc, KafkaException):
         exc = to_exception(exc)
     if isinstance(exc, SubstrateError):
-        kind = StopKind.FATAL if exc.kind in (ErrorKind.FENCED, ErrorKind.FATAL) \
-            else StopKind.SUBSTRATE
-        return Stop(kind, None, exc.detail)
+        return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
     return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
 
 
@@ -209,7 +209,7 @@ class Worker:
                 self.restore_state()
                 return
             except SubstrateError as exc:
-                if attempt == attempts or exc.kind in (ErrorKind.FENCED, ErrorKind.FATAL):
+                if attempt == attempts or stop_kind(exc) is StopKind.FATAL:
                     raise
                 log.warning("%s task %d: restoring failed (%s); retrying with a fresh admin "
                             "client", self.app_id, self.task, exc.detail)
@@ -357,14 +357,10 @@ class Worker:
             raise resolve_offset_reset(self.consumer, topic, partition, group_id=self.app_id)
         if code == KafkaError._PARTITION_EOF:
             return
-        if err.fatal() or code in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL):
-            # A static member replaced by a newer worker for the task surfaces as
-            # _FATAL ("Static consumer fenced by other consumer with same
-            # group.instance.id"), with fatal() false on the event itself.
-            raise SubstrateError(ErrorKind.FENCED if code == KafkaError.FENCED_INSTANCE_ID
-                                 else ErrorKind.FATAL,
-                                 f"the task's group member was fenced or failed: "
-                                 f"{err.name()}: {err.str()}", code)
+        verdict = classify(err)  # a fenced static member: _FATAL, fatal() false -> FATAL
+        if stop_kind(verdict) is StopKind.FATAL:
+            raise SubstrateError(verdict.kind, f"the task's group member was fenced or failed: "
+                                 f"{verdict.name}: {verdict.text}", code)
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                     KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_AUTHORIZATION_FAILED):
             raise SubstrateError(

@@ -247,6 +247,23 @@ def test_blank_arguments_refused() -> None:
         consumer_config(BS, "a", "p", -1)
 
 
+def test_fenced_static_member_event_is_fatal_though_its_flag_is_not() -> None:
+    # What librdkafka hands the consumer when a newer worker of the task joins with the
+    # same group.instance.id: code _FATAL on an event whose fatal() is False.
+    err = KafkaError(KafkaError._FATAL, "Static consumer fenced by other consumer with same "
+                     "group.instance.id", fatal=False)
+    assert not err.fatal()
+    assert classify(err).kind is ErrorKind.FATAL
+    assert classify(KafkaException(err)).kind is ErrorKind.FATAL
+    assert stop_kind(err) is StopKind.FATAL
+    exc = to_exception(err, "consuming")
+    assert isinstance(exc, SubstrateError) and exc.kind is ErrorKind.FATAL
+    assert stop_kind(exc) is StopKind.FATAL
+    # The rule is the code, not the text: an unflagged transport error stays transient.
+    assert classify(KafkaError(KafkaError._TRANSPORT, "Static consumer fenced")).kind \
+        is ErrorKind.SUBSTRATE_TRANSIENT
+
+
 def test_stop_kinds() -> None:
     assert stop_kind(KafkaError(KafkaError._FENCED, "x", fatal=True)) is StopKind.FATAL
     assert stop_kind(KafkaError(KafkaError._FATAL, "x", fatal=True)) is StopKind.FATAL
