@@ -59,6 +59,7 @@ from workers.protocol import StopKind
 __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
     "OWNED_PROPERTIES",
+    "PURGE_CODES",
     "RECORD_TOO_LARGE_CODES",
     "TRANSACTION_TIMEOUT_MS",
     "Classification",
@@ -764,6 +765,16 @@ def resolve_offset_reset(
 # ---------------------------------------------------------------------------
 
 
+PURGE_CODES: Final = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Delivery errors of records purged because *another* failure ended the transaction.
+
+A record over a size limit inside a transaction puts it in the abortable state
+and librdkafka purges the transaction's other records, whose reports carry
+``_PURGE_QUEUE`` (-152) or ``_PURGE_INFLIGHT`` (-151), possibly before the
+oversize record's own report. They are consequences, never the cause to report.
+"""
+
+
 class DeliveryLedger:
     """Counts produce calls and delivery reports, so a commit can check that
     the producer delivered everything it was given (issue 4, "The step loop").
@@ -771,13 +782,25 @@ class DeliveryLedger:
     Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` and
     call :meth:`sent` once per successful ``produce()``. Delivery reports
     arrive from ``poll()``/``flush()``/``commit_transaction()``.
+
+    Attributes:
+        produced: successful ``produce()`` calls in this transaction.
+        delivered: reports without an error.
+        failed: reports with an error (purges included).
+        first_error: the first failed report whose error is not a purge
+            (:data:`PURGE_CODES`), else ``None``: the cause to classify.
+        first_purge: the first purge report, else ``None`` (reported only when
+            no other error explains it).
     """
 
     def __init__(self) -> None:
         self.produced = 0
         self.delivered = 0
+        self.failed = 0
         self.first_error: KafkaError | None = None
         self.first_error_where = ""
+        self.first_purge: KafkaError | None = None
+        self.first_purge_where = ""
 
     def sent(self, n: int = 1) -> None:
         """Record ``n`` successful ``produce()`` calls."""
@@ -787,6 +810,12 @@ class DeliveryLedger:
         """librdkafka's delivery callback."""
         if err is None:
             self.delivered += 1
+            return
+        self.failed += 1
+        if err.code() in PURGE_CODES:
+            if self.first_purge is None:
+                self.first_purge = err
+                self.first_purge_where = f"{msg.topic()}[{msg.partition()}]"
         elif self.first_error is None:
             self.first_error = err
             self.first_error_where = f"{msg.topic()}[{msg.partition()}]"
@@ -796,19 +825,34 @@ class DeliveryLedger:
         """Messages produced whose report has not arrived or reported an error."""
         return self.produced - self.delivered
 
+    @property
+    def unreported(self) -> int:
+        """Messages produced whose delivery report has not arrived yet."""
+        return self.produced - self.delivered - self.failed
+
+    @property
+    def any_error(self) -> bool:
+        """Whether some delivery failed (a purge included)."""
+        return self.first_error is not None or self.first_purge is not None
+
     def check(self, context: str = "") -> None:
         """Raise unless every produced message was delivered.
 
+        The error classified is the first report's that is not a purge
+        (:data:`PURGE_CODES`); a purge is reported only when nothing else failed.
+
         Raises:
-            ParsleyFailClosedError: a delivery failed with a record too large.
+            ParsleyFailClosedError: a delivery failed with a record too large
+                (``SUBSTRATE_MISCONFIGURED``, seed 000).
             SubstrateError: another delivery failure, or reports missing.
         """
-        if self.first_error is not None:
+        err, where_to = self.first_error, self.first_error_where
+        if err is None:
+            err, where_to = self.first_purge, self.first_purge_where
+        if err is not None:
             where = f"{context}: " if context else ""
-            exc = to_exception(
-                self.first_error, f"{where}delivering to {self.first_error_where}"
-            )
-            raise exc from KafkaException(self.first_error)
+            exc = to_exception(err, f"{where}delivering to {where_to}")
+            raise exc from KafkaException(err)
         if self.outstanding:
             raise SubstrateError(
                 ErrorKind.SUBSTRATE_TRANSIENT,
@@ -817,6 +861,8 @@ class DeliveryLedger:
 
     def reset(self) -> None:
         """Start a new transaction's account."""
-        self.produced = self.delivered = 0
+        self.produced = self.delivered = self.failed = 0
         self.first_error = None
         self.first_error_where = ""
+        self.first_purge = None
+        self.first_purge_where = ""

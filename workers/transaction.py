@@ -29,6 +29,8 @@ from workers.kafka import DeliveryLedger, ErrorKind, SubstrateError, map_kafka_e
 __all__ = ["TaskTransaction"]
 
 _QUEUE_FULL_TIMEOUT_S = 30.0
+_CAUSE_WAIT_S = 5.0
+"""How long a failed transaction waits for its records' missing delivery reports, s."""
 
 
 class TaskTransaction:
@@ -116,16 +118,23 @@ class TaskTransaction:
         self.ledger.sent()
 
     def _delivery_failure_first(self) -> None:
-        """Raise the first failed delivery's classification, if any.
+        """Raise the first failed delivery's classification, if any (purges last).
 
         A failed delivery (a record over the topic's size limit) puts the
         transaction into an abortable state, after which every call fails with
         ``_STATE``; the delivery's own error is the cause to report (seed 000:
         a record too large is ``SUBSTRATE_MISCONFIGURED``, not a retry).
         """
+        ledger = self.ledger
         self.producer.poll(0)
-        if self.ledger.first_error is not None:
-            self.ledger.check("in the task's transaction")
+        # Other records' purge reports (_PURGE_QUEUE) can arrive before the failed
+        # record's own: wait (bounded) for the cause while reports are missing.
+        deadline = time.monotonic() + _CAUSE_WAIT_S
+        while (ledger.first_error is None and ledger.first_purge is not None
+               and ledger.unreported > 0 and time.monotonic() < deadline):
+            self.producer.poll(0.05)
+        if ledger.any_error:
+            ledger.check("in the task's transaction")
 
     def write_changelog(
         self, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]

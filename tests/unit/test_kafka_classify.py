@@ -176,6 +176,28 @@ def test_delivery_ledger() -> None:
     ledger.check()
 
 
+def test_delivery_ledger_reports_the_first_error_that_is_not_a_purge() -> None:
+    # An oversize record in a transaction: the other records' purge reports may come first.
+    ledger = DeliveryLedger()
+    ledger.sent(3)
+    ledger.on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "purged"), _Msg())  # type: ignore[arg-type]
+    assert ledger.any_error and ledger.first_error is None and ledger.unreported == 2
+    ledger.on_delivery(KafkaError(KafkaError._PURGE_INFLIGHT, "purged"), _Msg())  # type: ignore[arg-type]
+    ledger.on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too big"), _Msg())  # type: ignore[arg-type]
+    assert ledger.unreported == 0 and ledger.failed == 3
+    with pytest.raises(ParsleyFailClosedError) as info:
+        ledger.check("commit")
+    assert info.value.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert "MSG_SIZE_TOO_LARGE" in info.value.detail
+    # Purges alone are still a failure (nothing explains them better).
+    ledger.reset()
+    ledger.sent()
+    ledger.on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "purged"), _Msg())  # type: ignore[arg-type]
+    with pytest.raises(SubstrateError) as sub:
+        ledger.check("commit")
+    assert "_PURGE_QUEUE" in sub.value.detail
+
+
 # -- configs ------------------------------------------------------------------------
 
 
