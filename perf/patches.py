@@ -4,17 +4,8 @@ The worker (``workers/``) belongs to another engineer; a fix this benchmark
 suggests is first measured here, by patching the class inside the spawned worker
 process (``python -m perf --worker-patch NAME``), so the before/after figures come
 from the same invocation and nothing in ``workers/`` changes until its owner takes
-the fix.
-
-``shape-check-admin``
-    ``workers.main.Worker._check_shape`` asks the *consumer* for topic metadata every
-    2 s (the whole cluster before e2f2d05, one received topic at a time since). A
-    consumer's metadata request waits behind its outstanding Fetch long-poll
-    (``fetch.wait.max.ms``, 500 ms by default), so each check stalls an idle task's
-    loop for up to half a second: measured 451-466 ms per call on the dev broker
-    with a fetch outstanding (one topic or all), against 2-10 ms through an
-    AdminClient (its own connection) for one topic. The patch asks the worker's
-    AdminClient for each received topic.
+the fix. A fix taken into ``workers/`` is deleted from here (``shape-check-admin``:
+``Worker._check_shape`` asks the AdminClient since the worker's own commit).
 
 ``sqlite-rowid``
     ``workers.ordering_store.SqliteOrderingStore`` keeps its rows in a ``WITHOUT
@@ -32,34 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["PATCHES", "patched_run"]
-
-
-def _shape_check_admin() -> None:
-    from confluent_kafka import KafkaException
-
-    from workers.main import Stop, Worker
-    from workers.protocol import StopKind
-
-    def _check_shape(self: Any) -> None:
-        for topic in self.received:
-            try:
-                md = self.admin.list_topics(topic=topic, timeout=5)
-            except KafkaException:
-                return  # an unreachable cluster is not a shape change
-            meta = md.topics.get(topic)
-            if meta is None or meta.error is not None:
-                continue
-            now = len(meta.partitions)
-            before = self.spec.partitions[topic]
-            if now != before:
-                raise Stop(
-                    StopKind.SUBSTRATE, None,
-                    f"the partition shape of the process's topics changed while it ran: "
-                    f"received topic {topic} had {before} partition(s) at start and has {now} "
-                    "now; restart the process (the start re-resolves the topics and pre-commits "
-                    "new partitions)")
-
-    Worker._check_shape = _check_shape  # type: ignore[method-assign]
 
 
 def _sqlite_rowid() -> None:
@@ -81,7 +44,6 @@ def _sqlite_rowid() -> None:
 
 
 PATCHES: dict[str, Callable[[], None]] = {
-    "shape-check-admin": _shape_check_admin,
     "sqlite-rowid": _sqlite_rowid,
 }
 """Patch name -> function applying it inside a worker process."""

@@ -372,10 +372,22 @@ class Worker:
         log.debug("consumer error (retried by the client): %s", err)
 
     def _check_shape(self) -> None:
-        assert self.consumer is not None
+        """Stop (SUBSTRATE) when a received topic's partition count differs from the bootstrap's.
+
+        Asks the worker's AdminClient, one topic per request (a cluster-wide listing
+        costs ~0.2 s on a busy broker), never the consumer: a consumer's metadata
+        request waits behind its outstanding Fetch long-poll (``fetch.wait.max.ms``),
+        which stalled the loop 0.45 s per check (measured: 452 ms median through the
+        consumer with a fetch outstanding, 0.7 ms through the AdminClient). Called from
+        :meth:`_punctuate`, at most once per :data:`SHAPE_CHECK_INTERVAL_S` (and never
+        more often than the status interval).
+
+        Raises:
+            Stop: a partition count changed (seed 001: a restart resolves it).
+        """
         for topic in self.received:
-            try:  # one topic per request: a cluster-wide listing costs ~0.2 s on a busy broker
-                meta = self.consumer.list_topics(topic, timeout=5).topics.get(topic)
+            try:
+                meta = self.admin.list_topics(topic=topic, timeout=5).topics.get(topic)
             except KafkaException:
                 return  # an unreachable cluster is not a shape change
             if meta is None or meta.error is not None:
@@ -472,7 +484,8 @@ class Worker:
                     self.backoff.failed(time.monotonic())
             step.drain()
         if now >= self.next_shape_check and self.consumer is not None:
-            self.next_shape_check = now + SHAPE_CHECK_INTERVAL_S
+            self.next_shape_check = now + max(SHAPE_CHECK_INTERVAL_S,
+                                              self.spec.status_interval_ms / 1000.0)
             self._check_shape()
         self._maybe_status()
 
