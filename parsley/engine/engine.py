@@ -41,18 +41,21 @@ from parsley.engine.channel import (
     FED_TO_END,
     ChannelId,
     DeliverableMessage,
-    Header,
     ReceivedMessage,
 )
-from parsley.engine.deliverability import Held, decide
+from parsley.engine.deliverability import decide
+from parsley.engine.deltas import Body, Causes, changed_rows
+from parsley.engine.diagnose import diagnose_task
 from parsley.engine.frontier import FrontierEncoding
+from parsley.engine.identity import TopicVerdict, deleted_channels, new_bindings
 from parsley.engine.store import OrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
-from parsley.status import Blocker, HeldChannel, TaskDiagnosis
+from parsley.status import TaskDiagnosis
 from parsley.wire import decode_causes, split_causes_header, strip_reserved
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
+    "Causes",
     "FeedOutcome",
     "ProcessEngine",
     "TopicVerdict",
@@ -60,12 +63,6 @@ __all__ = [
 
 DEFAULT_BUDGET_BYTES: Final = 262_144
 """Default metadata budget, bytes (Java ``DEFAULT_METADATA_BUDGET_BYTES``, 256 KiB)."""
-
-Causes = tuple[tuple[ChannelId, int], ...]
-"""Decoded causes as ``(channel, position)`` pairs in channel order."""
-
-_Body = tuple[int, bytes | None, bytes | None, tuple[Header, ...], Causes]
-"""An unpersisted hold: (timestamp_ms, key, value, application headers, causes)."""
 
 _NOTHING_SETTLED: Final = -1
 """Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
@@ -91,17 +88,6 @@ class FeedOutcome(enum.Enum):
     """Taken into the hold-back buffer (possibly deliverable at once)."""
     DUPLICATE_DROPPED = "DUPLICATE_DROPPED"
     """A replay at or below the session floor: already handled by a committed step."""
-
-
-class TopicVerdict(enum.Enum):
-    """The identity check's answer for one topic id (facts §5, "Identity check")."""
-
-    ALIVE = "ALIVE"
-    """The id resolves (or the describe was denied): nothing changes."""
-    DELETED = "DELETED"
-    """The id is gone and its last-known name resolves nowhere."""
-    RECREATED = "RECREATED"
-    """The id is gone and its last-known name resolves to another id."""
 
 
 def _refuse(reason: Reason, detail: str) -> ParsleyFailClosedError:
@@ -194,7 +180,7 @@ class ProcessEngine:
                 self._held_total += len(positions)
 
         # Unpersisted holds' bodies; a hold not in here lives only in the store.
-        self._bodies: dict[tuple[ChannelId, int], _Body] = {}
+        self._bodies: dict[tuple[ChannelId, int], Body] = {}
         # Causes of the current head of a channel, once read.
         self._head_causes: dict[ChannelId, Causes] = {}
         # One decoded blob, so a head read for its decision is not decoded again to deliver.
@@ -259,23 +245,9 @@ class ProcessEngine:
         Source: seed 001, CHANNEL_IDENTITY_CHANGED, task-initialisation site
         (Java ``ProcessEngine`` constructor).
         """
-        for name, topic_id in bindings.items():
-            bound = self._names.get(name)
-            if bound is not None and bound != topic_id:
-                shown = next(
-                    (str(ch) for ch in self._by_rank if ch.topic_id == topic_id), str(topic_id)
-                )
-                raise _refuse(
-                    Reason.CHANNEL_IDENTITY_CHANGED,
-                    f"topic '{name}' now resolves to {shown} but this process's state was "
-                    f"built against a previous incarnation ({bound}); its read positions for "
-                    "that name cannot be trusted. Reset the process's state and group offsets "
-                    "deliberately to proceed.",
-                )
-        for name, topic_id in bindings.items():
-            if name not in self._names:
-                self._names[name] = topic_id
-                self._dirty_n[name] = None
+        for name in new_bindings(self._names, bindings, self._by_rank):
+            self._names[name] = bindings[name]
+            self._dirty_n[name] = None
 
     def names(self) -> Mapping[str, UUID]:
         """The name bindings (topic name -> topic id), read-only copy."""
@@ -318,28 +290,9 @@ class ProcessEngine:
         dead = {t for t, v in verdicts.items() if v is not TopicVerdict.ALIVE}
         if not dead:
             return
-        for ch in self._by_rank:
-            if verdicts.get(ch.topic_id) is TopicVerdict.RECREATED:
-                raise _refuse(
-                    Reason.CHANNEL_IDENTITY_CHANGED,
-                    f"the topic of received channel {ch} was deleted and recreated under the "
-                    "same name while this process ran; records fed under the old identity can "
-                    "no longer be trusted. Reset the process's state and group offsets "
-                    "deliberately to proceed.",
-                )
-        for ch in self._by_rank:
-            if verdicts.get(ch.topic_id) is TopicVerdict.DELETED and self._queues[ch]:
-                raise _refuse(
-                    Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
-                    f"{len(self._queues[ch])} received message(s) from {ch} remain undelivered "
-                    "but the channel's topic no longer exists; their place in causal order can "
-                    "no longer be preserved. The deletion breached the deletion-hygiene "
-                    "assumption; an operator must reset this process's state deliberately "
-                    "to proceed.",
-                )
-        for ch in self._by_rank:
-            if verdicts.get(ch.topic_id) is TopicVerdict.DELETED:
-                self._advance_fed(ch, FED_TO_END)
+        held = {ch: len(self._queues[ch]) for ch in self._by_rank}
+        for ch in deleted_channels(self._by_rank, held, verdicts):
+            self._advance_fed(ch, FED_TO_END)
         pruned = False
         for ch in [c for c in self._frontier if c.topic_id in dead]:
             del self._frontier[ch]
@@ -761,37 +714,26 @@ class ProcessEngine:
             ``((key, value-or-None), ...)``; ``None`` is a tombstone. Empty
             when nothing changed.
         """
-        rows: list[tuple[bytes, bytes | None]] = []
-        if self._stamp_version:
-            self._stamp_version = False
-            rows.append((sc.VERSION_KEY, sc.VERSION_VALUE))
+        rows = changed_rows(
+            stamp_version=self._stamp_version,
+            bodies=self._bodies,
+            delivered_holds=self._dirty_h,
+            tables=(
+                (self._dirty_f, self._fed, sc.fed_key),
+                (self._dirty_c, self._frontier, sc.frontier_key),
+                (self._dirty_p, self._past, sc.past_key),
+            ),
+            changed_names=self._dirty_n,
+            names=self._names,
+        )
+        self._stamp_version = False
         if self._bodies:
-            encode = sc.encode_held
-            for (ch, q), body in self._bodies.items():
-                rows.append(
-                    (sc.held_key(ch, q), encode(sc.HeldMessage(body[0], body[1], body[2], body[3],
-                                                              body[4])))
-                )
             self._bodies = {}
         if self._dirty_h:
-            for ch, q in self._dirty_h:
-                rows.append((sc.held_key(ch, q), None))
             self._dirty_h = {}
-        encode_long = sc.encode_long
-        for dirty, table, key_of in (
-            (self._dirty_f, self._fed, sc.fed_key),
-            (self._dirty_c, self._frontier, sc.frontier_key),
-            (self._dirty_p, self._past, sc.past_key),
-        ):
-            for ch in dirty:
-                position = table.get(ch)
-                rows.append((key_of(ch), None if position is None else encode_long(position)))
-            dirty.clear()
-        for name in self._dirty_n:
-            topic_id = self._names.get(name)
-            rows.append(
-                (sc.name_key(name), None if topic_id is None else sc.encode_binding(topic_id))
-            )
+        self._dirty_f.clear()
+        self._dirty_c.clear()
+        self._dirty_p.clear()
         self._dirty_n.clear()
         # A task that never sends never asks for a header: bound the pending moves.
         self._encoding.trim(len(self._frontier))
@@ -864,22 +806,12 @@ class ProcessEngine:
             ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` when a
                 head's body is absent from the store.
         """
-        labels = {t: name for name, t in reversed(list(self._names.items()))}
-
-        def label(topic_id: UUID) -> str:
-            return labels.get(topic_id, str(topic_id))
-
-        held: list[HeldChannel] = []
-        for ch in self._by_rank:
-            queue = self._queues[ch]
-            if not queue:
-                continue
-            verdict = decide(self._causes_of_head(ch, queue[0]), self._received, self.settled)
-            blockers = tuple(
-                Blocker(label(b.channel.topic_id), b.channel.partition, b.required, b.settled)
-                for b in verdict.blockers
-            ) if isinstance(verdict, Held) else ()
-            held.append(HeldChannel(label(ch.topic_id), ch.partition, len(queue), queue[0],
-                                    blockers))
-        return TaskDiagnosis(tuple(held), len(self._frontier), self.frontier_bytes(),
-                             self._budget)
+        return diagnose_task(
+            held=[(ch, self._queues[ch]) for ch in self._by_rank if self._queues[ch]],
+            verdict_of_head=lambda ch, q: decide(
+                self._causes_of_head(ch, q), self._received, self.settled),
+            names=self._names,
+            frontier_channels=len(self._frontier),
+            frontier_bytes=self.frontier_bytes(),
+            budget_bytes=self._budget,
+        )

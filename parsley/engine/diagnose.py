@@ -1,0 +1,64 @@
+"""What a task holds and why: the diagnosis a host shows an operator.
+
+Source: seed 000, "Diagnosis"; ``JAVA-PARSLEY-FACTS.md`` §4 (settled, the
+blockers of a held head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from uuid import UUID
+
+from parsley.engine.channel import ChannelId
+from parsley.engine.deliverability import Held, Verdict
+from parsley.status import Blocker, HeldChannel, TaskDiagnosis
+
+__all__ = ["diagnose_task"]
+
+
+def diagnose_task(
+    *,
+    held: Sequence[tuple[ChannelId, Sequence[int]]],
+    verdict_of_head: Callable[[ChannelId, int], Verdict],
+    names: Mapping[str, UUID],
+    frontier_channels: int,
+    frontier_bytes: int,
+    budget_bytes: int,
+) -> TaskDiagnosis:
+    """Build the task's diagnosis.
+
+    Args:
+        held: per channel with held messages, in channel order, its held
+            positions (head first).
+        verdict_of_head: the deliverability verdict of a channel's head.
+        names: topic name -> topic id; a channel is labelled with the first
+            name bound to its topic id, else the id itself.
+        frontier_channels: entries in the frontier.
+        frontier_bytes: encoded size of the frontier, bytes.
+        budget_bytes: the metadata budget, bytes.
+
+    Returns:
+        Per held channel: topic label, partition, count, head position and
+        every cause the head waits for (required and settled positions); a
+        head with no blockers is deliverable on the next drain.
+
+    Raises:
+        Whatever ``verdict_of_head`` raises (the engine's
+        ``UNKNOWN_ORDERING_STATE_FORMAT`` for a head body gone from the store).
+    """
+    labels = {t: name for name, t in reversed(list(names.items()))}
+
+    def label(topic_id: UUID) -> str:
+        return labels.get(topic_id, str(topic_id))
+
+    channels: list[HeldChannel] = []
+    for ch, positions in held:
+        head = positions[0]
+        verdict = verdict_of_head(ch, head)
+        blockers = tuple(
+            Blocker(label(b.channel.topic_id), b.channel.partition, b.required, b.settled)
+            for b in verdict.blockers
+        ) if isinstance(verdict, Held) else ()
+        channels.append(HeldChannel(label(ch.topic_id), ch.partition, len(positions), head,
+                                    blockers))
+    return TaskDiagnosis(tuple(channels), frontier_channels, frontier_bytes, budget_bytes)
