@@ -48,7 +48,7 @@ def diagnose_task(
     """
     labels = {t: name for name, t in reversed(list(names.items()))}
 
-    def label(topic_id: UUID) -> str:
+    def _label(topic_id: UUID) -> str:
         return labels.get(topic_id, str(topic_id))
 
     channels: list[HeldChannel] = []
@@ -56,9 +56,9 @@ def diagnose_task(
         head = positions[0]
         verdict = verdict_of_head(ch, head)
         blockers = tuple(
-            Blocker(label(b.channel.topic_id), b.channel.partition, b.required, b.settled)
+            Blocker(_label(b.channel.topic_id), b.channel.partition, b.required, b.settled)
             for b in verdict.blockers
         ) if isinstance(verdict, Held) else ()
-        channels.append(HeldChannel(label(ch.topic_id), ch.partition, len(positions), head,
+        channels.append(HeldChannel(_label(ch.topic_id), ch.partition, len(positions), head,
                                     blockers))
     return TaskDiagnosis(tuple(channels), frontier_channels, frontier_bytes, budget_bytes)

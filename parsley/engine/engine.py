@@ -23,6 +23,13 @@ State (``JAVA-PARSLEY-FACTS.md`` §4; ``docs/model.md``):
 * delivered past: per channel, the highest cause of any delivered message;
 * name bindings: topic name to the topic id the state was built against.
 
+The cold parts live beside it as pure functions over plain data:
+:mod:`~parsley.engine.identity` (bindings and the identity check's verdicts),
+:mod:`~parsley.engine.deltas` (changelog rows) and
+:mod:`~parsley.engine.diagnose` (the task's diagnosis). The hot path,
+:meth:`~ProcessEngine.receive` and :meth:`~ProcessEngine.deliver_next`, stays
+here.
+
 Pure: standard library plus :mod:`parsley.wire` and the state codec.
 """
 
