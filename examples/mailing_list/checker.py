@@ -10,6 +10,16 @@ really arrive twice, so ids alone would hide a double delivery):
   every distinct Message-ID of ``list.posts`` got exactly one threaded event.
   ``duplicates`` counts the extra handlings and extra events, ``lost`` the
   records never handled and the ids never threaded;
+- **step integrity**: each ``digest`` task numbers its steps 1, 2, 3, ... from
+  a counter in its store, so the committed steps of one task are exactly
+  1..n. A step naming an input that does not exist (a phantom), a step number
+  seen twice (a rolled-back delivery whose emission survived) and a missing
+  step number (the store's counter advanced twice, or a step's emission was
+  lost) are faults. Each surplus ``digest`` record (a phantom, a repeated step
+  number, or a second handling of one input) counts once in ``duplicates``;
+  each missing step number not already explained by an unhandled input of
+  that task's partition counts in ``lost``. They also make up
+  :attr:`Verdict.integrity`, printed on the note line above ``RESULT``;
 - **causal order**: in each ``list.digest`` partition (one ``digest`` task's
   steps, in commit order), every threaded step comes after the step of its own
   post's first copy and of its parent's, when the parent is in the input;
@@ -41,6 +51,7 @@ __all__ = [
     "TopicTail",
     "Verdict",
     "check",
+    "integrity_line",
     "main",
     "post_fields",
     "result_line",
@@ -96,6 +107,15 @@ class Verdict:
         threaded: records in ``list.threaded``.
         steps: committed ``digest`` steps.
         details: up to 20 human-readable findings, each naming the records.
+        integrity: step-integrity faults: ``digest`` steps naming an input that
+            does not exist, plus step numbers repeated within a task, plus step
+            numbers missing from a task's 1..max. Folded into ``duplicates``
+            (surplus records) and ``lost`` (missing numbers) as the module
+            docstring says; part of :attr:`ok`.
+        phantoms: of ``integrity``, steps naming an input that does not exist.
+        repeated_steps: of ``integrity``, step numbers seen more than once
+            (extra occurrences), or not a positive integer.
+        missing_steps: of ``integrity``, step numbers absent from a task's 1..max.
     """
 
     messages: int
@@ -107,12 +127,28 @@ class Verdict:
     steps: int
     details: tuple[str, ...] = ()
     misplaced: int = 0
+    phantoms: int = 0
+    repeated_steps: int = 0
+    missing_steps: int = 0
+
+    @property
+    def integrity(self) -> int:
+        """Step-integrity faults: phantoms + repeated + missing step numbers."""
+        return self.phantoms + self.repeated_steps + self.missing_steps
 
     @property
     def ok(self) -> bool:
-        """Nothing duplicated, lost or out of causal order, and every post handled."""
+        """Nothing duplicated, lost, out of causal order or out of step; every post handled."""
         return (self.duplicates == 0 and self.lost == 0 and self.causal_violations == 0
-                and self.handled == self.messages and self.misplaced == 0)
+                and self.handled == self.messages and self.misplaced == 0
+                and self.integrity == 0)
+
+
+def integrity_line(verdict: Verdict) -> str:
+    """The note printed just above ``RESULT``: the step-integrity counts and where they went."""
+    return (f"digest step integrity: {verdict.phantoms} steps naming no input, "
+            f"{verdict.repeated_steps} repeated step numbers, {verdict.missing_steps} missing "
+            "step numbers (surplus steps are counted in duplicates, missing ones in lost)")
 
 
 def result_line(verdict: Verdict, naive_inversions: int) -> str:
@@ -173,39 +209,61 @@ def check(topics: Topics, posts: Sequence[Rec], threaded: Sequence[Rec],
 
     handled: Counter[InputRef] = Counter()
     by_partition: dict[int, list[Rec]] = defaultdict(list)
-    task_steps: dict[int, list[int]] = defaultdict(list)
-    for r in digest:
+    seen_steps: dict[int, set[int]] = defaultdict(set)
+    surplus = 0  # digest records that are extra by any rule, each counted once
+    phantoms = repeated = 0
+    for r in sorted(digest, key=lambda r: (r.partition, r.offset)):
         by_partition[r.partition].append(r)
         source = r.value.get("input") or {}
         ref = (source.get("topic"), source.get("partition"), source.get("offset"))
         handled[ref] += 1  # type: ignore[index]
+        extra = handled[ref] > 1  # type: ignore[index]
         if ref not in inputs:
+            phantoms += 1
+            extra = True
             note(f"digest step {r.partition}@{r.offset} names an input that does not exist: {ref}")
-        task_steps[int(r.value.get("task", -1))].append(int(r.value.get("step", 0)))
+        task, step = r.value.get("task", -1), r.value.get("step")
+        task = task if isinstance(task, int) else -1
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1 \
+                or step in seen_steps[task]:
+            repeated += 1
+            extra = True
+            note(f"digest step {r.partition}@{r.offset}: task {task} step number {step!r} "
+                 "repeated or invalid")
+        else:
+            seen_steps[task].add(step)
+        surplus += extra
 
-    duplicates = 0
+    duplicates = surplus
     for ref, n in handled.items():
         if n > 1 and ref in inputs:
-            duplicates += n - 1
             note(f"{ref[0]}-{ref[1]}@{ref[2]} handled {n} times")
     for mid, n in events.items():
         if n > 1:
             duplicates += n - 1
             note(f"{mid} threaded {n} times")
     lost = 0
+    unhandled_by_partition: Counter[int] = Counter()
     for ref in sorted(inputs):
         if handled[ref] == 0:
             lost += 1
+            unhandled_by_partition[ref[1]] += 1
             note(f"{ref[0]}-{ref[1]}@{ref[2]} never handled by digest")
     for mid in first_post:
         if events[mid] == 0:
             lost += 1
             note(f"{mid} never threaded")
-    for task, steps in sorted(task_steps.items()):
-        ordered = sorted(steps)
-        if ordered != list(range(1, len(ordered) + 1)):
-            note(f"digest task {task}: steps are not 1..{len(ordered)} "
-                 f"(first {ordered[:5]}, last {ordered[-5:]})")
+    missing = 0
+    for task, numbers in sorted(seen_steps.items()):
+        gaps = (max(numbers) - len(numbers)) if numbers else 0
+        if gaps:
+            missing += gaps
+            # Task i receives partition i of each input: an input it never
+            # handled explains one missing number, already counted above.
+            lost += max(0, gaps - unhandled_by_partition[task])
+            absent = sorted(set(range(1, max(numbers) + 1)) - numbers)
+            note(f"digest task {task}: {gaps} step numbers missing from 1..{max(numbers)} "
+                 f"(first {absent[:5]})")
 
     violations = 0
     for partition, recs in sorted(by_partition.items()):
@@ -234,7 +292,8 @@ def check(topics: Topics, posts: Sequence[Rec], threaded: Sequence[Rec],
     handled_posts = sum(1 for ref in post_refs if handled[ref] > 0)
     return Verdict(messages=len(post_refs), handled=handled_posts, duplicates=duplicates,
                    lost=lost, causal_violations=violations, threaded=len(threaded),
-                   steps=len(digest), details=tuple(details), misplaced=misplaced)
+                   steps=len(digest), details=tuple(details), misplaced=misplaced,
+                   phantoms=phantoms, repeated_steps=repeated, missing_steps=missing)
 
 
 def _misplacement(event: dict[str, Any], parents: dict[str, str | None],
@@ -397,6 +456,7 @@ def print_verdict(verdict: Verdict, naive_inversions: int, out: Any = sys.stdout
     """Print the findings, then the RESULT line last."""
     for line in (*verdict.details, *extra):
         print(f"  {line}", file=out)
+    print(f"  {integrity_line(verdict)}", file=out)
     print(result_line(verdict, naive_inversions), file=out, flush=True)
 
 

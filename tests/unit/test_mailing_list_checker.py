@@ -11,7 +11,13 @@ from typing import Any
 
 import orjson
 
-from examples.mailing_list.checker import Rec, check, post_fields, result_line
+from examples.mailing_list.checker import (
+    Rec,
+    check,
+    integrity_line,
+    post_fields,
+    result_line,
+)
 from examples.mailing_list.naive import count_inversions
 from tests.unit.test_mailing_list_handlers import DIGEST, THREADER, TOPICS, Task, end, post
 
@@ -63,6 +69,18 @@ def run(order: str = "causal") -> tuple[list[Rec], list[Rec], list[Rec]]:
     return posts, events, digest_recs
 
 
+def renumber(steps: list[Rec], first: int = 1) -> list[Rec]:
+    """``steps`` with their step numbers consecutive from ``first``: what digest
+    writes when it never received the records left out of ``steps``."""
+    return [Rec(s.topic, s.partition, s.offset, s.key, dict(s.value, step=first + i))
+            for i, s in enumerate(steps)]
+
+
+def with_step(rec: Rec, step: int) -> Rec:
+    """``rec`` with its step number replaced."""
+    return Rec(rec.topic, rec.partition, rec.offset, rec.key, dict(rec.value, step=step))
+
+
 def test_a_causal_exactly_once_run_is_clean() -> None:
     posts, events, steps = run()
     assert [e.value["message_id"] for e in events] == ["a", "b", "c", "o"]
@@ -85,8 +103,8 @@ def test_a_replayed_step_is_a_duplicate() -> None:
 def test_a_repeated_threaded_event_is_a_duplicate() -> None:
     posts, events, steps = run()
     again = Rec(TOPICS.threaded, 0, len(events), "t", events[1].value)
-    step = dict(steps[-1].value, input={"topic": TOPICS.threaded, "partition": 0,
-                                        "offset": again.offset})
+    step = dict(steps[-1].value, step=steps[-1].value["step"] + 1,
+                input={"topic": TOPICS.threaded, "partition": 0, "offset": again.offset})
     v = check(TOPICS, posts, [*events, again],
               [*steps, Rec(TOPICS.digest, 0, len(steps), "t", step)])
     assert v.duplicates == 1 and v.lost == 0, v.details
@@ -98,9 +116,61 @@ def test_missing_steps_and_missing_events_are_lost() -> None:
     v = check(TOPICS, posts, events, [s for s in steps if s is not post_steps[1]])
     assert (v.lost, v.handled, v.messages) == (1, 4, 5), v.details
     v = check(TOPICS, posts, [e for e in events if e.value["message_id"] != "c"],
-              [s for s in steps if s.value.get("message_id") != "c"
-               or s.value["kind"] == "post"])
+              renumber([s for s in steps if s.value.get("message_id") != "c"
+                        or s.value["kind"] == "post"]))
     assert v.lost == 1 and any("c never threaded" in d for d in v.details), v.details
+
+
+def test_a_step_naming_no_input_fails_the_verdict() -> None:
+    posts, events, steps = run()
+    phantom = Rec(TOPICS.digest, 0, len(steps), "t",
+                  dict(steps[0].value, step=len(steps) + 1,
+                       input={"topic": TOPICS.posts, "partition": 0, "offset": 99}))
+    v = check(TOPICS, posts, events, [*steps, phantom])
+    assert (v.phantoms, v.integrity, v.duplicates, v.lost) == (1, 1, 1, 0), v.details
+    assert not v.ok
+    assert any("does not exist" in d for d in v.details), v.details
+
+
+def test_a_repeated_step_number_fails_even_when_every_input_is_handled_once() -> None:
+    # A rolled-back delivery whose emission survived: the store's counter went
+    # back, so the next step reuses the number; every input is still handled once.
+    posts, events, steps = run()
+    steps = [*renumber(steps[:4]), *renumber(steps[4:], first=4)]
+    v = check(TOPICS, posts, events, steps)
+    assert (v.repeated_steps, v.missing_steps, v.duplicates, v.lost) == (1, 0, 1, 0), v.details
+    assert v.handled == v.messages and v.causal_violations == 0 and not v.ok
+
+
+def test_a_step_counter_advancing_twice_is_lost() -> None:
+    posts, events, steps = run()
+    steps = [*renumber(steps[:4]), *renumber(steps[4:], first=6)]
+    v = check(TOPICS, posts, events, steps)
+    assert (v.missing_steps, v.repeated_steps, v.duplicates, v.lost) == (1, 0, 0, 1), v.details
+    assert v.handled == v.messages and not v.ok
+    assert any("missing from 1..11" in d for d in v.details), v.details
+
+
+def test_the_reviewers_phantom_plus_step_gap_is_not_ok() -> None:
+    # checker_proof.py: one post, its event, steps [1, 5, 6] of which 5 names list.posts@99.
+    post_rec = Rec(TOPICS.posts, 0, 0, "th", {"type": "post", "message_id": "m1", "parent": None})
+    event = Rec(TOPICS.threaded, 0, 0, "th", {"type": "threaded", "message_id": "m1",
+                                              "parent": None, "thread": "th", "depth": 0,
+                                              "orphan": False})
+
+    def step(n: int, kind: str, topic: str, offset: int) -> Rec:
+        return Rec(TOPICS.digest, 0, n, "th", {"step": n, "task": 0, "kind": kind,
+                                               "message_id": "m1", "input": {
+                                                   "topic": topic, "partition": 0,
+                                                   "offset": offset}})
+
+    v = check(TOPICS, [post_rec], [event], [step(1, "post", TOPICS.posts, 0),
+                                            step(5, "post", TOPICS.posts, 99),
+                                            step(6, "threaded", TOPICS.threaded, 0)])
+    assert (v.phantoms, v.missing_steps, v.duplicates, v.lost) == (1, 3, 1, 3), v.details
+    assert not v.ok
+    assert integrity_line(v).startswith("digest step integrity: 1 steps naming no input, "
+                                        "0 repeated step numbers, 3 missing step numbers")
 
 
 def test_events_handled_before_their_posts_are_causal_violations() -> None:
