@@ -10,9 +10,9 @@ consumer settings (``read_committed``, no auto commit). No ordering, no causal
 metadata, no changelog.
 
 Run: ``python -m perf.baseline --bootstrap-servers HOST:PORT --input IN --output OUT
---group G --transactional-id T [--commit-interval-ms 100]``. SIGTERM/SIGINT commit the
-open transaction and exit 0. It prints ``ready`` on stdout once its transactions are
-initialised and its consumer has an assignment.
+--group G --transactional-id T [--commit-interval-ms 100] [--batch 500]``.
+SIGTERM/SIGINT commit the open transaction and exit 0. It prints ``ready`` on
+stdout once its transactions are initialised and its consumer has an assignment.
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ __all__ = ["main", "relay"]
 
 
 def relay(bootstrap: str, input_topic: str, output_topic: str, group: str,
-          transactional_id: str, commit_interval_ms: int = 100) -> int:
+          transactional_id: str, commit_interval_ms: int = 100, batch: int = 500) -> int:
     """Relay ``input_topic`` to ``output_topic`` exactly once until SIGTERM.
+
+    ``batch`` is the records per ``consume()`` call (default 500, the worker's
+    ``workers.main.BATCH``; ``perf.runs`` passes the worker's value).
 
     Returns:
         Messages relayed (committed).
@@ -86,11 +89,11 @@ def relay(bootstrap: str, input_topic: str, output_topic: str, group: str,
         pending = 0
 
     while not stopping:
-        batch = consumer.consume(num_messages=1000, timeout=interval / 2)
+        records = consumer.consume(num_messages=batch, timeout=interval / 2)
         if assigned and not announced:
             print("ready", flush=True)
             announced = True
-        for m in batch:
+        for m in records:
             if m.error():
                 raise KafkaException(m.error())
             if not in_txn:
@@ -119,9 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--group", required=True)
     ap.add_argument("--transactional-id", required=True)
     ap.add_argument("--commit-interval-ms", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=500, help="records per consume() call")
     a = ap.parse_args(argv)
     n = relay(a.bootstrap_servers, a.input, a.output, a.group, a.transactional_id,
-              a.commit_interval_ms)
+              a.commit_interval_ms, a.batch)
     print(f"relayed {n}", flush=True)
     sys.exit(0)
 

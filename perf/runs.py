@@ -23,6 +23,11 @@ Every run follows the same procedure, so the ratios compare like with like:
 5. stop the relay (SIGTERM; the worker commits and exits).
 
 Peak resident memory of the workers is sampled by the reader's loop.
+
+The baseline and the Parsley relays run under the same :func:`conditions`: the
+same backlog, the same load records (value size and the 16-entry
+``parsley.causes`` header, which the baseline relays unchanged), the same
+commit interval and the same records per ``consume()`` call.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from perf.measure import (
     throughput,
 )
 
-__all__ = ["KINDS", "Settings", "run_one"]
+__all__ = ["KINDS", "Conditions", "Settings", "conditions", "run_one"]
 
 KINDS: tuple[str, ...] = ("baseline", "parsley-1", "parsley-2", "diamond")
 """The relay runs, in the order they are run."""
@@ -73,8 +78,6 @@ class Settings:
         sizes: message value sizes, bytes.
         commit_interval_ms: the relays' commit interval, ms.
         timeout_s: deadline for any one wait (startup, drain), seconds.
-        baseline_factor: the baseline's backlog is this many times larger, so that its
-            drain (several times faster) still spans many commit intervals.
     """
 
     messages: int = 50_000
@@ -83,11 +86,44 @@ class Settings:
     sizes: tuple[int, ...] = (100, 1024)
     commit_interval_ms: int = 100
     timeout_s: float = 240.0
-    baseline_factor: int = 5
 
 
 QUICK = Settings(messages=20_000, latency_messages=600, latency_rate=300.0)
 FULL = Settings()
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """What one run's relay is fed and how it reads: equal for the baseline and Parsley.
+
+    Attributes:
+        backlog: records written while the relay is suspended (diamond: 2 per pair).
+        pairs: diamond pairs in that backlog (0 for the other runs).
+        frontier_header: every load record carries the 16-entry ``parsley.causes``
+            header (the baseline relays it unchanged, so it moves the same bytes).
+        consume_batch: records per consumer ``consume()`` call in the relay
+            (:data:`workers.main.BATCH`, the worker's).
+    """
+
+    backlog: int
+    pairs: int
+    frontier_header: bool
+    consume_batch: int
+
+
+def conditions(kind: str, settings: Settings) -> Conditions:
+    """The load and read conditions of run ``kind`` (pure).
+
+    The baseline gets the same backlog, the same header bytes and the same
+    consume batch as ``parsley-1``, so ``parsley1_vs_baseline`` compares the
+    relays and nothing else (issue 7: "measured as ratios in the same run").
+    """
+    from workers.main import BATCH
+
+    pairs = settings.messages // 2 if kind == "diamond" else 0
+    backlog = 2 * pairs if kind == "diamond" else settings.messages
+    return Conditions(backlog=backlog, pairs=pairs, frontier_header=True,
+                      consume_batch=BATCH)
 
 
 def _say(msg: str) -> None:
@@ -135,11 +171,12 @@ class BaselineRelay:
     """``python -m perf.baseline`` in a subprocess."""
 
     def __init__(self, bootstrap: str, input_topic: str, output_topic: str, tag: str,
-                 commit_interval_ms: int) -> None:
+                 commit_interval_ms: int, consume_batch: int) -> None:
         self.argv = [sys.executable, "-m", "perf.baseline", "--bootstrap-servers", bootstrap,
                      "--input", input_topic, "--output", output_topic,
                      "--group", f"{tag}-baseline", "--transactional-id", f"{tag}-baseline",
-                     "--commit-interval-ms", str(commit_interval_ms)]
+                     "--commit-interval-ms", str(commit_interval_ms),
+                     "--batch", str(consume_batch)]
         self.proc: subprocess.Popen[str] | None = None
         self.topic_ids: dict[str, UUID] = {}
 
@@ -336,17 +373,18 @@ def _resume(pids: Sequence[int]) -> None:
 class Loader:
     """Writes stamped records; one idempotent producer per run (contiguous offsets)."""
 
-    def __init__(self, bootstrap: str, size: int, parsley: bool,
+    def __init__(self, bootstrap: str, size: int, frontier_header: bool,
                  topic_ids: dict[str, UUID]) -> None:
         self.producer = Producer(load.producer_config(bootstrap))
         self.size = size
-        self.parsley = parsley
+        self.frontier_header = frontier_header
         self.unreceived = load.Unreceived().channels()
         self.topic_ids = topic_ids
 
     def plain(self, topic: str, partitions: int, seq: int, sent_us: int | None = None) -> None:
         """One PLAIN record on partition ``seq % partitions``."""
-        headers = load.frontier_header(seq, self.unreceived) if self.parsley else None
+        headers = load.frontier_header(seq, self.unreceived) if self.frontier_header \
+            else None
         self._produce(topic, seq % partitions, seq, load.make_value(load.PLAIN, seq, self.size,
                                                                    sent_us), headers)
 
@@ -396,9 +434,11 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
     out = f"{tag}-out"
     create_topics(admin, [(t, partitions, {}) for t in ins]
                   + [(out, partitions, OUTPUT_CONFIG)])
+    cond = conditions(kind, settings)
     relay: BaselineRelay | ParsleyRelay
     if kind == "baseline":
-        relay = BaselineRelay(bootstrap, ins[0], out, tag, settings.commit_interval_ms)
+        relay = BaselineRelay(bootstrap, ins[0], out, tag, settings.commit_interval_ms,
+                              cond.consume_batch)
     else:
         relay = ParsleyRelay(bootstrap, ins, out, tag, settings.commit_interval_ms,
                              tempfile.mkdtemp(prefix="state-", dir=workdir))
@@ -413,7 +453,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
     startup_s = time.monotonic() - t_start
     sampler = WorkerSampler(relay.pids())
     reader = OutputReader(bootstrap, [out], sampler)
-    loader = Loader(bootstrap, size, kind != "baseline", relay.topic_ids)
+    loader = Loader(bootstrap, size, cond.frontier_header, relay.topic_ids)
     topics = {"a": ins[0], "b": ins[-1]}
     try:
         # warm-up
@@ -431,9 +471,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         if not reader.read_until(expected, settings.timeout_s):
             raise RuntimeError(f"{kind}: warm-up records not relayed")
         # throughput
-        n = settings.messages // 2 if diamond else settings.messages  # diamond: pairs
-        if kind == "baseline":
-            n *= settings.baseline_factor
+        n = cond.pairs if diamond else cond.backlog
         pids = relay.pids()
         _suspend(pids)
         try:
@@ -450,7 +488,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         finally:
             _resume(pids)
         mark = len(reader.records)
-        backlog = 2 * n if diamond else n
+        backlog = cond.backlog
         _say(f"{kind} {size} B: draining {backlog} records")
         if not reader.read_until(mark + backlog, settings.timeout_s):
             raise RuntimeError(f"{kind}: only {len(reader.records) - mark} of {backlog} "

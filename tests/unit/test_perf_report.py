@@ -217,3 +217,17 @@ def test_best_of_keeps_the_faster_round_and_lists_all() -> None:
     kept = best_of(kept, r2)
     kept = best_of(kept, r3)
     assert kept["tag"] == 2 and kept["rounds_msgs_per_s"] == [100.0, 300.0, 200.0]
+
+
+def test_baseline_and_parsley_run_under_the_same_conditions() -> None:
+    from perf.runs import QUICK, BaselineRelay, conditions
+    from workers.main import BATCH
+
+    base, one = conditions("baseline", QUICK), conditions("parsley-1", QUICK)
+    assert base == one
+    assert base.backlog == QUICK.messages and base.frontier_header
+    assert base.consume_batch == BATCH
+    diamond = conditions("diamond", QUICK)
+    assert (diamond.pairs, diamond.backlog) == (QUICK.messages // 2, QUICK.messages // 2 * 2)
+    argv = BaselineRelay("h:1", "in", "out", "t", 100, base.consume_batch).argv
+    assert argv[argv.index("--batch") + 1] == str(BATCH)
