@@ -19,14 +19,17 @@ What it does, in order:
    coordinator): it catches up on posts and threaded events at once, so
    Parsley's hold-back works for real — events fetched ahead of their posts
    are held, and the table shows them with the ``list.posts`` position they wait for;
-6. waits until the checker (``checker.py``) finds every input handled, runs the
+6. waits until the checker (``checker.py``) has read every post the ingester had
+   acknowledged and finds every input handled (or nothing moves for
+   ``--timeout`` seconds), runs the
    naive consumer (``naive.py``) over the full topics, stops both coordinators
    (SIGTERM, a bounded shutdown), and prints the checker's verdict as its last line::
 
        RESULT messages=<n> handled=<n> duplicates=0 lost=0 causal_violations=0 naive_inversions=<k>
 
-Exit status 0 when the verdict is clean, 1 when it is not, 2 when the run
-could not be set up. Everything it started is stopped, also on Ctrl-C.
+Exit status 0 when the verdict is clean and covers every post ingested, 1 when
+it is not (an ``INCOMPLETE: ...`` line above ``RESULT`` names a shortfall), 2
+when the run could not be set up. Everything it started is stopped, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -447,6 +450,39 @@ class DemoOutcome:
     ingest: IngestReport | None = None
     exit_codes: dict[str, int | None] = field(default_factory=dict)
 
+    @property
+    def incomplete(self) -> str | None:
+        """Why the verdict does not cover the whole input, or ``None`` (:func:`incompleteness`)."""
+        if self.verdict is None or self.ingest is None:
+            return "no verdict: the run ended before the checker judged it"
+        return incompleteness(self.verdict, self.ingest.posts)
+
+    @property
+    def ok(self) -> bool:
+        """A clean verdict over every post ingested, and a naive count."""
+        return (self.verdict is not None and self.naive is not None and self.verdict.ok
+                and self.incomplete is None)
+
+
+def incompleteness(verdict: Verdict, posts_ingested: int) -> str | None:
+    """Why ``verdict`` does not judge the whole input, or ``None`` when it does (pure).
+
+    A clean verdict over part of the input proves nothing about the rest, so the
+    checker must have read exactly the posts the ingester had acknowledged.
+
+    Args:
+        verdict: the checker's verdict.
+        posts_ingested: post records the broker acknowledged to the ingester
+            (:attr:`IngestReport.posts`; end markers not included).
+
+    Returns:
+        A one-line reason, or ``None``.
+    """
+    if verdict.messages != posts_ingested:
+        return (f"INCOMPLETE: the checker read {verdict.messages} posts from list.posts, "
+                f"but {posts_ingested} were ingested; the verdict does not cover the input")
+    return None
+
 
 @contextlib.contextmanager
 def _broker(settings: DemoSettings, say: Callable[[str], None]) -> Iterator[tuple[str, bool]]:
@@ -541,7 +577,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
                     digest.append(coordinator("DIGEST"))
                 reader = RunReader(bootstrap, topics)
                 outcome.verdict = _wait_complete(reader, coordinators, display,
-                                                 settings.timeout_s)
+                                                 settings.timeout_s, outcome.ingest.posts)
             poller.stop()
             console.print("naive consumer: reading list.posts and list.threaded from the "
                           "beginning ...")
@@ -562,29 +598,35 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
     verdict = outcome.verdict
     naive = outcome.naive
     if verdict is not None and naive is not None:
+        incomplete = outcome.incomplete
         print_verdict(verdict, naive.inversions, extra=[
             f"digest steps {verdict.steps}, threaded events {verdict.threaded} "
             f"({verdict.misplaced} contradicting their posts); "
             f"naive consumer saw {naive.inversions} of {naive.threaded} threaded events "
-            "before their post or their parent's"])
+            "before their post or their parent's",
+            *([incomplete] if incomplete else [])])
     return outcome
 
 
 def _wait_complete(reader: RunReader, coordinators: list[Coordinator], display: _Display,
-                   timeout_s: float) -> Verdict:
-    """Re-judge every 2 s until every input is handled, or nothing moves for ``timeout_s``."""
-    last_steps = -1
+                   timeout_s: float, posts_ingested: int) -> Verdict:
+    """Re-judge every 2 s until the checker has read all ``posts_ingested`` posts and
+    every input is handled, or nothing moves for ``timeout_s`` (the caller then
+    reports the shortfall, :func:`incompleteness`)."""
+    last_seen = (-1, -1)
     last_move = time.monotonic()
     while True:
         verdict = reader.refresh()
-        complete = verdict.lost == 0 and verdict.handled == verdict.messages > 0
+        complete = (verdict.messages == posts_ingested and verdict.lost == 0
+                    and verdict.handled == verdict.messages > 0)
         if complete:
             time.sleep(2.0)  # anything still in flight would show as a duplicate
             return reader.refresh()
-        if verdict.steps != last_steps:
-            last_steps, last_move = verdict.steps, time.monotonic()
+        if (verdict.steps, verdict.messages) != last_seen:
+            last_seen, last_move = (verdict.steps, verdict.messages), time.monotonic()
         elif time.monotonic() - last_move > timeout_s:
-            display.say(f"no digest progress for {timeout_s:.0f} s; judging what is there")
+            display.say(f"no progress (digest steps, posts read) for {timeout_s:.0f} s; "
+                        "judging what is there")
             return verdict
         if not all(c.alive() for c in coordinators):
             dead = [c.attribute for c in coordinators if not c.alive()]
@@ -645,8 +687,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("demo: interrupted; everything it started was stopped", file=sys.stderr)
         return 130
     if outcome.verdict is None or outcome.naive is None:
+        print(f"demo: {outcome.incomplete or 'no naive count'}", file=sys.stderr)
         return 1
-    return 0 if outcome.verdict.ok else 1
+    return 0 if outcome.ok else 1
 
 
 if __name__ == "__main__":

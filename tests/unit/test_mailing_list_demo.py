@@ -11,8 +11,16 @@ from pathlib import Path
 from rich.console import Console
 
 from coordinator.config import ParsleyConfig
-from examples.mailing_list.demo import Coordinator, status_lines, status_rows, status_table
-from examples.mailing_list.ingest import MAX_RECORD_BYTES
+from examples.mailing_list.checker import Verdict
+from examples.mailing_list.demo import (
+    Coordinator,
+    DemoOutcome,
+    incompleteness,
+    status_lines,
+    status_rows,
+    status_table,
+)
+from examples.mailing_list.ingest import MAX_RECORD_BYTES, IngestReport
 
 ANSWER = {"processes": {
     "digest": {"state": "RUNNING", "refusal_reason": None, "failure_detail": None, "tasks": [
@@ -67,3 +75,21 @@ def test_coordinator_config_loads_and_raises_the_producer_record_limit(tmp_path:
     assert config.state_dir == str(tmp_path / "state")
     assert config.kafka_properties["producer.message.max.bytes"] == MAX_RECORD_BYTES
     assert MAX_RECORD_BYTES >= 1_728_742 + 262_144, "the largest post plus the budget fits"
+
+
+def clean(messages: int) -> Verdict:
+    """A clean verdict over ``messages`` posts."""
+    return Verdict(messages=messages, handled=messages, duplicates=0, lost=0,
+                   causal_violations=0, threaded=messages, steps=2 * messages)
+
+
+def test_a_clean_verdict_over_part_of_the_input_is_a_failure() -> None:
+    assert clean(4_990).ok
+    reason = incompleteness(clean(4_990), 5_000)
+    assert reason is not None and "4990" in reason and "5000" in reason
+    assert incompleteness(clean(5_000), 5_000) is None
+    assert incompleteness(clean(5_001), 5_000) is not None
+    short = DemoOutcome(verdict=clean(4_990), ingest=IngestReport(posts=5_000))
+    assert short.incomplete == reason and not short.ok
+    assert DemoOutcome(verdict=clean(5_000), ingest=IngestReport(posts=5_000)).incomplete is None
+    assert DemoOutcome(verdict=clean(5_000)).incomplete is not None  # nothing ingested known
