@@ -21,8 +21,9 @@ from confluent_kafka.admin import AdminClient
 
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
+from perf.measure import StatusCollector
 from tests.kafka_support import QUIET, create_topic
-from tests.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
+from tests.worker_support import bootstrap, make_spec, spawn, stop_worker
 
 
 def relay(out_name: str):  # type: ignore[no-untyped-def]

@@ -78,7 +78,8 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         t0 = time.monotonic()
         pid = relay.pids()[0]
         holding = relay.collector.wait_for(
-            lambda m: m.get("pid") == pid and (m.get("held_total") or 0) >= held, timeout_s)
+            lambda m: m.get("pid") == pid and (m.get("held_total") or 0) >= held, timeout_s,
+            fail_on_stop=True)
         hold_s = time.monotonic() - t0
         _say(f"restore: {held} held after {hold_s:.1f} s; rss {holding.get('rss_bytes')}")
         relay.stop_workers()

@@ -304,7 +304,7 @@ class ParsleyRelay:
         for p in self.procs:
             self.collector.wait_for(
                 lambda m, pid=p.pid: m.get("pid") == pid and m.get("state") == "RUNNING",
-                max(1.0, deadline - time.monotonic()))
+                max(1.0, deadline - time.monotonic()), fail_on_stop=True)
         return time.monotonic() - t0
 
     def stop_workers(self) -> None:

@@ -231,3 +231,35 @@ def test_baseline_and_parsley_run_under_the_same_conditions() -> None:
     assert (diamond.pairs, diamond.backlog) == (QUICK.messages // 2, QUICK.messages // 2 * 2)
     argv = BaselineRelay("h:1", "in", "out", "t", 100, base.consume_batch).argv
     assert argv[argv.index("--batch") + 1] == str(BATCH)
+
+
+def test_the_status_collector_serves_both_the_benchmarks_and_the_worker_tests() -> None:
+    import orjson
+    import zmq
+
+    from perf.measure import NoWorkerMessage, StatusCollector
+
+    collector = StatusCollector()
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(collector.endpoint)
+    try:
+        sent = [{"kind": "status", "pid": 7, "state": "RUNNING"},
+                {"kind": "final", "pid": 8, "stop_kind": "REFUSAL"},
+                {"kind": "status", "pid": 7, "state": "RUNNING", "delivered": 3},
+                {"kind": "final", "pid": 7, "stop_kind": "CLEAN"}]
+        for m in sent:
+            push.send(orjson.dumps(m))
+        assert collector.final(7, timeout_s=5)["stop_kind"] == "CLEAN"
+        assert collector.snapshot() == sent
+        # since: skips what came before; a refusal is waited for, not raised, by default.
+        assert collector.wait_for(lambda m: m.get("pid") == 7, 5, since=1)["delivered"] == 3
+        assert collector.final(8, timeout_s=5)["stop_kind"] == "REFUSAL"
+        with pytest.raises(NoWorkerMessage, match="a worker stopped"):
+            collector.wait_for(lambda m: m.get("delivered") == 3, 5, fail_on_stop=True)
+        with pytest.raises(NoWorkerMessage, match="no matching worker message"):
+            collector.wait_for(lambda m: m.get("pid") == 9, 0.2)
+    finally:
+        push.close(0)
+        ctx.term()
+        collector.close()
