@@ -23,7 +23,7 @@ delivery) and none exists while idle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Message
@@ -78,7 +78,7 @@ class TaskStep:
         self.delivered = 0
         self.duplicates = 0
 
-    def feed(self, messages: Iterable[Message]) -> int:
+    def feed(self, messages: Sequence[Message]) -> int:
         """Feed fetched records (no errors among them) to the engine.
 
         Args:
@@ -93,27 +93,36 @@ class TaskStep:
                 ``OUT_OF_ORDER_FEED``, ``COVERED_POSITION_FED``).
             SubstrateError: beginning the transaction failed.
         """
-        engine = self.engine
+        if not messages:
+            return 0
+        self.txn.begin()
+        receive = self.engine.receive
         channels = self._channels
-        positions = self._positions
-        count = 0
-        for msg in messages:
-            if count == 0:
-                self.txn.begin()
-            # A fetched record (no error) always has a topic, partition and offset.
-            topic: str = msg.topic()  # type: ignore[assignment]
-            partition: int = msg.partition()  # type: ignore[assignment]
-            offset: int = msg.offset()  # type: ignore[assignment]
-            headers = msg.headers()
-            outcome = engine.receive(ReceivedMessage(
-                channels[topic], offset, msg.timestamp()[1], msg.key(), msg.value(),
-                tuple(headers) if headers else (),  # type: ignore[arg-type]
-            ))
-            if outcome is FeedOutcome.DUPLICATE_DROPPED:
-                self.duplicates += 1
-            positions[(topic, partition)] = offset + 1
-            count += 1
-        self.fed += count
+        dropped = FeedOutcome.DUPLICATE_DROPPED
+        last: dict[str, int] = {}
+        count = duplicates = 0
+        try:
+            for msg in messages:
+                # A fetched record (no error) always has a topic and offset; its partition
+                # is the task's (the worker consumes only partition i of each topic).
+                topic: str = msg.topic()  # type: ignore[assignment]
+                offset: int = msg.offset()  # type: ignore[assignment]
+                headers = msg.headers()
+                if receive(ReceivedMessage(
+                    channels[topic], offset, msg.timestamp()[1], msg.key(), msg.value(),
+                    tuple(headers) if headers else (),  # type: ignore[arg-type]
+                )) is dropped:
+                    duplicates += 1
+                last[topic] = offset
+                count += 1
+        finally:
+            # Per batch, not per record: the read position is the last fed offset + 1.
+            positions = self._positions
+            task = self.task
+            for topic, offset in last.items():
+                positions[(topic, task)] = offset + 1
+            self.fed += count
+            self.duplicates += duplicates
         return count
 
     def drain(self) -> int:
@@ -129,27 +138,36 @@ class TaskStep:
             SubstrateError: producing failed.
         """
         engine = self.engine
+        deliver_next = engine.deliver_next
+        causes_header = engine.causes_header
         deliver = self.frame.deliver
         txn = self.txn
+        send = txn.send_counted
         topics = self._topics
-        count = 0
-        while True:
-            msg = engine.deliver_next()
-            if msg is None:
-                break
-            if not txn.open:
-                txn.begin()
-            ch = msg.channel
-            result = deliver(topics[ch.topic_id], ch.partition, msg.position, msg.timestamp_ms,
-                             msg.key, msg.value, msg.headers)
-            if result.writes:
-                self.stores.apply(result.writes)
-            if result.sends:
-                causes = (CAUSES_HEADER, engine.causes_header())
-                for s in result.sends:
-                    txn.send(s.topic, s.key, s.value, (*s.headers, causes), s.timestamp_ms)
-            count += 1
-        self.delivered += count
+        count = sent = 0
+        try:
+            while True:
+                msg = deliver_next()
+                if msg is None:
+                    break
+                if not txn.open:
+                    txn.begin()
+                ch = msg.channel
+                result = deliver(topics[ch.topic_id], ch.partition, msg.position,
+                                 msg.timestamp_ms, msg.key, msg.value, msg.headers)
+                if result.writes:
+                    self.stores.apply(result.writes)
+                sends = result.sends
+                if sends:
+                    causes = (CAUSES_HEADER, causes_header())
+                    for s in sends:
+                        send(s.topic, s.key, s.value, [*s.headers, causes], s.timestamp_ms)
+                        sent += 1
+                count += 1
+        finally:
+            # The ledger counts produce calls per drain, not per record.
+            txn.ledger.sent(sent)
+            self.delivered += count
         return count
 
     def commit(self, group_metadata: Any) -> bool:

@@ -52,6 +52,8 @@ class TaskTransaction:
         self.producer = producer
         self.timeout_s = timeout_s
         self.ledger = DeliveryLedger()
+        self._produce = producer.produce
+        self._on_delivery = self.ledger.on_delivery
         self.open = False
         self.commits = 0
         self.last_commit_ms: float | None = None
@@ -92,14 +94,40 @@ class TaskTransaction:
                 the producer's size limit.
             SubstrateError: any other produce failure, or a local queue full for 30 s.
         """
+        self.send_counted(topic, key, value, list(headers), timestamp_ms)
+        self.ledger.sent()
+
+    def send_counted(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[Header],
+        timestamp_ms: int,
+    ) -> None:
+        """:meth:`send` for a caller that counts its sends itself (``ledger.sent(n)``
+        once per batch, in a ``finally`` so that a failure is still counted).
+
+        ``headers`` is handed to the producer as it is (a list, not copied).
+
+        Raises:
+            As :meth:`send`.
+        """
+        try:
+            self._produce(topic, value=value, key=key, headers=headers,
+                          timestamp=timestamp_ms, on_delivery=self._on_delivery)
+            return
+        except BufferError:
+            pass
+        except KafkaException as exc:
+            self._delivery_failure_first()
+            raise to_exception(exc, f"sending to {topic} ({len(value or b'')} bytes)") from exc
         deadline: float | None = None
         while True:
             try:
-                self.producer.produce(
-                    topic, value=value, key=key, headers=list(headers), timestamp=timestamp_ms,
-                    on_delivery=self.ledger.on_delivery,
-                )
-                break
+                self._produce(topic, value=value, key=key, headers=headers,
+                              timestamp=timestamp_ms, on_delivery=self._on_delivery)
+                return
             except BufferError:
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + _QUEUE_FULL_TIMEOUT_S
@@ -115,7 +143,6 @@ class TaskTransaction:
                 raise to_exception(
                     exc, f"sending to {topic} ({len(value or b'')} bytes)"
                 ) from exc
-        self.ledger.sent()
 
     def _delivery_failure_first(self) -> None:
         """Raise the first failed delivery's classification, if any (purges last).
@@ -128,10 +155,12 @@ class TaskTransaction:
         ledger = self.ledger
         self.producer.poll(0)
         # Other records' purge reports (_PURGE_QUEUE) can arrive before the failed
-        # record's own: wait (bounded) for the cause while reports are missing.
+        # record's own: wait (bounded) for the cause while reports are missing
+        # (len(producer): records still queued or in flight, i.e. without a report;
+        # exact even while a drain has not yet counted its sends into the ledger).
         deadline = time.monotonic() + _CAUSE_WAIT_S
         while (ledger.first_error is None and ledger.first_purge is not None
-               and ledger.unreported > 0 and time.monotonic() < deadline):
+               and len(self.producer) > 0 and time.monotonic() < deadline):
             self.producer.poll(0.05)
         if ledger.any_error:
             ledger.check("in the task's transaction")
