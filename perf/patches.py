@@ -1,10 +1,9 @@
 """Candidate fixes to the worker, applied in the benchmark's worker processes only.
 
-The worker (``workers/``) belongs to another engineer; a fix this benchmark
-suggests is first measured here, by patching the class inside the spawned worker
-process (``python -m perf --worker-patch NAME``), so the before/after figures come
-from the same invocation and nothing in ``workers/`` changes until its owner takes
-the fix. A fix taken into ``workers/`` is deleted from here (``shape-check-admin``:
+A fix this benchmark suggests is first measured here, by patching the class
+inside the spawned worker process (``python -m perf --worker-patch NAME``), so the
+before/after figures come from the same invocation before ``workers/`` changes.
+A fix taken into ``workers/`` is deleted from here (``shape-check-admin``:
 ``Worker._check_shape`` asks the AdminClient; ``sqlite-rowid``: the ordering
 store is an ordinary rowid table), so none is pending now.
 """
