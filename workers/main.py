@@ -426,9 +426,9 @@ class Worker:
                 # unknown to the client: it reads from the committed start position.
                 position = tp.offset if tp.offset >= 0 else self.start_positions.get(
                     (tp.topic, tp.partition), -1)
+                # Cached only (the fetch responses' high watermarks): the status may be
+                # pushed with a transaction open, where no blocking call may run.
                 _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
-                if high < 0 or position < 0:
-                    _low, high = self.consumer.get_watermark_offsets(tp, timeout=2)
                 if high < 0 or position < 0:
                     return None
                 total += max(0, high - position)
@@ -470,24 +470,53 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------
 
     def _punctuate(self) -> None:
+        """The status punctuation: drain, then the slow checks, then the status push.
+
+        No blocking network call runs while a transaction is open (transaction.timeout.ms
+        is 10 s; an identity describe may wait up to 15 s plus its 500 ms-spaced
+        corroboration, a shape check up to 5 s): what was fed and delivered is committed
+        first (:meth:`_before_blocking`), and the checks that may open a transaction again
+        (an identity verdict's deltas, the final drain) come after them. The lag in the
+        status reads cached watermarks only (:meth:`_lag`).
+        """
         now = time.monotonic()
         step = self.step
-        if self.state is TaskState.RUNNING and step is not None:
-            if self.pending_identity and self.backoff.due(now):
-                assert self.engine is not None
-                result = self.identity.check(self.pending_identity)
-                if result.verdicts:
-                    self.engine.apply_identity(result.verdicts)
-                    step.touch()
-                self.pending_identity = dict(result.pending)
-                if self.pending_identity:
-                    self.backoff.failed(time.monotonic())
+        running = self.state is TaskState.RUNNING and step is not None
+        if running:
+            assert step is not None
             step.drain()
         if now >= self.next_shape_check and self.consumer is not None:
             self.next_shape_check = now + max(SHAPE_CHECK_INTERVAL_S,
                                               self.spec.status_interval_ms / 1000.0)
+            self._before_blocking("shape check")
             self._check_shape()
+        if running and self.pending_identity and self.backoff.due(now):
+            assert self.engine is not None and step is not None
+            self._before_blocking("identity check")
+            result = self.identity.check(self.pending_identity)
+            if result.verdicts:
+                self.engine.apply_identity(result.verdicts)
+                step.touch()
+            self.pending_identity = dict(result.pending)
+            if self.pending_identity:
+                self.backoff.failed(time.monotonic())
+            step.drain()
         self._maybe_status()
+
+    on_blocking: Callable[[str, bool], None] | None = None
+    """A seam for tests: called as ``(what, transaction_open)`` right before each blocking
+    admin call of the punctuation (``what``: ``"shape check"`` or ``"identity check"``)."""
+
+    def _before_blocking(self, what: str) -> None:
+        """Commit the open transaction, if any, before a blocking call named ``what``.
+
+        Raises:
+            SubstrateError: the commit failed (classified, as from the loop's commit).
+        """
+        if self.txn.open and self.step is not None and self.consumer is not None:
+            self._commit()
+        if self.on_blocking is not None:
+            self.on_blocking(what, self.txn.open)
 
     def _commit(self) -> None:
         assert self.step is not None and self.consumer is not None
