@@ -139,8 +139,7 @@ def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> t
         if key.startswith(_HEADER_PREFIX):
             raise _latched(ParsleyFailClosedError(
                 Reason.RESERVED_HEADER_USED,
-                f"{topic}: application header '{key}' uses the reserved prefix "
-                f"'{_HEADER_PREFIX}'; application headers may not use it",
+                f"serializer for {topic} wrote reserved header '{key}'",
             ))
         out.append((key, None if value is None else bytes(value)))
     return tuple(out)

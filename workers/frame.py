@@ -323,9 +323,8 @@ class HandlerFrame:
             if header_key.startswith(RESERVED_HEADER_PREFIX):
                 raise ParsleyFailClosedError(
                     Reason.RESERVED_HEADER_USED,
-                    f"{self.process.name}: {topic}: application header '{header_key}' uses "
-                    f"the reserved prefix '{RESERVED_HEADER_PREFIX}'; application headers may "
-                    "not use it",
+                    f"{self.process.name}: serializer for {topic} wrote reserved header "
+                    f"'{header_key}'",
                 )
         headers = list(built)
         key_bytes = None if key is None else self._serialize(

@@ -115,7 +115,7 @@ CASES = [
     Case("latched", StopKind.REFUSAL, "STATE_ACCESS_TO_UNDECLARED_STORE",
          "state read targets a store not declared by stores(...): undeclared"),
     Case("reserved_header", StopKind.REFUSAL, "RESERVED_HEADER_USED",
-         "application header 'parsley.mine' uses the reserved prefix"),
+         "serializer for {out} wrote reserved header 'parsley.mine'"),
     Case("serializer_header", StopKind.REFUSAL, "RESERVED_HEADER_USED",
          "serializer for {out} wrote reserved header 'parsley.evil'",
          out_value_serde=EvilSerde()),
