@@ -87,7 +87,9 @@ class Case:
     kind: str
     stop: StopKind
     reason: str | None
-    detail: str  # a substring the detail must contain; {in} / {out} / {store} substituted
+    # A substring the detail must contain; {in} / {out} / {store} / {in_channel}
+    # (the received channel, "<topic id>-0") substituted.
+    detail: str
     in_value_serde: Any = STRING
     out_value_serde: Any = STRING
     out_config: dict[str, str] = field(default_factory=dict)
@@ -126,7 +128,9 @@ CASES = [
          "{store} payload could not be serialized by the declared serde"),
     Case("throws", StopKind.APPLICATION, None,
          "handler for {in} failed at task 0, {in}-0@1: RuntimeError: boom"),
-    Case("undecodable_metadata", StopKind.REFUSAL, "UNDECODABLE_METADATA", "@1: ",
+    # seed 001: "<channel>@<position>: <detail>", the detail saying what is not the grammar.
+    Case("undecodable_metadata", StopKind.REFUSAL, "UNDECODABLE_METADATA",
+         "{in_channel}@1: unknown causes format version 2",
          bad_value=b"fine", bad_headers=_bad_causes),
     Case("budget", StopKind.REFUSAL, "METADATA_BUDGET_EXCEEDED",
          "@1 carries 106 bytes of causal metadata; the configured budget is 64 bytes",
@@ -169,7 +173,8 @@ def test_refusal_from_a_real_input_stops_the_worker_with_reason_and_detail(
         worker.join(30)
     finally:
         collector.close()
-    detail = case.detail.format(**{"in": inp.name, "out": out.name, "store": "counts"})
+    detail = case.detail.format(**{"in": inp.name, "out": out.name, "store": "counts",
+                                   "in_channel": f"{inp.topic_id}-0"})
     assert final["stop_kind"] == case.stop.value, final
     assert final["refusal_reason"] == case.reason, final
     assert detail in (final["failure_detail"] or ""), final
