@@ -221,11 +221,13 @@ class TaskTransaction:
         """Abort the open transaction, if any (nothing written in it becomes visible).
 
         Raises:
-            SubstrateError: classified; the producer is then unusable (fenced or fatal).
+            SubstrateError: classified. A retriable failure (a timeout) leaves
+                :attr:`open` true, so a later abort retries it; fenced or fatal:
+                the producer is unusable.
         """
         if not self.open:
             return
-        self.open = False
-        self.ledger.reset()
         with map_kafka_errors("aborting the task's transaction"):
             self.producer.abort_transaction(self.timeout_s)
+        self.open = False
+        self.ledger.reset()

@@ -1,0 +1,44 @@
+"""TaskTransaction's account of the open transaction against the real broker (issue 4 item 2).
+
+An abort that fails with a retriable error (here: a timeout far shorter than the
+round trip to the transaction coordinator) leaves the transaction open on the
+broker; the object must still say so, so that the next abort retries it rather
+than believing nothing is open.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Producer
+
+from tests.kafka_support import CreateTopic
+from workers.kafka import ErrorKind, SubstrateError, producer_config
+from workers.transaction import TaskTransaction
+
+
+def test_a_failed_abort_leaves_the_transaction_open_and_a_retry_aborts_it(
+    kafka_bootstrap: str, create_topic: CreateTopic,
+) -> None:
+    topic = create_topic(f"txn-abort-{uuid.uuid4().hex[:8]}")
+    producer = Producer(producer_config(kafka_bootstrap, f"t{uuid.uuid4().hex[:8]}", "p", 0,
+                                        {"log_level": 0}, task_count=1))
+    txn = TaskTransaction(producer, timeout_s=30.0)
+    txn.init()
+    txn.begin()
+    txn.send(topic.name, b"k", b"v", (), 0)
+    assert producer.flush(30) == 0  # the partition is in the transaction on the broker
+    txn.timeout_s = 0.000001
+    try:
+        txn.abort()
+        failed = None
+    except SubstrateError as exc:
+        failed = exc
+    assert failed is not None and failed.kind is not ErrorKind.FATAL, failed
+    assert txn.open, "a failed abort must leave the transaction counted as open"
+    txn.timeout_s = 30.0
+    txn.abort()
+    assert not txn.open
+    txn.begin()  # the producer is usable again
+    assert txn.open
+    txn.abort()
