@@ -259,7 +259,8 @@ class Worker:
         self.engine = engine
         frame = HandlerFrame(self.process, self.task, self.stores)
         if self.step is not None:
-            self.delivered_before += self.step.delivered
+            # Only what was committed: an aborted transaction's deliveries are made again.
+            self.delivered_before += self.step.delivered_committed
         self.step = TaskStep(
             task=self.task, engine=engine, frame=frame, stores=self.stores, txn=self.txn,
             channels=self.channels, ordering_topic=self.ordering_topic,

@@ -50,6 +50,11 @@ class TaskStep:
         channels: received topic name -> its channel (topic id, partition ``i``).
         ordering_topic: the ordering changelog topic.
         store_topics: store name -> its changelog topic.
+
+    Attributes:
+        fed: messages fed; duplicates: of them, dropped as duplicates.
+        delivered: messages delivered, the open transaction's included.
+        delivered_committed: messages delivered in transactions that committed.
     """
 
     def __init__(
@@ -76,6 +81,8 @@ class TaskStep:
         self._positions: dict[tuple[str, int], int] = {}
         self.fed = 0
         self.delivered = 0
+        self.delivered_committed = 0  # delivered in transactions that committed
+        self._delivered_open = 0  # delivered in the open transaction
         self.duplicates = 0
 
     def feed(self, messages: Sequence[Message]) -> int:
@@ -168,6 +175,7 @@ class TaskStep:
             # The ledger counts produce calls per drain, not per record.
             txn.ledger.sent(sent)
             self.delivered += count
+            self._delivered_open += count
         return count
 
     def commit(self, group_metadata: Any) -> bool:
@@ -190,6 +198,8 @@ class TaskStep:
         for store, pending in self.stores.pending().items():
             txn.write_changelog(self._store_topics[store], self.task, pending.items())
         txn.commit(self._positions, group_metadata)
+        self.delivered_committed += self._delivered_open
+        self._delivered_open = 0
         self._positions = {}
         self.stores.committed()
         return True

@@ -1,0 +1,81 @@
+"""The delivered count survives an abort and rebuild without counting twice (issue 4 item 5).
+
+An abortable error aborts the open transaction, rebuilds the state from the
+changelogs and rewinds to the committed offsets: the aborted transaction's
+deliveries are made again. An in-process worker on the real broker delivers N
+records in one open transaction (commit interval of a minute, no shape check),
+is sent through :meth:`workers.main.Worker._recover` as an abortable error would,
+delivers them again and stops cleanly: its status counts N deliveries, not 2N,
+and the output holds each record once.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from parsley import Channel, Process, Store
+from parsley.serdes import BYTES, JSON, STRING
+from tests.integration.test_worker_kill import counting_relay
+from tests.kafka_support import QUIET, CreateTopic, UniqueNames
+from tests.worker_support import bootstrap, make_spec, read_committed
+from workers.kafka import ErrorKind, SubstrateError
+from workers.main import Stop, Worker
+from workers.protocol import StopKind
+
+N = 30
+
+
+def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
+    unique_names: UniqueNames, tmp_path: Path,
+) -> None:
+    inp = create_topic(unique_names.topic("in"), partitions=1)
+    out = create_topic(unique_names.topic("out"), partitions=1)
+    counts = Store("counts", STRING, JSON)
+    out_ch = Channel(out.name, STRING, JSON)
+    process = (Process("recover").receives(Channel(inp.name, BYTES, BYTES),
+                                           counting_relay(out_ch, counts))
+               .sends(out_ch).stores(counts))
+    topics = {inp.name: inp, out.name: out}
+    prefix = unique_names.group("app")
+    bootstrap(kafka_admin, prefix, process, topics)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    for i in range(N):
+        producer.produce(inp.name, value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    spec = make_spec(process, prefix, kafka_bootstrap, "tcp://127.0.0.1:1", str(tmp_path),
+                     topics, status_interval_ms=100, commit_interval_ms=60_000)
+
+    recovered = False
+    deadline = time.monotonic() + 60.0
+    worker: Worker
+
+    def should_stop() -> bool:
+        nonlocal recovered
+        worker.next_shape_check = float("inf")  # no commit before a shape check
+        step = worker.step
+        if step is None or step.delivered < N:
+            return time.monotonic() > deadline
+        if not recovered:
+            assert worker.txn.open and step.delivered_committed == 0
+            recovered = True
+            worker._recover(SubstrateError(ErrorKind.ABORTABLE, "a test's abortable error"))
+            return False
+        return True
+
+    worker = Worker(spec, None, should_stop)
+    try:
+        try:
+            worker.run()
+        except Stop as stop:
+            assert stop.kind is StopKind.CLEAN
+    finally:
+        worker.close(True)
+
+    assert recovered
+    assert worker.status_fields()["delivered"] == N
+    assert len(read_committed(kafka_bootstrap, out.name)) == N
