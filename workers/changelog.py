@@ -43,7 +43,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from workers.kafka import DeliveryLedger, ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.ledger import DeliveryLedger
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",

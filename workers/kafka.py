@@ -16,6 +16,9 @@ Two jobs, both at the I/O edge (STYLE.md, "Errors"):
   :class:`~parsley.refusals.ParsleyFailClosedError` (the two substrate
   refusals) or a :class:`SubstrateError` carrying an :class:`ErrorKind`.
 
+The offset-reset judgement lives in :mod:`workers.offsets` and the delivery
+accounting in :mod:`workers.ledger`; their names are still importable from here.
+
 Verified on a real broker (``tests/integration/test_worker_kafka.py``):
 
 * a record over a size limit surfaces as ``MSG_SIZE_TOO_LARGE`` (10), either
@@ -23,7 +26,7 @@ Verified on a real broker (``tests/integration/test_worker_kafka.py``):
   transaction's abortable error (over the topic's ``max.message.bytes``);
 * under ``auto.offset.reset=error`` librdkafka reports a fetch below the log
   start *and* a partition with no committed offset with the same code,
-  ``_AUTO_OFFSET_RESET`` (-140); :func:`offset_reset_verdict` tells them apart
+  ``_AUTO_OFFSET_RESET`` (-140); :func:`workers.offsets.offset_reset_verdict` tells them apart
   from the numbers (committed offset vs the listed log start and end);
 * closed static members stay in the group until their session times out
   (librdkafka sends no LeaveGroup for them): measured 5.9 s after ``close()``
@@ -40,18 +43,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import (
-    OFFSET_INVALID,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import KafkaError, KafkaException
 
 from parsley.declarations import application_id, group_instance_id, transactional_id
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -60,13 +57,10 @@ from workers.protocol import StopKind
 __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
     "OWNED_PROPERTIES",
-    "PURGE_CODES",
     "RECORD_TOO_LARGE_CODES",
     "TRANSACTION_TIMEOUT_MS",
     "Classification",
-    "DeliveryLedger",
     "ErrorKind",
-    "OffsetResetVerdict",
     "SubstrateError",
     "admin_config",
     "classify",
@@ -74,10 +68,7 @@ __all__ = [
     "fatal",
     "kafka_error_of",
     "map_kafka_errors",
-    "offset_reset_refusal",
-    "offset_reset_verdict",
     "producer_config",
-    "resolve_offset_reset",
     "restore_consumer_config",
     "retriable",
     "stop_kind",
@@ -624,246 +615,23 @@ def map_kafka_errors(context: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------
-# Offset reset under auto.offset.reset=error
+# Names moved to their own modules, still importable from here
 # ---------------------------------------------------------------------------
 
-
-class OffsetResetVerdict(enum.Enum):
-    """What a refused offset reset means, judged from the numbers."""
-
-    DISCARDED_UNREAD = "discarded_unread"
-    """Committed position below the log start: ``POSITIONS_DISCARDED_UNREAD``."""
-    BEYOND_LOG_END = "beyond_log_end"
-    """Committed position above the log end (the topic was recreated shorter,
-    seed 001 "A received topic went missing"): ``POSITIONS_DISCARDED_UNREAD``."""
-    NO_COMMITTED_OFFSET = "no_committed_offset"
-    """No committed offset: transient, no reason (facts §5)."""
-    WITHIN_LOG = "within_log"
-    """Committed position inside the log now: transient (the log moved meanwhile)."""
+_MOVED: Final = {
+    "OffsetResetVerdict": "workers.offsets",
+    "offset_reset_refusal": "workers.offsets",
+    "offset_reset_verdict": "workers.offsets",
+    "resolve_offset_reset": "workers.offsets",
+    "PURGE_CODES": "workers.ledger",
+    "DeliveryLedger": "workers.ledger",
+}
 
 
-def offset_reset_verdict(committed: int | None, log_start: int, log_end: int) -> OffsetResetVerdict:
-    """Tell a discarded position from a missing committed offset.
-
-    librdkafka reports both with ``_AUTO_OFFSET_RESET``; only the numbers
-    separate them (issue 4, item 3).
-
-    Args:
-        committed: the group's committed read position on the partition (the
-            next offset to read), or ``None``/negative (``OFFSET_INVALID``)
-            when none is committed.
-        log_start: the log start offset (``list_offsets`` earliest; the low
-            watermark), inclusive.
-        log_end: the high watermark (exclusive end).
-
-    Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5 ("a missing
-    committed offset stays transient").
-    """
-    if committed is None or committed < 0:
-        return OffsetResetVerdict.NO_COMMITTED_OFFSET
-    if committed < log_start:
-        return OffsetResetVerdict.DISCARDED_UNREAD
-    if committed > log_end:
-        return OffsetResetVerdict.BEYOND_LOG_END
-    return OffsetResetVerdict.WITHIN_LOG
-
-
-def offset_reset_refusal(
-    topic: str,
-    partition: int,
-    committed: int | None,
-    log_start: int,
-    log_end: int,
-    *,
-    group_id: str | None = None,
-) -> ParsleyFailClosedError | SubstrateError:
-    """The exception for a refused offset reset, from :func:`offset_reset_verdict`.
-
-    Returns:
-        ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with seed
-        001's detail shape (naming the partition, the committed position and
-        the log start, so the gap can be recorded), or a
-        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a missing committed
-        offset or a committed position inside the log.
-    """
-    verdict = offset_reset_verdict(committed, log_start, log_end)
-    tp = f"{topic}-{partition}"
-    group = group_id or "<app-id>"
-    check = (
-        f"check kafka-consumer-groups --describe --group {group} and "
-        f"kafka-get-offsets --topic {topic} --partitions {partition} --time earliest; "
-        "record the gap, then reset"
-    )
-    if verdict is OffsetResetVerdict.DISCARDED_UNREAD:
-        return ParsleyFailClosedError(
-            Reason.POSITIONS_DISCARDED_UNREAD,
-            "the broker no longer retains this process's committed read position; positions "
-            f"were discarded before they were read: {tp} committed read position {committed} "
-            f"is below the log start {log_start}, so positions {committed}..{log_start - 1} "
-            f"are gone; {check}",
-        )
-    if verdict is OffsetResetVerdict.BEYOND_LOG_END:
-        return ParsleyFailClosedError(
-            Reason.POSITIONS_DISCARDED_UNREAD,
-            "the broker no longer retains this process's committed read position: "
-            f"{tp} committed read position {committed} is beyond the log end {log_end} "
-            f"(log start {log_start}); the topic was likely recreated; {check}",
-        )
-    if verdict is OffsetResetVerdict.NO_COMMITTED_OFFSET:
-        return SubstrateError(
-            ErrorKind.SUBSTRATE_TRANSIENT,
-            f"{tp} has no committed read position and auto.offset.reset=error; "
-            "the bootstrap pre-commits positions: restart",
-            KafkaError._AUTO_OFFSET_RESET,
-        )
-    return SubstrateError(
-        ErrorKind.SUBSTRATE_TRANSIENT,
-        f"{tp} offset reset refused although committed read position {committed} is within "
-        f"the log [{log_start}, {log_end}]",
-        KafkaError._AUTO_OFFSET_RESET,
-    )
-
-
-def resolve_offset_reset(
-    consumer: Consumer,
-    topic: str,
-    partition: int,
-    *,
-    group_id: str | None = None,
-    timeout_s: float = 30.0,
-) -> ParsleyFailClosedError | SubstrateError:
-    """Look up the committed offset and the log bounds, then judge the reset.
-
-    Args:
-        consumer: a consumer of the group (its committed offsets are read).
-        topic, partition: the partition the ``_AUTO_OFFSET_RESET`` error named.
-        group_id: for the detail only.
-        timeout_s: bound on each broker call, s.
-
-    Returns:
-        What :func:`offset_reset_refusal` returns.
-
-    Raises:
-        SubstrateError: the lookups themselves failed (classified).
-    """
-    tp = TopicPartition(topic, partition)
-    with map_kafka_errors(f"reading the committed offset of {topic}-{partition}"):
-        committed_tp = consumer.committed([tp], timeout=timeout_s)[0]
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-    committed = committed_tp.offset
-    return offset_reset_refusal(
-        topic,
-        partition,
-        None if committed == OFFSET_INVALID or committed < 0 else committed,
-        low,
-        high,
-        group_id=group_id,
-    )
-
-
-# ---------------------------------------------------------------------------
-# Delivery accounting
-# ---------------------------------------------------------------------------
-
-
-PURGE_CODES: Final = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-"""Delivery errors of records purged because *another* failure ended the transaction.
-
-A record over a size limit inside a transaction puts it in the abortable state
-and librdkafka purges the transaction's other records, whose reports carry
-``_PURGE_QUEUE`` (-152) or ``_PURGE_INFLIGHT`` (-151), possibly before the
-oversize record's own report. They are consequences, never the cause to report.
-"""
-
-
-class DeliveryLedger:
-    """Counts produce calls and delivery reports, so a commit can check that
-    the producer delivered everything it was given (issue 4, "The step loop").
-
-    Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` and
-    call :meth:`sent` once per successful ``produce()``. Delivery reports
-    arrive from ``poll()``/``flush()``/``commit_transaction()``.
-
-    Attributes:
-        produced: successful ``produce()`` calls in this transaction.
-        delivered: reports without an error.
-        failed: reports with an error (purges included).
-        first_error: the first failed report whose error is not a purge
-            (:data:`PURGE_CODES`), else ``None``: the cause to classify.
-        first_purge: the first purge report, else ``None`` (reported only when
-            no other error explains it).
-    """
-
-    def __init__(self) -> None:
-        self.produced = 0
-        self.delivered = 0
-        self.failed = 0
-        self.first_error: KafkaError | None = None
-        self.first_error_where = ""
-        self.first_purge: KafkaError | None = None
-        self.first_purge_where = ""
-
-    def sent(self, n: int = 1) -> None:
-        """Record ``n`` successful ``produce()`` calls."""
-        self.produced += n
-
-    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        """librdkafka's delivery callback."""
-        if err is None:
-            self.delivered += 1
-            return
-        self.failed += 1
-        if err.code() in PURGE_CODES:
-            if self.first_purge is None:
-                self.first_purge = err
-                self.first_purge_where = f"{msg.topic()}[{msg.partition()}]"
-        elif self.first_error is None:
-            self.first_error = err
-            self.first_error_where = f"{msg.topic()}[{msg.partition()}]"
-
-    @property
-    def outstanding(self) -> int:
-        """Messages produced whose report has not arrived or reported an error."""
-        return self.produced - self.delivered
-
-    @property
-    def unreported(self) -> int:
-        """Messages produced whose delivery report has not arrived yet."""
-        return self.produced - self.delivered - self.failed
-
-    @property
-    def any_error(self) -> bool:
-        """Whether some delivery failed (a purge included)."""
-        return self.first_error is not None or self.first_purge is not None
-
-    def check(self, context: str = "") -> None:
-        """Raise unless every produced message was delivered.
-
-        The error classified is the first report's that is not a purge
-        (:data:`PURGE_CODES`); a purge is reported only when nothing else failed.
-
-        Raises:
-            ParsleyFailClosedError: a delivery failed with a record too large
-                (``SUBSTRATE_MISCONFIGURED``, seed 000).
-            SubstrateError: another delivery failure, or reports missing.
-        """
-        err, where_to = self.first_error, self.first_error_where
-        if err is None:
-            err, where_to = self.first_purge, self.first_purge_where
-        if err is not None:
-            where = f"{context}: " if context else ""
-            exc = to_exception(err, f"{where}delivering to {where_to}")
-            raise exc from KafkaException(err)
-        if self.outstanding:
-            raise SubstrateError(
-                ErrorKind.SUBSTRATE_TRANSIENT,
-                f"{context}: {self.outstanding} of {self.produced} messages not delivered",
-            )
-
-    def reset(self) -> None:
-        """Start a new transaction's account."""
-        self.produced = self.delivered = self.failed = 0
-        self.first_error = None
-        self.first_error_where = ""
-        self.first_purge = None
-        self.first_purge_where = ""
+def __getattr__(name: str) -> Any:
+    """Lazily re-export the names moved to :mod:`workers.offsets` and :mod:`workers.ledger`
+    (lazy: those modules import this one)."""
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -66,11 +66,11 @@ from workers.kafka import (
     classify,
     consumer_config,
     producer_config,
-    resolve_offset_reset,
     restore_consumer_config,
     stop_kind,
     to_exception,
 )
+from workers.offsets import resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.status import StatusReporter

@@ -24,7 +24,8 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from parsley.engine.channel import Header
 from workers.changelog import write_records
-from workers.kafka import DeliveryLedger, ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.ledger import DeliveryLedger
 
 __all__ = ["TaskTransaction"]
 

@@ -25,17 +25,17 @@ from parsley.refusals import ParsleyFailClosedError, Reason
 from tests.kafka_support import QUIET, CreateTopic
 from workers.changelog import write_records
 from workers.kafka import (
-    DeliveryLedger,
     ErrorKind,
     SubstrateError,
     classify,
     consumer_config,
     map_kafka_errors,
     producer_config,
-    resolve_offset_reset,
     stop_kind,
     txn_requires_abort,
 )
+from workers.ledger import DeliveryLedger
+from workers.offsets import resolve_offset_reset
 from workers.protocol import StopKind
 
 

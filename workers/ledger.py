@@ -1,0 +1,121 @@
+"""Delivery accounting: the producer delivered everything it was given (issue 4 item 2).
+
+:class:`DeliveryLedger` counts produce calls and delivery reports so a
+transaction's commit (and a changelog write) can check every record arrived;
+:data:`PURGE_CODES` are the reports of records purged because another failure
+ended the transaction. (Moved out of :mod:`workers.kafka`, which still
+re-exports these names.)
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from workers.kafka import ErrorKind, SubstrateError, to_exception
+
+__all__ = ["PURGE_CODES", "DeliveryLedger"]
+
+
+PURGE_CODES: Final = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Delivery errors of records purged because *another* failure ended the transaction.
+
+A record over a size limit inside a transaction puts it in the abortable state
+and librdkafka purges the transaction's other records, whose reports carry
+``_PURGE_QUEUE`` (-152) or ``_PURGE_INFLIGHT`` (-151), possibly before the
+oversize record's own report. They are consequences, never the cause to report.
+"""
+
+
+class DeliveryLedger:
+    """Counts produce calls and delivery reports, so a commit can check that
+    the producer delivered everything it was given (issue 4, "The step loop").
+
+    Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` and
+    call :meth:`sent` once per successful ``produce()``. Delivery reports
+    arrive from ``poll()``/``flush()``/``commit_transaction()``.
+
+    Attributes:
+        produced: successful ``produce()`` calls in this transaction.
+        delivered: reports without an error.
+        failed: reports with an error (purges included).
+        first_error: the first failed report whose error is not a purge
+            (:data:`PURGE_CODES`), else ``None``: the cause to classify.
+        first_purge: the first purge report, else ``None`` (reported only when
+            no other error explains it).
+    """
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.delivered = 0
+        self.failed = 0
+        self.first_error: KafkaError | None = None
+        self.first_error_where = ""
+        self.first_purge: KafkaError | None = None
+        self.first_purge_where = ""
+
+    def sent(self, n: int = 1) -> None:
+        """Record ``n`` successful ``produce()`` calls."""
+        self.produced += n
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """librdkafka's delivery callback."""
+        if err is None:
+            self.delivered += 1
+            return
+        self.failed += 1
+        if err.code() in PURGE_CODES:
+            if self.first_purge is None:
+                self.first_purge = err
+                self.first_purge_where = f"{msg.topic()}[{msg.partition()}]"
+        elif self.first_error is None:
+            self.first_error = err
+            self.first_error_where = f"{msg.topic()}[{msg.partition()}]"
+
+    @property
+    def outstanding(self) -> int:
+        """Messages produced whose report has not arrived or reported an error."""
+        return self.produced - self.delivered
+
+    @property
+    def unreported(self) -> int:
+        """Messages produced whose delivery report has not arrived yet."""
+        return self.produced - self.delivered - self.failed
+
+    @property
+    def any_error(self) -> bool:
+        """Whether some delivery failed (a purge included)."""
+        return self.first_error is not None or self.first_purge is not None
+
+    def check(self, context: str = "") -> None:
+        """Raise unless every produced message was delivered.
+
+        The error classified is the first report's that is not a purge
+        (:data:`PURGE_CODES`); a purge is reported only when nothing else failed.
+
+        Raises:
+            ParsleyFailClosedError: a delivery failed with a record too large
+                (``SUBSTRATE_MISCONFIGURED``, seed 000).
+            SubstrateError: another delivery failure, or reports missing.
+        """
+        err, where_to = self.first_error, self.first_error_where
+        if err is None:
+            err, where_to = self.first_purge, self.first_purge_where
+        if err is not None:
+            where = f"{context}: " if context else ""
+            exc = to_exception(err, f"{where}delivering to {where_to}")
+            raise exc from KafkaException(err)
+        if self.outstanding:
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"{context}: {self.outstanding} of {self.produced} messages not delivered",
+            )
+
+    def reset(self) -> None:
+        """Start a new transaction's account."""
+        self.produced = self.delivered = self.failed = 0
+        self.first_error = None
+        self.first_error_where = ""
+        self.first_purge = None
+        self.first_purge_where = ""

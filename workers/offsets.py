@@ -1,0 +1,161 @@
+"""Offset reset under ``auto.offset.reset=error``: a discarded position or a missing one.
+
+librdkafka reports a fetch below the log start *and* a partition with no
+committed offset with the same code, ``_AUTO_OFFSET_RESET`` (-140);
+:func:`offset_reset_verdict` tells them apart from the numbers (committed
+offset vs the listed log start and end), :func:`offset_reset_refusal` makes
+the exception, :func:`resolve_offset_reset` looks the numbers up. Verified on
+a real broker in ``tests/integration/test_worker_kafka.py``.
+
+Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5; issue 4 item 3.
+(Moved out of :mod:`workers.kafka`, which still re-exports these names.)
+"""
+
+from __future__ import annotations
+
+import enum
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
+
+__all__ = [
+    "OffsetResetVerdict",
+    "offset_reset_refusal",
+    "offset_reset_verdict",
+    "resolve_offset_reset",
+]
+
+
+class OffsetResetVerdict(enum.Enum):
+    """What a refused offset reset means, judged from the numbers."""
+
+    DISCARDED_UNREAD = "discarded_unread"
+    """Committed position below the log start: ``POSITIONS_DISCARDED_UNREAD``."""
+    BEYOND_LOG_END = "beyond_log_end"
+    """Committed position above the log end (the topic was recreated shorter,
+    seed 001 "A received topic went missing"): ``POSITIONS_DISCARDED_UNREAD``."""
+    NO_COMMITTED_OFFSET = "no_committed_offset"
+    """No committed offset: transient, no reason (facts §5)."""
+    WITHIN_LOG = "within_log"
+    """Committed position inside the log now: transient (the log moved meanwhile)."""
+
+
+def offset_reset_verdict(committed: int | None, log_start: int, log_end: int) -> OffsetResetVerdict:
+    """Tell a discarded position from a missing committed offset.
+
+    librdkafka reports both with ``_AUTO_OFFSET_RESET``; only the numbers
+    separate them (issue 4, item 3).
+
+    Args:
+        committed: the group's committed read position on the partition (the
+            next offset to read), or ``None``/negative (``OFFSET_INVALID``)
+            when none is committed.
+        log_start: the log start offset (``list_offsets`` earliest; the low
+            watermark), inclusive.
+        log_end: the high watermark (exclusive end).
+
+    Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5 ("a missing
+    committed offset stays transient").
+    """
+    if committed is None or committed < 0:
+        return OffsetResetVerdict.NO_COMMITTED_OFFSET
+    if committed < log_start:
+        return OffsetResetVerdict.DISCARDED_UNREAD
+    if committed > log_end:
+        return OffsetResetVerdict.BEYOND_LOG_END
+    return OffsetResetVerdict.WITHIN_LOG
+
+
+def offset_reset_refusal(
+    topic: str,
+    partition: int,
+    committed: int | None,
+    log_start: int,
+    log_end: int,
+    *,
+    group_id: str | None = None,
+) -> ParsleyFailClosedError | SubstrateError:
+    """The exception for a refused offset reset, from :func:`offset_reset_verdict`.
+
+    Returns:
+        ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with seed
+        001's detail shape (naming the partition, the committed position and
+        the log start, so the gap can be recorded), or a
+        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a missing committed
+        offset or a committed position inside the log.
+    """
+    verdict = offset_reset_verdict(committed, log_start, log_end)
+    tp = f"{topic}-{partition}"
+    group = group_id or "<app-id>"
+    check = (
+        f"check kafka-consumer-groups --describe --group {group} and "
+        f"kafka-get-offsets --topic {topic} --partitions {partition} --time earliest; "
+        "record the gap, then reset"
+    )
+    if verdict is OffsetResetVerdict.DISCARDED_UNREAD:
+        return ParsleyFailClosedError(
+            Reason.POSITIONS_DISCARDED_UNREAD,
+            "the broker no longer retains this process's committed read position; positions "
+            f"were discarded before they were read: {tp} committed read position {committed} "
+            f"is below the log start {log_start}, so positions {committed}..{log_start - 1} "
+            f"are gone; {check}",
+        )
+    if verdict is OffsetResetVerdict.BEYOND_LOG_END:
+        return ParsleyFailClosedError(
+            Reason.POSITIONS_DISCARDED_UNREAD,
+            "the broker no longer retains this process's committed read position: "
+            f"{tp} committed read position {committed} is beyond the log end {log_end} "
+            f"(log start {log_start}); the topic was likely recreated; {check}",
+        )
+    if verdict is OffsetResetVerdict.NO_COMMITTED_OFFSET:
+        return SubstrateError(
+            ErrorKind.SUBSTRATE_TRANSIENT,
+            f"{tp} has no committed read position and auto.offset.reset=error; "
+            "the bootstrap pre-commits positions: restart",
+            KafkaError._AUTO_OFFSET_RESET,
+        )
+    return SubstrateError(
+        ErrorKind.SUBSTRATE_TRANSIENT,
+        f"{tp} offset reset refused although committed read position {committed} is within "
+        f"the log [{log_start}, {log_end}]",
+        KafkaError._AUTO_OFFSET_RESET,
+    )
+
+
+def resolve_offset_reset(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    *,
+    group_id: str | None = None,
+    timeout_s: float = 30.0,
+) -> ParsleyFailClosedError | SubstrateError:
+    """Look up the committed offset and the log bounds, then judge the reset.
+
+    Args:
+        consumer: a consumer of the group (its committed offsets are read).
+        topic, partition: the partition the ``_AUTO_OFFSET_RESET`` error named.
+        group_id: for the detail only.
+        timeout_s: bound on each broker call, s.
+
+    Returns:
+        What :func:`offset_reset_refusal` returns.
+
+    Raises:
+        SubstrateError: the lookups themselves failed (classified).
+    """
+    tp = TopicPartition(topic, partition)
+    with map_kafka_errors(f"reading the committed offset of {topic}-{partition}"):
+        committed_tp = consumer.committed([tp], timeout=timeout_s)[0]
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    committed = committed_tp.offset
+    return offset_reset_refusal(
+        topic,
+        partition,
+        None if committed == OFFSET_INVALID or committed < 0 else committed,
+        low,
+        high,
+        group_id=group_id,
+    )
