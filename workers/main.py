@@ -73,7 +73,7 @@ from workers.kafka import (
 from workers.offsets import resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
-from workers.status import StatusReporter
+from workers.status import StatusReporter, cached_lag, status_fields
 from workers.step import TaskStep
 from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
@@ -419,54 +419,17 @@ class Worker:
     def _lag(self) -> int | None:
         if self.consumer is None or self.state is not TaskState.RUNNING:
             return None
-        total = 0
-        try:
-            tps = [TopicPartition(t, p) for t, p in sorted(self.expected)]
-            for tp in self.consumer.position(tps):
-                # Before the first record of a partition is consumed its position is
-                # unknown to the client: it reads from the committed start position.
-                position = tp.offset if tp.offset >= 0 else self.start_positions.get(
-                    (tp.topic, tp.partition), -1)
-                # Cached only (the fetch responses' high watermarks): the status may be
-                # pushed with a transaction open, where no blocking call may run.
-                _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
-                if high < 0 or position < 0:
-                    return None
-                total += max(0, high - position)
-        except KafkaException:
-            return None
-        return total
+        return cached_lag(self.consumer, self.expected, self.start_positions)
 
     def status_fields(self) -> dict[str, Any]:
         """The ``status`` message's fields besides kind, process, task, pid, sent_ms, state,
-        rss and cpu (:mod:`workers.protocol`)."""
-        engine = self.engine
-        if engine is not None:
-            fields = engine.diagnose().to_json()
-            held_total = engine.held_count()
-        else:
-            fields = {"held": [], "frontier_channels": 0, "frontier_bytes": 0,
-                      "budget_bytes": self.spec.metadata_budget_bytes}
-            held_total = 0
-        restore = None
-        if self.restore:
-            ps = list(self.restore.values())
-            restore = {
-                "records": sum(p.records_read for p in ps),
-                "position": sum(p.position - p.start_offset for p in ps),
-                "end": sum(p.end_offset - p.start_offset for p in ps),
-                "done": all(p.done for p in ps),
-            }
-        delivered = self.delivered_before + (self.step.delivered if self.step else 0)
-        fields.update({
-            "held_total": held_total,
-            "lag": self._lag(),
-            "restore": restore,
-            "delivered": delivered,
-            "commits": self.txn.commits,
-            "commit_latency_ms": self.txn.last_commit_ms,
-        })
-        return fields
+        rss and cpu (:mod:`workers.protocol`; built by :func:`workers.status.status_fields`)."""
+        return status_fields(
+            engine=self.engine, budget_bytes=self.spec.metadata_budget_bytes,
+            restore=self.restore,
+            delivered=self.delivered_before + (self.step.delivered if self.step else 0),
+            lag=self._lag(), commits=self.txn.commits,
+            commit_latency_ms=self.txn.last_commit_ms)
 
     # -- the loop ----------------------------------------------------------------------
 

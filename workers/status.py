@@ -10,16 +10,22 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import psutil  # type: ignore[import-untyped]
 import zmq
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from parsley.refusals import Reason
+from workers.changelog import RestoreProgress
 from workers.protocol import FINAL, STATUS, StopKind, TaskState
 
-__all__ = ["StatusReporter"]
+if TYPE_CHECKING:
+    from parsley.engine.engine import ProcessEngine
+
+__all__ = ["StatusReporter", "cached_lag", "status_fields"]
 
 _LINGER_MS = 3000
 """How long closing the socket waits to deliver queued messages (the final one), ms."""
@@ -106,3 +112,84 @@ class StatusReporter:
         """Close the socket (waiting up to 3 s for queued messages) and the context."""
         self._sock.close()
         self._ctx.term()
+
+
+def cached_lag(consumer: Consumer, partitions: Iterable[tuple[str, int]],
+               start_positions: Mapping[tuple[str, int], int]) -> int | None:
+    """Records on ``partitions`` past the consumer's positions, from cached watermarks only.
+
+    Never a network call: the status may be pushed with a transaction open, where no
+    blocking call may run (``transaction.timeout.ms`` is 10 s; issue 4 item 1).
+
+    Args:
+        consumer: the task's main consumer.
+        partitions: (topic, partition) pairs the task owns.
+        start_positions: committed start position per pair, the position of a partition
+            none of whose records the client consumed yet.
+
+    Returns:
+        The lag in records, or ``None`` while a watermark or position is unknown (before
+        the first fetch response) or the client failed.
+    """
+    total = 0
+    try:
+        tps = [TopicPartition(t, p) for t, p in sorted(partitions)]
+        for tp in consumer.position(tps):
+            position = tp.offset if tp.offset >= 0 else start_positions.get(
+                (tp.topic, tp.partition), -1)
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0 or position < 0:
+                return None
+            total += max(0, high - position)
+    except KafkaException:
+        return None
+    return total
+
+
+def status_fields(
+    *,
+    engine: ProcessEngine | None,
+    budget_bytes: int,
+    restore: Mapping[str, RestoreProgress],
+    delivered: int,
+    lag: int | None,
+    commits: int,
+    commit_latency_ms: float | None,
+) -> dict[str, Any]:
+    """A ``status`` message's fields besides kind, process, task, pid, sent_ms, state, rss
+    and cpu (:mod:`workers.protocol`).
+
+    Args:
+        engine: the task's engine (its diagnosis and held count), or ``None`` before one
+            is built.
+        budget_bytes: the metadata budget, bytes (reported while there is no engine).
+        restore: changelog topic -> its restore progress (empty: none under way).
+        delivered: messages delivered by the task since it started.
+        lag: from :func:`cached_lag`, or ``None``.
+        commits: transactions committed; commit_latency_ms: the last one's, ms.
+    """
+    if engine is not None:
+        fields = engine.diagnose().to_json()
+        held_total = engine.held_count()
+    else:
+        fields = {"held": [], "frontier_channels": 0, "frontier_bytes": 0,
+                  "budget_bytes": budget_bytes}
+        held_total = 0
+    progress = None
+    if restore:
+        ps = list(restore.values())
+        progress = {
+            "records": sum(p.records_read for p in ps),
+            "position": sum(p.position - p.start_offset for p in ps),
+            "end": sum(p.end_offset - p.start_offset for p in ps),
+            "done": all(p.done for p in ps),
+        }
+    fields.update({
+        "held_total": held_total,
+        "lag": lag,
+        "restore": progress,
+        "delivered": delivered,
+        "commits": commits,
+        "commit_latency_ms": commit_latency_ms,
+    })
+    return fields

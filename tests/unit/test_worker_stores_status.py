@@ -9,9 +9,10 @@ import orjson
 import zmq
 
 from parsley.refusals import Reason
+from workers.changelog import RestoreProgress
 from workers.frame import SerializedWrite
 from workers.protocol import StopKind, TaskState
-from workers.status import StatusReporter
+from workers.status import StatusReporter, status_fields
 from workers.stores import TaskStores
 
 
@@ -65,3 +66,21 @@ def test_status_and_final_messages_have_the_protocol_shape() -> None:
     assert final == {"kind": "final", "process": "proc", "task": 3, "pid": os.getpid(),
                      "sent_ms": final["sent_ms"], "stop_kind": "REFUSAL",
                      "refusal_reason": "RESERVED_HEADER_USED", "failure_detail": "detail"}
+
+
+def test_status_fields_sum_restore_progress_over_the_changelogs_without_an_engine() -> None:
+    restore = {
+        "o": RestoreProgress("o", 2, start_offset=10, end_offset=30, position=30,
+                             records_read=15, done=True),
+        "s": RestoreProgress("s", 2, start_offset=0, end_offset=8, position=3,
+                             records_read=3, done=False),
+    }
+    fields = status_fields(engine=None, budget_bytes=4096, restore=restore, delivered=7,
+                           lag=None, commits=2, commit_latency_ms=1.5)
+    assert fields == {
+        "held": [], "frontier_channels": 0, "frontier_bytes": 0, "budget_bytes": 4096,
+        "held_total": 0, "lag": None, "delivered": 7, "commits": 2, "commit_latency_ms": 1.5,
+        "restore": {"records": 18, "position": 23, "end": 28, "done": False},
+    }
+    assert status_fields(engine=None, budget_bytes=1, restore={}, delivered=0, lag=0,
+                         commits=0, commit_latency_ms=None)["restore"] is None
