@@ -42,6 +42,7 @@ from typing import Any, Final
 from workers.kafka import OWNED_PROPERTIES
 
 __all__ = [
+    "CLI_FLAGS",
     "DEFAULT_COMMIT_INTERVAL_MS",
     "DEFAULT_METADATA_BUDGET_BYTES",
     "DEFAULT_STATUS_INTERVAL_MS",
@@ -68,6 +69,14 @@ suffixes): the worker's own set, ``workers.kafka.OWNED_PROPERTIES`` (one source 
 both), plus the two Streams names a Java user may carry over (``application.id``,
 ``processing.guarantee``), which Parsley derives itself. A
 ``consumer.``/``producer.``/``admin.`` prefix does not make one acceptable."""
+
+CLI_FLAGS: Final = MappingProxyType({
+    "bootstrap_servers": "--bootstrap-servers",
+    "application_id_prefix": "--prefix",
+    "state_dir": "--state-dir",
+})
+"""The ``parsley-coordinator`` flag that sets each setting, for messages that
+tell the user where to give it (the flag names are not the field names)."""
 
 _CLIENT_PREFIXES: Final = (
     "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",
@@ -244,18 +253,61 @@ class ParsleyConfig:
         """
         merged: dict[str, Any] = {}
         props: dict[str, Any] = {}
-        sources = [cls.file_values(config_file) if config_file else {}, cls.env_values(environ),
-                   {k: v for k, v in overrides.items() if v is not None}]
-        for source in sources:
+        origin: dict[str, str] = {}
+        env = os.environ if environ is None else environ
+        env_names = {key[len(_ENV_KAFKA):].lower().replace("_", "."): key
+                     for key in env if key.startswith(_ENV_KAFKA) and len(key) > len(_ENV_KAFKA)}
+        sources = [
+            (cls.file_values(config_file) if config_file else {},
+             lambda k: f"config file {config_file} [kafka_properties]"),
+            (cls.env_values(env), lambda k: f"set by {env_names.get(k, _ENV_KAFKA + '*')}"),
+            ({k: v for k, v in overrides.items() if v is not None},
+             lambda k: "kafka_properties given in code"),
+        ]
+        for source, where in sources:
             for key, value in source.items():
                 if key == "kafka_properties":
-                    props.update(dict(value))
+                    for pkey, pvalue in dict(value).items():
+                        props[pkey] = pvalue
+                        origin[pkey] = where(pkey)
                 else:
                     merged[key] = value
+        for pkey in props:
+            if isinstance(pkey, str) and _owned(pkey) is not None:
+                try:
+                    cls("unused:0", "unused", kafka_properties={pkey: props[pkey]})
+                except ValueError as exc:
+                    raise ValueError(f"{exc} ({origin[pkey]})") from None
         for required in ("bootstrap_servers", "application_id_prefix"):
             if required not in merged:
                 raise ValueError(
-                    f"{required} is not set: give it in the config file, as "
-                    f"{ENV_PREFIX}{required.upper()}, or as --{required.replace('_', '-')}"
+                    f"{required} is not set: give it as {CLI_FLAGS[required]}, as "
+                    f"{ENV_PREFIX}{required.upper()}, or as {required} = \"...\" in the "
+                    "--config file"
                 )
         return cls(**merged, kafka_properties=props)
+
+    @staticmethod
+    def property_origins(
+        config_file: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Where each Kafka property :meth:`load` would read came from, for messages.
+
+        Returns:
+            ``{property: "set by PARSLEY_KAFKA_X" | "config file F [kafka_properties]"}``;
+            the later source wins, as in :meth:`load`. Unreadable files give nothing.
+        """
+        out: dict[str, str] = {}
+        if config_file:
+            try:
+                for key in dict(ParsleyConfig.file_values(config_file).get("kafka_properties")
+                                or {}):
+                    out[key] = f"config file {config_file} [kafka_properties]"
+            except (ValueError, OSError):
+                pass
+        env = os.environ if environ is None else environ
+        for key in env:
+            if key.startswith(_ENV_KAFKA) and len(key) > len(_ENV_KAFKA):
+                out[key[len(_ENV_KAFKA):].lower().replace("_", ".")] = f"set by {key}"
+        return out

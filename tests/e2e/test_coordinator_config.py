@@ -124,3 +124,28 @@ def test_the_operations_doc_lists_exactly_the_owned_properties() -> None:
     assert names == set(OWNED_KAFKA_PROPERTIES), (
         f"missing from the doc: {sorted(set(OWNED_KAFKA_PROPERTIES) - names)}; "
         f"not owned: {sorted(names - set(OWNED_KAFKA_PROPERTIES))}")
+
+
+def test_missing_setting_names_the_real_flag_and_variable() -> None:
+    with pytest.raises(ValueError) as info:
+        ParsleyConfig.load(environ={"PARSLEY_BOOTSTRAP_SERVERS": "h:1"})
+    message = str(info.value)
+    assert "--prefix" in message and "--application-id-prefix" not in message
+    assert "PARSLEY_APPLICATION_ID_PREFIX" in message
+    with pytest.raises(ValueError, match="--bootstrap-servers"):
+        ParsleyConfig.load(environ={}, application_id_prefix="p")
+
+
+def test_owned_property_error_names_its_source(tmp_path: Path) -> None:
+    env = {"PARSLEY_BOOTSTRAP_SERVERS": "h:1", "PARSLEY_APPLICATION_ID_PREFIX": "p"}
+    with pytest.raises(ValueError, match=r"'enable\.auto\.commit'.*set by "
+                       r"PARSLEY_KAFKA_ENABLE_AUTO_COMMIT"):
+        ParsleyConfig.load(environ={**env, "PARSLEY_KAFKA_ENABLE_AUTO_COMMIT": "true"})
+    path = tmp_path / "owned.toml"
+    path.write_text('[kafka_properties]\n"isolation.level" = "read_uncommitted"\n')
+    with pytest.raises(ValueError, match=rf"'isolation\.level'.*config file "
+                       rf"{re.escape(str(path))}"):
+        ParsleyConfig.load(path, environ=env)
+    origins = ParsleyConfig.property_origins(path, {"PARSLEY_KAFKA_LINGER_MS": "5"})
+    assert origins == {"isolation.level": f"config file {path} [kafka_properties]",
+                       "linger.ms": "set by PARSLEY_KAFKA_LINGER_MS"}
