@@ -8,11 +8,16 @@
 * :class:`StatusCollector` binds a ZeroMQ PULL socket and collects status and
   final messages;
 * :func:`read_committed` is a tiny independent ``read_committed`` reader the
-  checkers judge output with.
+  checkers judge output with;
+* :func:`relay_setup` is the setup most worker tests share: an ``in`` and an
+  ``out`` topic, a relay process with a ``counts`` store (:func:`counting_relay`
+  unless told otherwise), bootstrapped.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,8 +30,10 @@ import zmq
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
+from parsley import Channel, Effects, Store
 from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
-from tests.kafka_support import QUIET, TopicInfo
+from parsley.serdes import BYTES, JSON, STRING
+from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from workers.changelog import ensure_changelog_topic
 from workers.protocol import TaskSpec
 
@@ -61,6 +68,73 @@ def bootstrap(
     for f in futures.values():
         f.result(timeout=30)
     return width
+
+
+def counting_relay(out: Channel[Any, Any], counts: Store[Any, Any],
+                   kill_dir: str | None = None) -> Any:
+    """Count deliveries per source topic in ``counts`` and relay each to ``out``.
+
+    With ``kill_dir``, delivering a record for which a file ``kill-<topic>-<offset>``
+    exists there removes the file and SIGKILLs the worker from inside the step: after
+    the earlier deliveries of the open transaction were produced and before their
+    commit (the replay after the restart finds no file and goes on).
+    """
+
+    def handle(delivery: Any, state: Any) -> Effects:
+        if kill_dir is not None:
+            token = os.path.join(kill_dir, f"kill-{delivery.topic}-{delivery.offset}")
+            if os.path.exists(token):
+                os.remove(token)
+                os.kill(os.getpid(), signal.SIGKILL)
+        n = (state.get(counts, delivery.topic) or 0) + 1
+        return (Effects.builder()
+                .put(counts, delivery.topic, n)
+                .send(out, delivery.topic, {"src": delivery.topic, "off": delivery.offset,
+                                            "n": n})
+                .build())
+
+    return handle
+
+
+@dataclass(frozen=True)
+class RelaySetup:
+    """A bootstrapped relay ``in`` -> ``out`` (see :func:`relay_setup`).
+
+    Attributes:
+        process: the declaration; inp, out: its topics; counts: its store;
+        topics: name -> topic, both topics; prefix: the unique application prefix.
+    """
+
+    process: Process
+    inp: TopicInfo
+    out: TopicInfo
+    counts: Store[Any, Any]
+    topics: dict[str, TopicInfo]
+    prefix: str
+
+
+def relay_setup(
+    admin: AdminClient,
+    create_topic: CreateTopic,
+    unique_names: UniqueNames,
+    name: str,
+    *,
+    partitions: int = 1,
+    handler: Callable[[Channel[Any, Any], Store[Any, Any]], Any] = counting_relay,
+) -> RelaySetup:
+    """Create ``in`` and ``out`` (``partitions`` each), declare process ``name`` receiving
+    ``in`` (bytes) with ``handler(out_channel, counts)``, sending ``out`` (string keys,
+    JSON values) and storing ``counts`` (string -> JSON), and bootstrap it (start 0)."""
+    inp = create_topic(unique_names.topic("in"), partitions=partitions)
+    out = create_topic(unique_names.topic("out"), partitions=partitions)
+    counts = Store("counts", STRING, JSON)
+    out_ch = Channel(out.name, STRING, JSON)
+    process = (Process(name).receives(Channel(inp.name, BYTES, BYTES), handler(out_ch, counts))
+               .sends(out_ch).stores(counts))
+    topics = {inp.name: inp, out.name: out}
+    prefix = unique_names.group("app")
+    bootstrap(admin, prefix, process, topics)
+    return RelaySetup(process, inp, out, counts, topics, prefix)
 
 
 def make_spec(

@@ -22,14 +22,13 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Effects, Process, Store
-from parsley.serdes import BYTES, JSON, STRING
+from parsley import Channel, Effects, Store
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames
 from tests.worker_support import (
     StatusCollector,
-    bootstrap,
     make_spec,
     read_committed,
+    relay_setup,
     spawn,
     stop_worker,
 )
@@ -58,18 +57,12 @@ def test_a_transaction_timed_out_by_the_broker_stops_substrate_and_a_restart_res
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
 ) -> None:
-    inp = create_topic(unique_names.topic("in"))
-    out = create_topic(unique_names.topic("out"))
     token = tmp_path / "stall"
     token.touch()
-    counts = Store("counts", STRING, JSON)
-    out_ch = Channel(out.name, STRING, JSON)
-    process = (Process("stall").receives(Channel(inp.name, BYTES, BYTES),
-                                         stalling_relay(out_ch, counts, str(token)))
-               .sends(out_ch).stores(counts))
-    topics = {inp.name: inp, out.name: out}
-    prefix = unique_names.group("app")
-    bootstrap(kafka_admin, prefix, process, topics)
+    relay = relay_setup(kafka_admin, create_topic, unique_names, "stall",
+                        handler=lambda out_ch, counts: stalling_relay(out_ch, counts, str(token)))
+    process, inp, out, topics, prefix = (relay.process, relay.inp, relay.out,
+                                         relay.topics, relay.prefix)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
     for i in range(N):
         producer.produce(inp.name, value=b"%d" % i, partition=0)

@@ -17,15 +17,12 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Process, Store
-from parsley.serdes import BYTES, JSON, STRING
-from tests.integration.test_worker_kill import counting_relay
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames
 from tests.worker_support import (
     StatusCollector,
-    bootstrap,
     make_spec,
     read_committed,
+    relay_setup,
     spawn,
     stop_worker,
 )
@@ -38,16 +35,9 @@ def test_a_second_worker_for_the_task_fences_the_first_whose_commit_fails(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
 ) -> None:
-    inp = create_topic(unique_names.topic("in"))
-    out = create_topic(unique_names.topic("out"))
-    counts = Store("counts", STRING, JSON)
-    out_ch = Channel(out.name, STRING, JSON)
-    process = (Process("fence").receives(Channel(inp.name, BYTES, BYTES),
-                                         counting_relay(out_ch, counts))
-               .sends(out_ch).stores(counts))
-    topics = {inp.name: inp, out.name: out}
-    prefix = unique_names.group("app")
-    bootstrap(kafka_admin, prefix, process, topics)
+    relay = relay_setup(kafka_admin, create_topic, unique_names, "fence")
+    process, inp, out, topics, prefix = (relay.process, relay.inp, relay.out,
+                                         relay.topics, relay.prefix)
 
     def feed() -> None:
         producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})

@@ -18,16 +18,13 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from parsley import Channel, Process, Store
 from parsley.declarations import application_id
-from parsley.serdes import BYTES, JSON, STRING
-from tests.integration.test_worker_kill import counting_relay
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames
 from tests.worker_support import (
     StatusCollector,
-    bootstrap,
     make_spec,
     read_committed,
+    relay_setup,
     spawn,
     stop_worker,
 )
@@ -45,17 +42,10 @@ def test_tasks_own_their_partition_rebalancing_until_all_join_and_the_group_empt
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
 ) -> None:
-    inp = create_topic(unique_names.topic("in"), partitions=2)
-    out = create_topic(unique_names.topic("out"), partitions=2)
-    counts = Store("counts", STRING, JSON)
-    out_ch = Channel(out.name, STRING, JSON)
-    process = (Process("pair").receives(Channel(inp.name, BYTES, BYTES),
-                                        counting_relay(out_ch, counts))
-               .sends(out_ch).stores(counts))
-    topics = {inp.name: inp, out.name: out}
-    prefix = unique_names.group("app")
+    relay = relay_setup(kafka_admin, create_topic, unique_names, "pair", partitions=2)
+    process, inp, out, topics, prefix = (relay.process, relay.inp, relay.out,
+                                         relay.topics, relay.prefix)
     group = application_id(prefix, process.name)
-    bootstrap(kafka_admin, prefix, process, topics)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
     for i in range(20):
         producer.produce(inp.name, value=b"%d" % i, partition=i % 2)
@@ -102,16 +92,8 @@ def test_a_partition_count_change_while_running_stops_with_no_reason(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
 ) -> None:
-    inp = create_topic(unique_names.topic("in"))
-    out = create_topic(unique_names.topic("out"))
-    counts = Store("counts", STRING, JSON)
-    out_ch = Channel(out.name, STRING, JSON)
-    process = (Process("shape").receives(Channel(inp.name, BYTES, BYTES),
-                                         counting_relay(out_ch, counts))
-               .sends(out_ch).stores(counts))
-    topics = {inp.name: inp, out.name: out}
-    prefix = unique_names.group("app")
-    bootstrap(kafka_admin, prefix, process, topics)
+    relay = relay_setup(kafka_admin, create_topic, unique_names, "shape")
+    process, inp, topics, prefix = relay.process, relay.inp, relay.topics, relay.prefix
     collector = StatusCollector()
     try:
         worker = spawn(make_spec(process, prefix, kafka_bootstrap, collector.endpoint,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import threading
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Effects, Process, Store
+from parsley import Channel, Process, Store
 from parsley.engine.channel import ChannelId
 from parsley.serdes import BYTES, JSON, STRING
 from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
@@ -35,6 +34,7 @@ from tests.kafka_support import QUIET, CreateTopic, UniqueNames
 from tests.worker_support import (
     StatusCollector,
     bootstrap,
+    counting_relay,
     make_spec,
     read_committed,
     spawn,
@@ -47,32 +47,6 @@ N_A = 1500
 B_EVERY = 5  # B record j names A@(B_EVERY * j + B_EVERY - 1)
 N_B = N_A // B_EVERY
 CHUNKS = 30
-
-
-def counting_relay(out: Channel[Any, Any], counts: Store[Any, Any],
-                   kill_dir: str | None = None) -> Any:
-    """Count deliveries per source topic in ``counts`` and relay each to ``out``.
-
-    With ``kill_dir``, delivering a record for which a file ``kill-<topic>-<offset>``
-    exists there removes the file and SIGKILLs the worker from inside the step: after
-    the earlier deliveries of the open transaction were produced and before their
-    commit (the replay after the restart finds no file and goes on).
-    """
-
-    def handle(delivery: Any, state: Any) -> Effects:
-        if kill_dir is not None:
-            token = os.path.join(kill_dir, f"kill-{delivery.topic}-{delivery.offset}")
-            if os.path.exists(token):
-                os.remove(token)
-                os.kill(os.getpid(), signal.SIGKILL)
-        n = (state.get(counts, delivery.topic) or 0) + 1
-        return (Effects.builder()
-                .put(counts, delivery.topic, n)
-                .send(out, delivery.topic, {"src": delivery.topic, "off": delivery.offset,
-                                            "n": n})
-                .build())
-
-    return handle
 
 
 def _produce_input(bootstrap_servers: str, a: Any, b: Any, done: threading.Event) -> None:

@@ -18,11 +18,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Process, Store
-from parsley.serdes import BYTES, JSON, STRING
-from tests.integration.test_worker_kill import counting_relay
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import bootstrap, make_spec, read_committed
+from tests.worker_support import make_spec, read_committed, relay_setup
 from workers.identity import Backoff
 from workers.main import Stop, Worker
 from workers.protocol import StopKind, TaskState
@@ -32,16 +29,9 @@ def test_no_shape_or_identity_check_runs_with_a_transaction_open(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
 ) -> None:
-    inp = create_topic(unique_names.topic("in"), partitions=1)
-    out = create_topic(unique_names.topic("out"), partitions=1)
-    counts = Store("counts", STRING, JSON)
-    out_ch = Channel(out.name, STRING, JSON)
-    process = (Process("punct").receives(Channel(inp.name, BYTES, BYTES),
-                                         counting_relay(out_ch, counts))
-               .sends(out_ch).stores(counts))
-    topics = {inp.name: inp, out.name: out}
-    prefix = unique_names.group("app")
-    bootstrap(kafka_admin, prefix, process, topics)
+    relay = relay_setup(kafka_admin, create_topic, unique_names, "punct", partitions=1)
+    process, inp, out, topics, prefix = (relay.process, relay.inp, relay.out,
+                                         relay.topics, relay.prefix)
     spec = make_spec(process, prefix, kafka_bootstrap, "tcp://127.0.0.1:1", str(tmp_path),
                      topics, status_interval_ms=100, commit_interval_ms=5000)
 

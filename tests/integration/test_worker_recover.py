@@ -17,11 +17,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Process, Store
-from parsley.serdes import BYTES, JSON, STRING
-from tests.integration.test_worker_kill import counting_relay
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import bootstrap, make_spec, read_committed
+from tests.worker_support import make_spec, read_committed, relay_setup
 from workers.kafka import ErrorKind, SubstrateError
 from workers.main import Stop, Worker
 from workers.protocol import StopKind
@@ -33,16 +30,9 @@ def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
 ) -> None:
-    inp = create_topic(unique_names.topic("in"), partitions=1)
-    out = create_topic(unique_names.topic("out"), partitions=1)
-    counts = Store("counts", STRING, JSON)
-    out_ch = Channel(out.name, STRING, JSON)
-    process = (Process("recover").receives(Channel(inp.name, BYTES, BYTES),
-                                           counting_relay(out_ch, counts))
-               .sends(out_ch).stores(counts))
-    topics = {inp.name: inp, out.name: out}
-    prefix = unique_names.group("app")
-    bootstrap(kafka_admin, prefix, process, topics)
+    relay = relay_setup(kafka_admin, create_topic, unique_names, "recover", partitions=1)
+    process, inp, out, topics, prefix = (relay.process, relay.inp, relay.out,
+                                         relay.topics, relay.prefix)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
     for i in range(N):
         producer.produce(inp.name, value=b"%d" % i, partition=0)
