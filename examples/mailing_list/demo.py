@@ -23,7 +23,9 @@ What it does, in order:
    acknowledged and finds every input handled (or nothing moves for
    ``--timeout`` seconds), runs the
    naive consumer (``naive.py``) over the full topics, stops both coordinators
-   (SIGTERM, a bounded shutdown), and prints the checker's verdict as its last line::
+   (SIGTERM, a bounded shutdown), and prints the most ``digest`` held at once
+   (status sampled every 0.25 s while it catches up, :class:`HoldRecord`) with one
+   example blocker, then the checker's verdict as its last line::
 
        RESULT messages=<n> handled=<n> duplicates=0 lost=0 causal_violations=0 naive_inversions=<k>
 
@@ -75,12 +77,15 @@ from examples.mailing_list.threads import (
     resolve_data_path,
 )
 
-__all__ = ["Coordinator", "DemoSettings", "LocalBroker", "create_topics", "main", "run_demo"]
+__all__ = ["Coordinator", "DemoSettings", "HoldRecord", "LocalBroker", "create_topics",
+           "example_blocker", "main", "process_holds", "run_demo"]
 
 APP: Final = "examples.mailing_list.app"
 _CONFIG_ENV: Final = ("PARSLEY_BOOTSTRAP_SERVERS", "PARSLEY_APPLICATION_ID_PREFIX",
                       "PARSLEY_STATE_DIR")
 """``PARSLEY_*`` variables that would override the coordinators' config files."""
+HOLD_POLL_S: Final = 0.25
+"""Status poll interval while ``digest`` catches up, s: often enough to see its peak hold."""
 BIN: Final = Path(sys.executable).parent
 """The virtual environment's ``bin``: ``parsley-coordinator`` and ``parsley-devbroker``."""
 
@@ -347,6 +352,82 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     return lines
 
 
+def example_blocker(held: dict[str, Any]) -> str | None:
+    """One held head and what it waits for, in words, or ``None`` without a blocker (pure).
+
+    Args:
+        held: one ``held`` entry of a task in ``parsley-coordinator status --json``
+            (issue 5 shape: ``topic``, ``partition``, ``head`` offset, ``blockers``).
+
+    Returns:
+        e.g. ``list.threaded-1@118 waited for list.posts-1 up to 123 (settled 122)``;
+        ``settled none`` where the blocking channel has settled nothing yet.
+    """
+    blockers = held.get("blockers") or []
+    if not blockers:
+        return None
+    b = blockers[0]
+    settled = b.get("settled")
+    return (f"{held.get('topic')}-{held.get('partition')}@{held.get('head')} waited for "
+            f"{b.get('topic')}-{b.get('partition')} up to {b.get('required')} "
+            f"(settled {'none' if settled is None else settled})")
+
+
+def process_holds(status: dict[str, Any], process: str = "digest") -> tuple[int, str | None]:
+    """Messages ``process`` holds in one ``status --json`` answer, and one example (pure).
+
+    Returns:
+        (held messages summed over its tasks and channels, :func:`example_blocker`
+        of the first held head that has a blocker, or ``None``); ``(0, None)`` when
+        the answer does not name the process.
+    """
+    proc = (status.get("processes") or {}).get(process) or {}
+    total, example = 0, None
+    for task in sorted(proc.get("tasks") or [], key=lambda t: t.get("task", 0)):
+        for held in task.get("held") or []:
+            total += int(held.get("count") or 0)
+            if example is None:
+                example = example_blocker(held)
+    return total, example
+
+
+@dataclass
+class HoldRecord:
+    """The most ``digest`` held at once over the status samples seen, with an example.
+
+    Attributes:
+        process: the process watched.
+        samples: answers observed.
+        peak: the largest held total in one answer (messages).
+        example: a blocker from the peak answer (or the first one seen, if the
+            peak answer had none), :func:`example_blocker`'s words.
+    """
+
+    process: str = "digest"
+    samples: int = 0
+    peak: int = 0
+    example: str | None = None
+
+    def observe(self, status: dict[str, Any]) -> None:
+        """Take one ``status --json`` answer into account."""
+        held, example = process_holds(status, self.process)
+        self.samples += 1
+        if held > self.peak:
+            self.peak = held
+            self.example = example or self.example
+        elif self.example is None:
+            self.example = example
+
+    def summary(self) -> str:
+        """One line for the end of the run, e.g. ``digest held up to 1087 messages at once;
+        e.g. list.threaded-1@118 waited for list.posts-1 up to 123 (settled 122)``."""
+        if self.peak == 0:
+            return (f"{self.process} held no message in {self.samples} status samples "
+                    "(nothing it received was ahead of its causes when sampled)")
+        text = f"{self.process} held up to {self.peak} messages at once"
+        return f"{text}; e.g. {self.example}" if self.example else text
+
+
 _HEADERS: Final = ("process", "state", "task", "pid", "held", "head held message and its blocker",
                    "lag", "frontier B")
 
@@ -425,16 +506,24 @@ class _StatusPoller:
         self._coordinators = coordinators
         self._display = display
         self._interval_s = interval_s
+        self.holds = HoldRecord()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-poller", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def faster(self, interval_s: float) -> None:
+        """Poll every ``interval_s`` from now on (while ``digest`` catches up)."""
+        self._interval_s = interval_s
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            answers = [c.status() for c in list(self._coordinators) if c.alive()]
-            self._display.show_status([a for a in answers if a])
+            answers = [a for a in (c.status() for c in list(self._coordinators) if c.alive())
+                       if a]
+            for answer in answers:
+                self.holds.observe(answer)
+            self._display.show_status(answers)
 
     def stop(self) -> None:
         self._stop.set()
@@ -567,14 +656,17 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
                 outcome.ingest = ingest(bootstrap, topics.posts, chosen, threads, plan,
                                         on_progress=progress)
                 display.say(f"replayed {outcome.ingest.posts} posts "
-                            f"({outcome.ingest.bytes_sent / 1e6:.1f} MB, "
-                            f"{outcome.ingest.delayed} held back) in "
-                            f"{outcome.ingest.elapsed_s:.1f} s; end-of-input markers sent")
+                            f"({outcome.ingest.bytes_sent / 1e6:.1f} MB"
+                            + (f", {outcome.ingest.delayed} delayed by --delay-every"
+                               if outcome.ingest.delayed else "")
+                            + f") in {outcome.ingest.elapsed_s:.1f} s; "
+                            "end-of-input markers sent")
                 if not digest:
                     if settings.digest_delay_s:
                         time.sleep(settings.digest_delay_s)
                     display.describe("digest catching up")
                     digest.append(coordinator("DIGEST"))
+                poller.faster(HOLD_POLL_S)  # catch the peak of the hold-back
                 reader = RunReader(bootstrap, topics)
                 outcome.verdict = _wait_complete(reader, coordinators, display,
                                                  settings.timeout_s, outcome.ingest.posts)
@@ -604,6 +696,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
             f"({verdict.misplaced} contradicting their posts); "
             f"naive consumer saw {naive.inversions} of {naive.threaded} threaded events "
             "before their post or their parent's",
+            poller.holds.summary(),
             *([incomplete] if incomplete else [])])
     return outcome
 

@@ -15,7 +15,10 @@ from examples.mailing_list.checker import Verdict
 from examples.mailing_list.demo import (
     Coordinator,
     DemoOutcome,
+    HoldRecord,
+    example_blocker,
     incompleteness,
+    process_holds,
     status_lines,
     status_rows,
     status_table,
@@ -93,3 +96,35 @@ def test_a_clean_verdict_over_part_of_the_input_is_a_failure() -> None:
     assert short.incomplete == reason and not short.ok
     assert DemoOutcome(verdict=clean(5_000), ingest=IngestReport(posts=5_000)).incomplete is None
     assert DemoOutcome(verdict=clean(5_000)).incomplete is not None  # nothing ingested known
+
+
+def _answer(held: list[tuple[int, int, int, int | None]]) -> dict[str, object]:
+    """A digest answer: one task per (count, head, required, settled)."""
+    return {"processes": {"digest": {"state": "RUNNING", "tasks": [
+        {"task": i, "held": [{"topic": "list.threaded", "partition": i, "count": count,
+                              "head": head, "blockers": [{"topic": "list.posts", "partition": i,
+                                                          "required": req, "settled": st}]}]}
+        for i, (count, head, req, st) in enumerate(held)]}}}
+
+
+def test_process_holds_sums_tasks_and_names_the_first_blocker() -> None:
+    total, example = process_holds(_answer([(3, 118, 123, 122), (5, 7, 9, None)]))
+    assert total == 8
+    assert example == "list.threaded-0@118 waited for list.posts-0 up to 123 (settled 122)"
+    assert process_holds(ANSWER, "threader") == (0, None)
+    assert process_holds({}) == (0, None)
+    assert example_blocker({"topic": "b", "partition": 2, "head": 4, "blockers": []}) is None
+    assert example_blocker(_answer([(1, 4, 9, None)])["processes"]["digest"]["tasks"][0]  # type: ignore[index]
+                           ["held"][0]).endswith("up to 9 (settled none)")
+
+
+def test_hold_record_keeps_the_peak_and_its_example() -> None:
+    record = HoldRecord()
+    assert record.summary().startswith("digest held no message in 0 status samples")
+    for answer in (_answer([(2, 10, 11, 9)]), _answer([(700, 20, 30, 25), (387, 5, 6, 1)]),
+                   _answer([(40, 99, 100, 98)]), {}):
+        record.observe(answer)
+    assert (record.samples, record.peak) == (4, 1087)
+    assert record.summary() == ("digest held up to 1087 messages at once; e.g. "
+                                "list.threaded-0@20 waited for list.posts-0 up to 30 "
+                                "(settled 25)")
