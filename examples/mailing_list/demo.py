@@ -56,7 +56,14 @@ import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from examples.mailing_list.app import TOPIC_SUFFIX_ENV, Topics
@@ -428,6 +435,13 @@ class HoldRecord:
         return f"{text}; e.g. {self.example}" if self.example else text
 
 
+def digest_label(steps: int | None) -> str:
+    """The digest progress row's label; its bar counts posts handled (pure)."""
+    if steps is None:
+        return "digest: posts handled (catching up)"
+    return f"digest: posts handled ({steps} steps)"
+
+
 _HEADERS: Final = ("process", "state", "task", "pid", "held", "head held message and its blocker",
                    "lag", "frontier B")
 
@@ -452,7 +466,8 @@ class _Display:
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                                  disable=not self.live)
-        self.task = self.progress.add_task("replaying list.posts", total=total)
+        self.task = self.progress.add_task("replay: posts sent to list.posts", total=total)
+        self.digest_task: TaskID | None = None
         self.statuses: list[dict[str, Any]] = []
         self._live: Live | None = None
         self._last_plain = 0.0
@@ -478,8 +493,13 @@ class _Display:
         if self._live is not None:
             self._live.update(self._render())
 
-    def describe(self, text: str) -> None:
-        self.progress.update(self.task, description=text)
+    def digest_progress(self, handled: int, total: int, steps: int | None = None) -> None:
+        """The second row: posts ``digest`` handled (checker's count) of ``total`` ingested."""
+        label = digest_label(steps)
+        if self.digest_task is None:
+            self.digest_task = self.progress.add_task(label, total=total)
+        self.progress.update(self.digest_task, completed=handled, total=total,
+                             description=label)
 
     def say(self, text: str) -> None:
         self.console.print(text)
@@ -664,7 +684,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
                 if not digest:
                     if settings.digest_delay_s:
                         time.sleep(settings.digest_delay_s)
-                    display.describe("digest catching up")
+                    display.digest_progress(0, outcome.ingest.posts)
                     digest.append(coordinator("DIGEST"))
                 poller.faster(HOLD_POLL_S)  # catch the peak of the hold-back
                 reader = RunReader(bootstrap, topics)
@@ -726,8 +746,7 @@ def _wait_complete(reader: RunReader, coordinators: list[Coordinator], display: 
             display.say(f"coordinator {', '.join(dead)} exited; judging what is there "
                         f"(logs: {', '.join(str(c.log_path) for c in coordinators)})")
             return reader.refresh()
-        display.describe(f"digest: {verdict.steps} steps, {verdict.handled}/{verdict.messages}"
-                         " posts handled")
+        display.digest_progress(verdict.handled, posts_ingested, verdict.steps)
         time.sleep(2.0)
 
 

@@ -16,6 +16,8 @@ from examples.mailing_list.demo import (
     Coordinator,
     DemoOutcome,
     HoldRecord,
+    _Display,
+    digest_label,
     example_blocker,
     incompleteness,
     process_holds,
@@ -128,3 +130,17 @@ def test_hold_record_keeps_the_peak_and_its_example() -> None:
     assert record.summary() == ("digest held up to 1087 messages at once; e.g. "
                                 "list.threaded-0@20 waited for list.posts-0 up to 30 "
                                 "(settled 25)")
+
+
+def test_progress_rows_say_what_their_bars_count() -> None:
+    console = Console(width=120, record=True, force_terminal=True)
+    display = _Display(console, live=True, total=5000)
+    display.advance(5000)
+    display.digest_progress(1200, 5000, 3400)
+    console.print(display.progress)
+    lines = [ln for ln in console.export_text().splitlines() if ln.strip()]
+    replay = next(ln for ln in lines if "replay" in ln)
+    digest = next(ln for ln in lines if "digest" in ln)
+    assert "5000/5000" in replay and "digest" not in replay
+    assert "1200/5000" in digest and "posts handled (3400 steps)" in digest
+    assert digest_label(None) == "digest: posts handled (catching up)"
