@@ -312,20 +312,21 @@ def _blockers(held: dict[str, Any]) -> str:
 
 
 def status_rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
-    """Rows of the status table from one ``status --json`` answer.
+    """Rows of the status table from one ``status --json`` answer (pure).
 
-    One row per task: process, state, task, pid, held count, the first held
-    channel's head position and what it waits for, lag (offsets), frontier bytes.
+    One row per process: its name and state (with the refusal reason after a
+    stop), the rest blank. Under it one row per task: ``task <n>``, the task's own
+    state from its last report (``-`` where the answer has none), pid, held
+    count, the first held channel's head position and what it waits for, lag
+    (offsets), frontier bytes.
     """
     rows: list[tuple[str, ...]] = []
     for name, proc in sorted((status.get("processes") or {}).items()):
         state = str(proc.get("state"))
         if proc.get("refusal_reason"):
             state += f" {proc['refusal_reason']}"
-        tasks = proc.get("tasks") or []
-        if not tasks:
-            rows.append((name, state, "-", "-", "-", "", "-", "-"))
-        for task in sorted(tasks, key=lambda t: t.get("task", 0)):
+        rows.append((name, state, "", "", "", "", ""))
+        for task in sorted(proc.get("tasks") or [], key=lambda t: t.get("task", 0)):
             held = task.get("held") or []
             count = sum(int(h.get("count") or 0) for h in held)
             head = ""
@@ -334,9 +335,9 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
                 head = (f"{first.get('topic')}-{first.get('partition')}@{first.get('head')} "
                         f"waits: {_blockers(first)}")
             lag = task.get("lag")
-            rows.append((name, state, str(task.get("task")), str(task.get("pid")), str(count),
-                         head, "-" if lag is None else str(lag),
-                         str(task.get("frontier_bytes", "-"))))
+            rows.append((f"  task {task.get('task')}", str(task.get("state") or "-"),
+                         str(task.get("pid")), str(count), head,
+                         "-" if lag is None else str(lag), str(task.get("frontier_bytes", "-"))))
     return rows
 
 
@@ -442,8 +443,8 @@ def digest_label(steps: int | None) -> str:
     return f"digest: posts handled ({steps} steps)"
 
 
-_HEADERS: Final = ("process", "state", "task", "pid", "held", "head held message and its blocker",
-                   "lag", "frontier B")
+_HEADERS: Final = ("process / task", "state", "pid", "held",
+                   "head held message and its blocker", "lag", "frontier B")
 
 
 def status_table(statuses: Sequence[dict[str, Any]]) -> Table:

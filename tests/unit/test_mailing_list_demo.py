@@ -35,7 +35,8 @@ ANSWER = {"processes": {
                            "settled": 300}]}],
          "frontier_channels": 2, "frontier_bytes": 54, "budget_bytes": 262144, "lag": 900,
          "updated_ms_ago": 230},
-        {"task": 0, "pid": 40, "held": [], "frontier_channels": 0, "frontier_bytes": 2,
+        {"task": 0, "pid": 40, "state": "RESTORING", "held": [],
+         "frontier_channels": 0, "frontier_bytes": 2,
          "budget_bytes": 262144, "lag": None, "updated_ms_ago": 100},
     ]},
     "threader": {"state": "STOPPED", "refusal_reason": "SUBSTRATE_MISCONFIGURED",
@@ -43,13 +44,16 @@ ANSWER = {"processes": {
 }}
 
 
-def test_rows_name_each_task_its_held_head_and_blocker() -> None:
+def test_rows_show_the_process_state_once_and_each_tasks_own_state() -> None:
     rows = status_rows(ANSWER)
-    assert rows[0] == ("digest", "RUNNING", "0", "40", "0", "", "-", "2")
-    assert rows[1] == ("digest", "RUNNING", "1", "41", "248",
+    assert rows[0] == ("digest", "RUNNING", "", "", "", "", "")
+    assert rows[1] == ("  task 0", "RESTORING", "40", "0", "", "-", "2")
+    assert rows[2] == ("  task 1", "-", "41", "248",
                        "list.threaded-1@113 waits: list.posts-1 needs 512, settled 300",
                        "900", "54")
-    assert rows[2][:2] == ("threader", "STOPPED SUBSTRATE_MISCONFIGURED")
+    assert rows[3][:2] == ("threader", "STOPPED SUBSTRATE_MISCONFIGURED")
+    assert len(rows) == 4, "a stopped process without tasks has its process row only"
+    assert sum(row[1] == "RUNNING" for row in rows) == 1, "the process state is not repeated"
 
 
 def test_plain_lines_sum_per_process_and_show_stops() -> None:
