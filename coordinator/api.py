@@ -35,6 +35,7 @@ from coordinator.bootstrap import (
     bootstrap_process,
     resolve_topics,
 )
+from coordinator.bootstrap.common import with_client_logger
 from coordinator.config import ParsleyConfig
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
@@ -174,7 +175,8 @@ class Parsley:
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)
             _refuse_a_second_coordinator(endpoint)
-        admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
+        admin = AdminClient(with_client_logger(
+            admin_config(config.bootstrap_servers, config.kafka_properties)))
         plans = bootstrap(config, procs, admin=admin, group_window_s=group_window_s)
         by_name = {p.name: p for p in procs}
 

@@ -419,19 +419,22 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient
 
     from coordinator.bootstrap import StartError, kafka_topic_id, read_ordering_state
+    from coordinator.bootstrap.common import check_reachable, with_client_logger
     from parsley.declarations import ordering_changelog
     from workers.changelog import describe_topic
     from workers.kafka import admin_config, restore_consumer_config
 
     name = ordering_changelog(config.application_id_prefix, process)
-    admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
+    admin = AdminClient(with_client_logger(
+        admin_config(config.bootstrap_servers, config.kafka_properties)))
+    check_reachable(admin, config.bootstrap_servers)
     info = describe_topic(admin, name)
     if info is None:
         raise StartError(f"the ordering changelog {name} does not exist")
     cfg = restore_consumer_config(config.bootstrap_servers, config.application_id_prefix,
                                   process, 0, config.kafka_properties)
     cfg["client.id"] = f"parsley-inspect-{process}"
-    consumer = Consumer(cfg)
+    consumer = Consumer(with_client_logger(cfg))
     try:
         states = read_ordering_state(admin, consumer, name, info.partitions)
     finally:

@@ -67,7 +67,9 @@ from coordinator.bootstrap.common import (
     UNKNOWN_ANSWERS,
     StartError,
     StartRetryableError,
+    check_reachable,
     refuse,
+    with_client_logger,
 )
 from coordinator.bootstrap.group import await_empty_group, bootstrap_consumer
 from coordinator.bootstrap.positions import (
@@ -230,7 +232,7 @@ def bootstrap_process(
             cfg = restore_consumer_config(config.bootstrap_servers, prefix, process.name, 0,
                                           config.kafka_properties)
             cfg["client.id"] = f"{BOOTSTRAP_CLIENT_PREFIX}{app_id}-changelog"
-            read_consumer = Consumer(cfg)
+            read_consumer = Consumer(with_client_logger(cfg))
         return read_ordering_state(admin, read_consumer, changelog_name, partitions,
                                    on_progress=on_progress)
 
@@ -405,7 +407,9 @@ def bootstrap(
     if on_progress is None:
         on_progress = progress_logger()
     if admin is None:  # AdminClient has no close; it is released with the object
-        admin = AdminClient(admin_config(config.bootstrap_servers, config.kafka_properties))
+        admin = AdminClient(with_client_logger(
+            admin_config(config.bootstrap_servers, config.kafka_properties)))
+    check_reachable(admin, config.bootstrap_servers)
     names = {c.name for p in procs for c in (*(i.channel for i in p.inputs), *p.outputs)}
     topics = resolve_topics(admin, names, sleep=sleep)
     plans: dict[str, ProcessPlan] = {}

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import Final
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
 
 from confluent_kafka import KafkaError
 
@@ -15,14 +19,21 @@ __all__ = [
     "BOOTSTRAP_CLIENT_PREFIX",
     "BOOTSTRAP_METADATA",
     "DEFAULT_GROUP_WINDOW_S",
+    "KAFKA_CLIENT_LOG",
+    "REACH_TIMEOUT_S",
     "STABLE_DEADLINE_S",
     "STABLE_RETRY_S",
     "TOPIC_ID_FLOOR",
     "UNKNOWN_ANSWERS",
     "UNKNOWN_CODES",
+    "UNREACHABLE_CODES",
+    "RepeatFilter",
     "StartError",
     "StartRetryableError",
+    "check_reachable",
     "refuse",
+    "unreachable_message",
+    "with_client_logger",
 ]
 
 log = logging.getLogger("parsley.coordinator.bootstrap")
@@ -43,6 +54,99 @@ DEFAULT_GROUP_WINDOW_S: Final = 12.0
 UNKNOWN_CODES: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 TOPIC_ID_FLOOR: Final = "3.7.0"
 """The broker version below which topics have no ids (seed 001, SUBSTRATE_MISCONFIGURED)."""
+
+
+UNREACHABLE_CODES: Final = frozenset(
+    {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+)
+"""librdkafka codes meaning "no broker answered": the address or the brokers, not ACLs."""
+REACH_TIMEOUT_S: Final = 10.0
+"""How long the first metadata request may take before the start says the cluster
+cannot be reached, s (fail fast instead of the 30 s admin timeout)."""
+
+_NUMBERS = re.compile(r"\d+")
+
+
+class RepeatFilter(logging.Filter):
+    """Pass a librdkafka log line the first time; hold its repeats for ``window_s``.
+
+    Lines are the same when they differ only in numbers ("after 0ms", "#producer-1"
+    vs "-2"). A repeat after the window passes with "(N similar line(s) suppressed
+    in the last W s)" appended. A down broker otherwise prints ~20 lines a second.
+
+    Args:
+        window_s: the hold, s.
+        clock: monotonic seconds (tests pass a fake).
+    """
+
+    def __init__(self, window_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._clock = clock
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = _NUMBERS.sub("#", record.getMessage())
+        now = self._clock()
+        with self._lock:
+            first, held = self._seen.get(key, (None, 0))
+            if first is not None and now - first < self._window_s:
+                self._seen[key] = (first, held + 1)
+                return False
+            self._seen[key] = (now, 0)
+            if len(self._seen) > 1000:
+                self._seen = {key: (now, 0)}
+        if held:
+            record.msg = f"{record.getMessage()} ({held} similar line(s) suppressed in the " \
+                         f"last {self._window_s:g} s)"
+            record.args = ()
+        return True
+
+
+KAFKA_CLIENT_LOG: Final = logging.getLogger("parsley.coordinator.kafka")
+"""Where the coordinator's own Kafka clients (admin, bootstrap and inspect consumers)
+log: librdkafka's lines through Python logging, repeats held by :class:`RepeatFilter`."""
+KAFKA_CLIENT_LOG.addFilter(RepeatFilter())
+
+
+def with_client_logger(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``logger`` set to :data:`KAFKA_CLIENT_LOG` (unless the caller set one).
+
+    A consumer's lines arrive from its ``poll``; an admin client's from its
+    calls and ``poll``.
+    """
+    config.setdefault("logger", KAFKA_CLIENT_LOG)
+    return config
+
+
+def unreachable_message(bootstrap_servers: str, code: str) -> str:
+    """The message for a cluster no broker of which answered (code: a librdkafka name)."""
+    return (f"could not reach the Kafka cluster at {bootstrap_servers} ({code}); check the "
+            "address and that the brokers are up, then retry")
+
+
+def check_reachable(admin: Any, bootstrap_servers: str,
+                    timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Fail fast when no broker answers a metadata request within ``timeout_s``.
+
+    Raises:
+        StartError: :func:`unreachable_message` for ``UNREACHABLE_CODES``; other
+            failures name their error.
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in UNREACHABLE_CODES:
+            raise StartError(unreachable_message(bootstrap_servers, err.name())) from exc
+        raise StartError(f"could not read the cluster's metadata at {bootstrap_servers} "
+                         f"({exc}); check the address and the ACLs, then retry") from exc
+    finally:
+        admin.poll(0)  # hands librdkafka's queued lines to KAFKA_CLIENT_LOG
 
 
 class StartError(RuntimeError):

@@ -19,6 +19,7 @@ from coordinator.bootstrap.common import (
     BOOTSTRAP_CLIENT_PREFIX,
     StartError,
     refuse,
+    with_client_logger,
 )
 from coordinator.config import ParsleyConfig
 from parsley.refusals import Reason
@@ -76,4 +77,4 @@ def bootstrap_consumer(config: ParsleyConfig, group: str) -> Consumer:
         "allow.auto.create.topics": False,
         "isolation.level": "read_committed",
     })
-    return Consumer(props)
+    return Consumer(with_client_logger(props))

@@ -17,6 +17,7 @@ from coordinator.bootstrap.common import (
     TOPIC_ID_FLOOR,
     UNKNOWN_ANSWERS,
     UNKNOWN_CODES,
+    UNREACHABLE_CODES,
     StartError,
     refuse,
 )
@@ -69,6 +70,11 @@ def _describe_once(
             if isinstance(err, KafkaError) and err.code() in UNKNOWN_CODES:
                 unknown.append(name)
                 continue
+            if isinstance(err, KafkaError) and err.code() in UNREACHABLE_CODES:
+                raise StartError(
+                    f"could not describe declared topic '{name}': no broker answered "
+                    f"({err.name()}); check the address and that the brokers are up, then retry"
+                ) from exc
             raise StartError(
                 f"could not describe declared topic '{name}' ({exc}); restore connectivity "
                 "or grant Describe on the topic, then retry"

@@ -252,3 +252,15 @@ def test_refusal_after_start_exits_3_and_status_is_logged(
     assert run.returncode == ExitCode.REFUSAL, err
     assert "refusal=UNDECODABLE_METADATA" in err and "(failing closed)" in err
     assert "status relay: RUNNING refusal=None" in err, "the status is logged on a timer"
+
+
+def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) -> None:
+    (tmp_path / "cliapp.py").write_text(APP)
+    res = _cli(["run", "cliapp:processes", "--bootstrap-servers", "127.0.0.1:9", "--prefix",
+                "nobody", "--state-dir", str(tmp_path)], tmp_path,
+               _env("cli-unreach-src", "cli-unreach-out"), timeout=60)
+    assert res.returncode == ExitCode.FAILURE, res.stderr
+    assert "could not reach the Kafka cluster at 127.0.0.1:9" in res.stderr, res.stderr
+    assert "grant Describe" not in res.stderr
+    connect_lines = [ln for ln in res.stderr.splitlines() if "Connect to" in ln]
+    assert 1 <= len(connect_lines) <= 2, res.stderr
