@@ -54,6 +54,7 @@ from typing import Any, Final
 
 import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import (
@@ -65,6 +66,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from examples.mailing_list.app import TOPIC_SUFFIX_ENV, Topics
 from examples.mailing_list.checker import RunReader, Verdict, print_verdict
@@ -311,14 +313,41 @@ def _blockers(held: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def short_topic(topic: object) -> str:
+    """``list.posts.<run suffix>`` -> ``posts``: the demo's topics without prefix and suffix."""
+    return str(topic).removeprefix("list.").split(".")[0]
+
+
+def short_blocker(held: dict[str, Any]) -> str:
+    """A held head and its first blocker in one short cell for the table (pure).
+
+    Args:
+        held: one ``held`` entry of a task in ``status --json``.
+
+    Returns:
+        e.g. ``threaded-1@118 ← posts-1 needs 123 (at 122)`` (``at none``: the
+        blocking channel settled nothing yet; `` +N`` when N more blockers);
+        ``threaded-1@118`` when no blocker is named.
+    """
+    text = f"{short_topic(held.get('topic'))}-{held.get('partition')}@{held.get('head')}"
+    blockers = held.get("blockers") or []
+    if not blockers:
+        return text
+    b = blockers[0]
+    settled = b.get("settled")
+    text += (f" \u2190 {short_topic(b.get('topic'))}-{b.get('partition')} needs "
+             f"{b.get('required')} (at {'none' if settled is None else settled})")
+    return text + (f" +{len(blockers) - 1}" if len(blockers) > 1 else "")
+
+
 def status_rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
     """Rows of the status table from one ``status --json`` answer (pure).
 
     One row per process: its name and state (with the refusal reason after a
     stop), the rest blank. Under it one row per task: ``task <n>``, the task's own
     state from its last report (``-`` where the answer has none), pid, held
-    count, the first held channel's head position and what it waits for, lag
-    (offsets), frontier bytes.
+    count, the first held channel's head and its blocker (:func:`short_blocker`),
+    lag (offsets), frontier bytes.
     """
     rows: list[tuple[str, ...]] = []
     for name, proc in sorted((status.get("processes") or {}).items()):
@@ -329,11 +358,7 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
         for task in sorted(proc.get("tasks") or [], key=lambda t: t.get("task", 0)):
             held = task.get("held") or []
             count = sum(int(h.get("count") or 0) for h in held)
-            head = ""
-            if held:
-                first = held[0]
-                head = (f"{first.get('topic')}-{first.get('partition')}@{first.get('head')} "
-                        f"waits: {_blockers(first)}")
+            head = short_blocker(held[0]) if held else ""
             lag = task.get("lag")
             rows.append((f"  task {task.get('task')}", str(task.get("state") or "-"),
                          str(task.get("pid")), str(count), head,
@@ -443,18 +468,26 @@ def digest_label(steps: int | None) -> str:
     return f"digest: posts handled ({steps} steps)"
 
 
-_HEADERS: Final = ("process / task", "state", "pid", "held",
-                   "head held message and its blocker", "lag", "frontier B")
+_HEADERS: Final = ("process", "state", "pid", "held", "held head \u2190 blocker", "lag",
+                   "frontier B")
+_BLOCKER: Final = 4
+"""Index of the blocker column in :data:`_HEADERS`."""
 
 
 def status_table(statuses: Sequence[dict[str, Any]]) -> Table:
     """The live status table over every coordinator's answer."""
-    table = Table(title="parsley-coordinator status", title_justify="left", expand=False)
-    for h in _HEADERS:
-        table.add_column(h, overflow="fold")
+    table = Table(title="parsley-coordinator status", title_justify="left", expand=False,
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    # One line per task. The blocker column is the one rich narrows first (it is
+    # the only wrappable column), and its cells never wrap: they end in an ellipsis.
+    for i, h in enumerate(_HEADERS):
+        table.add_column(Text(h, no_wrap=True, overflow="ellipsis"), no_wrap=i != _BLOCKER,
+                         overflow="ellipsis",
+                         justify="right" if i in (2, 3, 5, 6) else "left")
     for status in statuses:
         for row in status_rows(status):
-            table.add_row(*row)
+            table.add_row(*(Text(cell, no_wrap=True, overflow="ellipsis") if i == _BLOCKER
+                            else cell for i, cell in enumerate(row)))
     return table
 
 

@@ -21,6 +21,7 @@ from examples.mailing_list.demo import (
     example_blocker,
     incompleteness,
     process_holds,
+    short_blocker,
     status_lines,
     status_rows,
     status_table,
@@ -49,8 +50,7 @@ def test_rows_show_the_process_state_once_and_each_tasks_own_state() -> None:
     assert rows[0] == ("digest", "RUNNING", "", "", "", "", "")
     assert rows[1] == ("  task 0", "RESTORING", "40", "0", "", "-", "2")
     assert rows[2] == ("  task 1", "-", "41", "248",
-                       "list.threaded-1@113 waits: list.posts-1 needs 512, settled 300",
-                       "900", "54")
+                       "threaded-1@113 \u2190 posts-1 needs 512 (at 300)", "900", "54")
     assert rows[3][:2] == ("threader", "STOPPED SUBSTRATE_MISCONFIGURED")
     assert len(rows) == 4, "a stopped process without tasks has its process row only"
     assert sum(row[1] == "RUNNING" for row in rows) == 1, "the process state is not repeated"
@@ -72,7 +72,34 @@ def test_table_renders_every_row() -> None:
     console = Console(width=200, record=True)
     console.print(status_table([ANSWER]))
     text = console.export_text()
-    assert "list.posts-1 needs 512" in text and "SUBSTRATE_MISCONFIGURED" in text
+    assert "posts-1 needs 512 (at 300)" in text and "SUBSTRATE_MISCONFIGURED" in text
+
+
+def test_at_80_columns_each_task_is_one_line_and_the_blocker_ends_in_an_ellipsis() -> None:
+    wide = {"processes": {"digest": {"state": "RUNNING", "tasks": [
+        {"task": i, "pid": 123456, "state": "RUNNING", "lag": 12345, "frontier_bytes": 254,
+         "held": [{"topic": "list.threaded.b6de48b8", "partition": i, "count": 1087,
+                   "head": 118, "blockers": [{"topic": "list.posts.b6de48b8", "partition": i,
+                                              "required": 12345, "settled": 12344}]}]}
+        for i in range(4)]}}}
+    console = Console(width=80, record=True)
+    console.print(status_table([wide]))
+    lines = console.export_text().splitlines()
+    for i in range(4):
+        (line,) = [ln for ln in lines if f"task {i}" in ln]
+        assert f"threaded-{i}@118" in line and "\u2026" in line and "12345" in line
+        assert "1087" in line and "254" in line
+    assert max(len(ln.rstrip()) for ln in lines) <= 80
+
+
+def test_short_blocker_drops_prefix_and_run_suffix() -> None:
+    held = {"topic": "list.threaded.ab12", "partition": 1, "head": 118, "blockers": [
+        {"topic": "list.posts.ab12", "partition": 1, "required": 123, "settled": 122},
+        {"topic": "list.posts.ab12", "partition": 2, "required": 7, "settled": None}]}
+    assert short_blocker(held) == "threaded-1@118 \u2190 posts-1 needs 123 (at 122) +1"
+    held["blockers"] = held["blockers"][1:]  # type: ignore[index]
+    assert short_blocker(held) == "threaded-1@118 \u2190 posts-2 needs 7 (at none)"
+    assert short_blocker({"topic": "b", "partition": 0, "head": 3}) == "b-0@3"
 
 
 def test_coordinator_config_loads_and_raises_the_producer_record_limit(tmp_path: Path) -> None:
