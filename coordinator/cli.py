@@ -103,6 +103,44 @@ def _load_config(config_file: str | None, **overrides: Any) -> Any:
         raise click.UsageError(str(exc)) from exc
 
 
+def _kafka_config_problem(exc: BaseException, config: Any,
+                          config_file: str | None) -> str | None:
+    """A usage message for librdkafka refusing a client property at construction, else None.
+
+    ``KafkaException(_INVALID_ARG, 'No such configuration property: "x"')`` names
+    the property; the message says where it was set (``PARSLEY_KAFKA_*``, the
+    TOML file, or code).
+    """
+    import re
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from coordinator.config import ParsleyConfig
+
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return None
+    err = exc.args[0]
+    if not isinstance(err, KafkaError) or err.code() != KafkaError._INVALID_ARG:
+        return None
+    text = err.str()
+    found = re.search(r'"([^"]+)"', text)
+    origins = ParsleyConfig.property_origins(config_file)
+    names = list(config.kafka_properties) if config is not None else []
+    key = None
+    if found:
+        bare = found.group(1)
+        key = next((k for k in names if k == bare or (k.endswith("." + bare)
+                    and k.split(".", 1)[0] in ("consumer", "producer", "admin"))), bare)
+    where = origins.get(key or "", "the kafka_properties given") if key else \
+        "the kafka properties (--config file [kafka_properties] or PARSLEY_KAFKA_* variables)"
+    if text.startswith("No such configuration property") and key:
+        return f"kafka property '{key}' is not a librdkafka property ({text}); check the " \
+               f"name in {where.removeprefix('set by ')}"
+    if key:
+        return f"kafka property '{key}' was refused by librdkafka ({text}); check it in {where}"
+    return f"a kafka property was refused by librdkafka ({text}); check {where}"
+
+
 def _local_broker() -> str:
     from coordinator import devbroker
 
@@ -222,6 +260,12 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
         sys.exit(ExitCode.FAILURE)
     except ValueError as exc:
         log.error("wrong declaration: %s", exc)
+        sys.exit(ExitCode.USAGE)
+    except Exception as exc:
+        problem = _kafka_config_problem(exc, config, config_file)
+        if problem is None:
+            raise
+        log.error("wrong configuration: %s", problem)
         sys.exit(ExitCode.USAGE)
     log.info("started %s with control socket %s", [p.name for p in processes],
              handle.control_endpoint)
@@ -490,6 +534,12 @@ def inspect(process: str, bootstrap_servers: str | None, local_broker: bool,
     except StartError as exc:
         click.echo(f"{exc}", err=True)
         sys.exit(ExitCode.FAILURE)
+    except Exception as exc:
+        problem = _kafka_config_problem(exc, config, config_file)
+        if problem is None:
+            raise
+        click.echo(f"wrong configuration: {problem}", err=True)
+        sys.exit(ExitCode.USAGE)
     if as_json:
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
         return

@@ -264,3 +264,23 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
     assert "grant Describe" not in res.stderr
     connect_lines = [ln for ln in res.stderr.splitlines() if "Connect to" in ln]
     assert 1 <= len(connect_lines) <= 2, res.stderr
+
+
+def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
+    kafka_bootstrap: str, tmp_path: Path,
+) -> None:
+    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "bad.toml").write_text(
+        f'bootstrap_servers = "{kafka_bootstrap}"\napplication_id_prefix = "cli-badprop"\n'
+        '[kafka_properties]\n"linger.msx" = 5\n')
+    env = _env("cli-badprop-src", "cli-badprop-out")
+    res = _cli(["run", "cliapp:processes", "--config", "bad.toml", "--state-dir",
+                str(tmp_path)], tmp_path, env)
+    assert res.returncode == ExitCode.USAGE, res.stderr
+    assert "kafka property 'linger.msx' is not a librdkafka property" in res.stderr
+    assert "config file bad.toml" in res.stderr and "Traceback" not in res.stderr
+    env["PARSLEY_KAFKA_LINGER_MSX"] = "3"
+    res = _cli(["inspect", "--process", "relay", "--bootstrap-servers", kafka_bootstrap,
+                "--prefix", "cli-badprop"], tmp_path, env)
+    assert res.returncode == ExitCode.USAGE, res.stderr
+    assert "check the name in PARSLEY_KAFKA_LINGER_MSX" in res.stderr, res.stderr
