@@ -40,6 +40,10 @@ __all__ = ["ExitCode", "inspect_process", "load_app", "main"]
 
 log = logging.getLogger("parsley.coordinator")
 
+PING_TIMEOUT_S = 2.5
+"""How long ``stop`` waits for a ping's reply before saying no coordinator answers, s;
+only an answering coordinator gets the (longer) stop deadline."""
+
 
 class ExitCode(enum.IntEnum):
     """Exit status of ``parsley-coordinator`` (module docstring)."""
@@ -420,8 +424,9 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
          endpoint: str | None, deadline: float) -> None:
     """Stop every worker of the running coordinator, bounded, and print the result.
 
-    Each worker gets SIGTERM (it commits what it has and exits), then SIGKILL
-    after --deadline seconds. Workers that had to be killed, or did not stop
+    A ping first: with no coordinator at the endpoint it says so within a few
+    seconds (exit 7). Each worker gets SIGTERM (it commits what it has and exits),
+    then SIGKILL after --deadline seconds. Workers that had to be killed, or did not stop
     even then, are listed and the exit status is 6. The coordinator's `run`
     then returns.
     """
@@ -429,6 +434,13 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
     from coordinator.status_socket import NoReplyError, request
 
     ep = _endpoint(config_file, prefix, state_dir, endpoint)
+    try:
+        request(ep, {"op": "ping"}, timeout_s=PING_TIMEOUT_S)
+    except NoReplyError:
+        click.echo(f"no coordinator answers at {ep} (no reply to a ping within "
+                   f"{PING_TIMEOUT_S:g} s); check --prefix/--state-dir/--endpoint and that "
+                   "`parsley-coordinator run` is running", err=True)
+        sys.exit(ExitCode.NO_COORDINATOR)
     try:
         reply = request(ep, {"op": "stop", "deadline_s": deadline},
                         timeout_s=min(deadline, MAX_CONTROL_STOP_DEADLINE_S) + 15)

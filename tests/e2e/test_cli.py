@@ -284,3 +284,13 @@ def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
                 "--prefix", "cli-badprop"], tmp_path, env)
     assert res.returncode == ExitCode.USAGE, res.stderr
     assert "check the name in PARSLEY_KAFKA_LINGER_MSX" in res.stderr, res.stderr
+
+
+def test_stop_without_a_coordinator_says_so_within_seconds(tmp_path: Path) -> None:
+    started = time.monotonic()
+    res = _cli(["stop", "--prefix", "nobody", "--state-dir", str(tmp_path)], tmp_path,
+               dict(os.environ))
+    took = time.monotonic() - started
+    assert res.returncode == ExitCode.NO_COORDINATOR, res.stderr
+    assert f"no coordinator answers at ipc://{tmp_path}/nobody.coordinator.ipc" in res.stderr
+    assert took < 10, f"stop took {took:.1f} s"
