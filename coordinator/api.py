@@ -126,6 +126,7 @@ class Parsley:
         self._supervisor = supervisor
         self._control = control
         self._closed: ShutdownReport | None = None
+        self._stop_report: ShutdownReport | None = None
 
     @classmethod
     def start(
@@ -224,8 +225,16 @@ class Parsley:
         return self._supervisor.wait_all_stopped(timeout)
 
     def stop(self, deadline_s: float | None = None) -> ShutdownReport:
-        """Stop every worker (bounded), keeping the handle's status readable."""
-        return self._supervisor.stop(deadline_s)
+        """Stop every worker (bounded), keeping the handle's status readable.
+
+        The report is kept: :meth:`close` after it returns this stop's workers
+        together with any the close itself stopped (so the last word on the
+        shutdown names the workers that stopped, not the nothing left to stop).
+        """
+        report = self._supervisor.stop(deadline_s)
+        self._stop_report = report if self._stop_report is None \
+            else self._stop_report.merge(report)
+        return report
 
     def close(self, deadline_s: float | None = None) -> ShutdownReport:
         """Stop every worker (SIGTERM, deadline, SIGKILL) and the control socket.
@@ -238,6 +247,8 @@ class Parsley:
         if self._closed is not None:
             return self._closed
         report = self._supervisor.close(deadline_s)
+        if self._stop_report is not None:
+            report = self._stop_report.merge(report)
         if self._control is not None:
             self._control.close()
         self._closed = report

@@ -287,8 +287,8 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
         if log_status_every > 0 and time.monotonic() >= next_log:
             next_log = time.monotonic() + log_status_every
             _log_status(handle.status())
-    statuses = handle.status()
     report = handle.close(stop_deadline)
+    statuses = handle.status()  # after the stop: the states the processes ended in
     code = ExitCode.CLEAN
     for name, st in statuses.items():
         if st.refusal_reason is not None:
@@ -300,7 +300,8 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
             code = max(code, ExitCode.FAILURE) if code != ExitCode.REFUSAL else code
         else:
             log.info("%s: %s", name, st.state.value)
-    log.info("shutdown: %s", report.summary())
+    if report.clean:  # Parsley.close logged an incomplete one as an error already
+        log.info("shutdown: %s", report.summary())
     if code == ExitCode.CLEAN and not report.clean:
         code = ExitCode.SHUTDOWN_INCOMPLETE
     sys.exit(code)

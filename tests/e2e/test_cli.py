@@ -122,6 +122,8 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
         _out, err = run.communicate(timeout=60)
         assert run.returncode == ExitCode.CLEAN, err
         assert "control socket" in err and "relay: STOPPED" in err
+        shutdown = [ln for ln in err.splitlines() if "shutdown:" in ln]
+        assert len(shutdown) == 1 and "shutdown: 1 worker(s) stopped" in shutdown[0], err
     finally:
         if run.poll() is None:
             run.send_signal(signal.SIGTERM)
@@ -176,7 +178,9 @@ def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
         run.send_signal(signal_to_send)
         _out, err = run.communicate(timeout=60)
         assert run.returncode == ExitCode.CLEAN, err
-        assert "stopped within" in err
+        lines = err.strip().splitlines()
+        assert "relay: STOPPED" in lines[-2] and "relay: RUNNING" not in err, err
+        assert "shutdown: 1 worker(s) stopped within" in lines[-1], err
     finally:
         if run.poll() is None:
             run.kill()
