@@ -29,7 +29,7 @@ Source: ``JAVA-PARSLEY-FACTS.md`` §3 (Java ``OrderingStateCodec`` @7d0e999d,
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID
@@ -555,82 +555,106 @@ def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
     Source: facts §3 "Version entry", "Checks when state is restored"; Java
     ``ProcessEngine`` constructor and ``OrderingStateCodec``.
     """
-    entries = items if isinstance(items, list) else list(items)
+    # One pass, streaming: each held blob is validated as it arrives and only its
+    # position is kept (a deep hold-back is never in memory at once). The version
+    # still decides whether anything else can be read, so it is judged first (as
+    # Java's constructor does), whatever order the keys arrive in ('v' sorts after
+    # every state tag): the first entry's refusal is kept while the rest of the input
+    # is scanned for the version entry only, and raised after the version verdict.
     image = OrderingImage()
-    # The version decides whether anything else can be read, so it is judged
-    # first (as Java's constructor does), whatever order the keys arrive in.
-    version = None
-    for key, value in entries:
-        if key == VERSION_KEY:
-            version = bytes(value)
+    version: bytes | None = None
+    state_seen = False
+    failed: ParsleyFailClosedError | None = None
+    channels: dict[bytes, ChannelId] = {}
+    decode = decode_long
+    entries = iter(items)
+    key = b""
+    try:
+        for key, value in entries:
+            _one_entry(image, channels, decode, key, value)
+            if key == VERSION_KEY:
+                version = bytes(value)
+    except ParsleyFailClosedError as exc:
+        failed = exc
+        state_seen = bool(key) and key[0] in STATE_TAGS
+        for key, value in entries:
+            if key == VERSION_KEY:
+                version = bytes(value)
+            elif key and key[0] in STATE_TAGS:
+                state_seen = True
     if version is not None:
         if version != VERSION_VALUE:
             raise _refuse(_UNKNOWN_VERSION)
         image.has_version = True
-    elif any(key and key[0] in STATE_TAGS for key, _ in entries):
+    elif state_seen or image.fed or image.frontier or image.past or image.names or image.held:
         raise _refuse(_LOST_HEAD)
-    channels: dict[bytes, ChannelId] = {}
-    decode = decode_long
-    for key, value in entries:
-        if not key:
-            raise _refuse("corrupt ordering key: length 0")
-        tag = key[0]
-        if tag == TAG_HELD:
-            if len(key) != HELD_KEY_BYTES:
-                raise _refuse(f"corrupt held key: length {len(key)}")
-            raw = key[1:CHANNEL_KEY_BYTES]
-            ch = channels.get(raw)
-            if ch is None:
-                ch = _channel_at(key, 1, key)
-                channels[raw] = ch
-            (position,) = _LONG.unpack_from(key, CHANNEL_KEY_BYTES)
-            if not 0 <= position < FED_TO_END:
-                raise _refuse(
-                    f"corrupt held key: position {position} on {ch}, which no channel can assign"
-                )
-            positions = image.held.get(ch)
-            if positions is None:
-                image.held[ch] = [position]
-            else:
-                if positions[-1] >= position:
-                    raise _refuse(
-                        f"held messages restored out of position order on {ch} "
-                        f"({positions[-1]} before {position}); the store's scan broke its "
-                        "ordering contract"
-                    )
-                positions.append(position)
-            validate_held(value)
-        elif tag in (TAG_FED, TAG_FRONTIER, TAG_PAST):
-            if len(key) != CHANNEL_KEY_BYTES:
-                raise _refuse(f"corrupt ordering key: length {len(key)} for tag '{chr(tag)}'")
-            raw = key[1:]
-            ch = channels.get(raw)
-            if ch is None:
-                ch = _channel_at(key, 1, key)
-                channels[raw] = ch
-            if tag == TAG_FED:
-                image.fed[ch] = decode_coverage(ch, value)
-                continue
-            position = decode(value)
-            if tag == TAG_FRONTIER:
-                if ch.topic_id.int == 0:
-                    raise _refuse(
-                        "restored frontier names the reserved zero topic id; " + _FORGED.format(5)
-                    )
-                image.frontier[ch] = _assignable(ch, position, "frontier")
-            else:
-                image.past[ch] = _assignable(ch, position, "delivered past")
-        elif tag == TAG_NAME:
-            name = name_of_key(key)
-            image.names[name] = decode_binding(value, name)
-        elif tag == TAG_VERSION:
-            if len(key) != 1:
-                raise _refuse(f"corrupt ordering key: length {len(key)} for tag 'v'")
-        else:
-            raise _refuse(f"corrupt ordering key: unknown tag {_tag_text(key)}")
+    if failed is not None:
+        raise failed
     for ch, positions in image.held.items():
         _check_held_within_coverage(ch, positions, image.fed.get(ch))
     return image
+
+
+def _one_entry(image: OrderingImage, channels: dict[bytes, ChannelId],
+               decode: Callable[[bytes], int], key: bytes, value: bytes) -> None:
+    """Parse one (key, value) of :func:`load_image` into ``image`` (refusals as documented
+    there); ``channels`` caches the channel of each 20-byte raw channel key."""
+    if not key:
+        raise _refuse("corrupt ordering key: length 0")
+    tag = key[0]
+    if tag == TAG_HELD:
+        if len(key) != HELD_KEY_BYTES:
+            raise _refuse(f"corrupt held key: length {len(key)}")
+        raw = key[1:CHANNEL_KEY_BYTES]
+        ch = channels.get(raw)
+        if ch is None:
+            ch = _channel_at(key, 1, key)
+            channels[raw] = ch
+        (position,) = _LONG.unpack_from(key, CHANNEL_KEY_BYTES)
+        if not 0 <= position < FED_TO_END:
+            raise _refuse(
+                f"corrupt held key: position {position} on {ch}, which no channel can assign"
+            )
+        positions = image.held.get(ch)
+        if positions is None:
+            image.held[ch] = [position]
+        else:
+            if positions[-1] >= position:
+                raise _refuse(
+                    f"held messages restored out of position order on {ch} "
+                    f"({positions[-1]} before {position}); the store's scan broke its "
+                    "ordering contract"
+                )
+            positions.append(position)
+        validate_held(value)
+    elif tag in (TAG_FED, TAG_FRONTIER, TAG_PAST):
+        if len(key) != CHANNEL_KEY_BYTES:
+            raise _refuse(f"corrupt ordering key: length {len(key)} for tag '{chr(tag)}'")
+        raw = key[1:]
+        ch = channels.get(raw)
+        if ch is None:
+            ch = _channel_at(key, 1, key)
+            channels[raw] = ch
+        if tag == TAG_FED:
+            image.fed[ch] = decode_coverage(ch, value)
+            return
+        position = decode(value)
+        if tag == TAG_FRONTIER:
+            if ch.topic_id.int == 0:
+                raise _refuse(
+                    "restored frontier names the reserved zero topic id; " + _FORGED.format(5)
+                )
+            image.frontier[ch] = _assignable(ch, position, "frontier")
+        else:
+            image.past[ch] = _assignable(ch, position, "delivered past")
+    elif tag == TAG_NAME:
+        name = name_of_key(key)
+        image.names[name] = decode_binding(value, name)
+    elif tag == TAG_VERSION:
+        if len(key) != 1:
+            raise _refuse(f"corrupt ordering key: length {len(key)} for tag 'v'")
+    else:
+        raise _refuse(f"corrupt ordering key: unknown tag {_tag_text(key)}")
 
 
 def _check_held_within_coverage(ch: ChannelId, positions: list[int], fed: int | None) -> None:
