@@ -298,3 +298,18 @@ def test_stop_without_a_coordinator_says_so_within_seconds(tmp_path: Path) -> No
     assert res.returncode == ExitCode.NO_COORDINATOR, res.stderr
     assert f"no coordinator answers at ipc://{tmp_path}/nobody.coordinator.ipc" in res.stderr
     assert took < 10, f"stop took {took:.1f} s"
+
+
+def test_the_operations_doc_commands_table_uses_real_flags_and_names_the_prefix() -> None:
+    import re
+
+    from coordinator.cli import cli
+
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    rows = re.findall(r"^\| `parsley-coordinator (\w+) ([^`]*)`", doc, re.MULTILINE)
+    assert sorted(name for name, _ in rows) == ["inspect", "run", "status", "stop"]
+    for name, usage in rows:
+        real = {opt for p in cli.commands[name].params for opt in getattr(p, "opts", [])}
+        documented = set(re.findall(r"--[a-z-]+", usage))
+        assert "--prefix" in documented, name
+        assert documented <= real, f"{name}: {sorted(documented - real)} are not flags"
