@@ -118,6 +118,8 @@ def test_every_runbook_command_runs_against_the_broker(
                 full = [*DEVBROKER_TOOL, *argv]
             elif argv[0] == "parsley-coordinator":
                 full = [*CLI, *argv[1:]]
+            elif argv[0] == "python":
+                full = [sys.executable, *argv[1:]]
             else:
                 raise AssertionError(f"unexpected command in the runbooks: {command}")
             retry_until = time.monotonic() + (45 if "--delete --group" in command else 0)
@@ -141,3 +143,36 @@ def test_every_runbook_command_runs_against_the_broker(
     assert describe_topic(kafka_admin, ordering_changelog(prefix, "shipper")) is None
     assert describe_topic(kafka_admin, f"{app_id}-inventory-changelog") is None
     assert not (state_dir / app_id).exists()
+
+
+def test_the_documented_causes_decoder_prints_each_cause(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
+) -> None:
+    from coordinator.bootstrap import kafka_topic_id
+    from parsley.engine.channel import ChannelId
+    from parsley.wire import CAUSES_HEADER, encode_causes
+
+    topic = create_topic(partitions=1)
+    a, b = ChannelId(uuid.UUID(int=7), 0), ChannelId(uuid.UUID(int=9), 2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    producer.produce(topic.name, value=b"plain", partition=0)
+    producer.produce(topic.name, value=b"caused", partition=0,
+                     headers=[(CAUSES_HEADER, encode_causes({a: 5, b: 11}))])
+    producer.produce(topic.name, value=b"bad", partition=0, headers=[(CAUSES_HEADER, b"\x01")])
+    assert producer.flush(30) == 0
+    [command] = [c for c in runbook_commands(RUNBOOKS.read_text()) if "decode_causes" in c]
+    argv = shlex.split(command.replace("<servers>", kafka_bootstrap)
+                       .replace("<topic>", topic.name).replace("<partition>", "0"))
+    assert argv[0] == "python"
+
+    def decode(position: int) -> Any:
+        return subprocess.run([sys.executable, *[x.replace("<position>", str(position))
+                                                 for x in argv[1:]]],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+    plain, caused, bad = decode(0), decode(1), decode(2)
+    assert plain.returncode == 0 and plain.stdout.strip() == "no parsley.causes header"
+    assert caused.returncode == 0, caused.stderr
+    assert caused.stdout.splitlines() == [f"{kafka_topic_id(a.topic_id)}[0] 5",
+                                          f"{kafka_topic_id(b.topic_id)}[2] 11"]
+    assert bad.returncode != 0 and "UNDECODABLE_METADATA" in bad.stderr, bad.stderr
