@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
@@ -114,8 +114,10 @@ class TaskTransaction:
         Raises:
             As :meth:`send`.
         """
+        # librdkafka's stub types header values as str | bytes | None; ours are bytes | None.
+        kafka_headers = cast("list[tuple[str, str | bytes | None]]", headers)
         try:
-            self._produce(topic, value=value, key=key, headers=headers,
+            self._produce(topic, value=value, key=key, headers=kafka_headers,
                           timestamp=timestamp_ms, on_delivery=self._on_delivery)
             return
         except BufferError:
@@ -126,7 +128,7 @@ class TaskTransaction:
         deadline: float | None = None
         while True:
             try:
-                self._produce(topic, value=value, key=key, headers=headers,
+                self._produce(topic, value=value, key=key, headers=kafka_headers,
                               timestamp=timestamp_ms, on_delivery=self._on_delivery)
                 return
             except BufferError:
