@@ -189,7 +189,12 @@ def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap
                 blocker
             settled = blocker["settled"]
             assert settled is None or blocker["required"] > settled, blocker
-    assert demo.seen(r"^replayed 15000 posts \(.*, 600 held back\)"), demo.tail()
+    assert demo.seen(r"^replayed 15000 posts \(.*, 600 delayed by --delay-every\)"), \
+        demo.tail()
+    # the demo's own summary above RESULT: the most digest held at once, one blocker
+    assert demo.seen(r"^  digest held up to [1-9]\d* messages at once; e\.g\. "
+                     r"list\.threaded\S*-\d+@\d+ waited for list\.posts\S*-\d+ up to \d+ "
+                     r"\(settled (\d+|none)\)$"), demo.tail()
     assert result["messages"] == result["handled"] == 15000, result
     assert (result["duplicates"], result["lost"], result["causal_violations"]) == (0, 0, 0), \
         demo.tail()
