@@ -32,6 +32,8 @@ What it does, in order:
 Exit status 0 when the verdict is clean and covers every post ingested, 1 when
 it is not (an ``INCOMPLETE: ...`` line above ``RESULT`` names a shortfall), 2
 when the run could not be set up. Everything it started is stopped, also on Ctrl-C.
+The coordinators' logs stay in ``.parsley/demo-logs/<UTC time>-<prefix>/`` in the
+repository (git-ignored); the output names the directory.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ from examples.mailing_list.threads import (
 )
 
 __all__ = ["Coordinator", "DemoSettings", "HoldRecord", "LocalBroker", "create_topics",
-           "example_blocker", "main", "process_holds", "run_demo"]
+           "example_blocker", "log_dir", "main", "process_holds", "run_demo"]
 
 APP: Final = "examples.mailing_list.app"
 _CONFIG_ENV: Final = ("PARSLEY_BOOTSTRAP_SERVERS", "PARSLEY_APPLICATION_ID_PREFIX",
@@ -640,8 +642,33 @@ def _broker(settings: DemoSettings, say: Callable[[str], None]) -> Iterator[tupl
         broker.down()
 
 
+def log_dir(root: Path, prefix: str, now: float | None = None) -> Path:
+    """Create and return where a run's coordinator logs go, kept after the run.
+
+    Args:
+        root: the repository root (``.parsley/`` in it is git-ignored).
+        prefix: the run's application id prefix, which makes the name unique.
+        now: the run's start, s since the epoch (default: now).
+
+    Returns:
+        ``<root>/.parsley/demo-logs/<UTC yyyymmddThhmmssZ>-<prefix>/``, created;
+        under the system's temporary directory instead when ``root`` is not writable.
+    """
+    name = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{prefix}"
+    for base in (root / ".parsley" / "demo-logs",
+                 Path(tempfile.gettempdir()) / "parsley-demo-logs"):
+        try:
+            (base / name).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        return base / name
+    raise OSError(f"cannot create a log directory for {prefix} under {root} nor the temp dir")
+
+
 def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutcome:
     """Run the whole demo (see the module docstring) and print the verdict last.
+
+    The coordinators' logs are kept in :func:`log_dir` (named in the output).
 
     Raises:
         FileNotFoundError: the archive file or a command is missing.
@@ -661,6 +688,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
             "" if own else f".{uuid.uuid4().hex[:8]}")
         topics = Topics.with_suffix(suffix)
         prefix = f"mldemo-{uuid.uuid4().hex[:8]}"
+        logs = log_dir(repo_root(), prefix)
         console.print(f"broker {bootstrap}; topics {', '.join(topics.all())} "
                       f"({settings.partitions} partitions each); application id prefix {prefix}")
         console.print(f"input: {facts.messages} messages from {data.name}: "
@@ -682,7 +710,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
             state.mkdir()
             cfg = work / f"{attribute.lower()}.toml"
             Coordinator.write_config(cfg, bootstrap, prefix, state)
-            c = Coordinator(attribute, cfg, work / f"{attribute.lower()}.log", env)
+            c = Coordinator(attribute, cfg, logs / f"{attribute.lower()}.log", env)
             c.start()
             coordinators.append(c)
             console.print(f"started {attribute.lower()}: {' '.join(c.command())}  "
@@ -739,8 +767,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
                     delete_run_topics(bootstrap, topics, prefix)
         stopped = ", ".join(f"{name.lower()} exit {code}"
                             for name, code in outcome.exit_codes.items())
-        console.print(f"coordinators stopped: {stopped}")
-    shutil.rmtree(work, ignore_errors=True)
+        console.print(f"coordinators stopped: {stopped}; their logs are kept in {logs}")
+    shutil.rmtree(work, ignore_errors=True)  # configs and state; the logs stay
     verdict = outcome.verdict
     naive = outcome.naive
     if verdict is not None and naive is not None:

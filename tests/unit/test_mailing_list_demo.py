@@ -6,6 +6,8 @@ The answer's shape is issue 5's (``processes -> tasks -> held -> blockers``,
 
 from __future__ import annotations
 
+import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -20,6 +22,7 @@ from examples.mailing_list.demo import (
     digest_label,
     example_blocker,
     incompleteness,
+    log_dir,
     process_holds,
     short_blocker,
     status_lines,
@@ -175,3 +178,17 @@ def test_progress_rows_say_what_their_bars_count() -> None:
     assert "5000/5000" in replay and "digest" not in replay
     assert "1200/5000" in digest and "posts handled (3400 steps)" in digest
     assert digest_label(None) == "digest: posts handled (catching up)"
+
+
+def test_log_dir_is_kept_under_the_repository_or_the_temp_dir(tmp_path: Path) -> None:
+    start = 1_796_000_000.0  # 2026-11-30T...Z
+    made = log_dir(tmp_path, "mldemo-ab12", now=start)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
+    assert made == tmp_path / ".parsley" / "demo-logs" / f"{stamp}-mldemo-ab12"
+    assert made.is_dir()
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    fallback = log_dir(blocked, "mldemo-cd34", now=start)
+    assert fallback.is_dir() and fallback.name == f"{stamp}-mldemo-cd34"
+    assert fallback.parent == Path(tempfile.gettempdir()) / "parsley-demo-logs"
+    fallback.rmdir()
