@@ -15,6 +15,7 @@ from rich.console import Console
 from coordinator.config import ParsleyConfig
 from examples.mailing_list.checker import Verdict
 from examples.mailing_list.demo import (
+    STATUS_INTERVAL_MS,
     Coordinator,
     DemoOutcome,
     HoldRecord,
@@ -112,6 +113,7 @@ def test_coordinator_config_loads_and_raises_the_producer_record_limit(tmp_path:
     assert (config.bootstrap_servers, config.application_id_prefix) == ("127.0.0.1:9092",
                                                                         "mldemo-x")
     assert config.state_dir == str(tmp_path / "state")
+    assert config.status_interval_ms == STATUS_INTERVAL_MS < 1000
     assert config.kafka_properties["producer.message.max.bytes"] == MAX_RECORD_BYTES
     assert MAX_RECORD_BYTES >= 1_728_742 + 262_144, "the largest post plus the budget fits"
 
