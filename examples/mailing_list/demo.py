@@ -815,9 +815,12 @@ def _wait_complete(reader: RunReader, coordinators: list[Coordinator], display: 
         verdict = reader.refresh()
         complete = (verdict.messages == posts_ingested and verdict.lost == 0
                     and verdict.handled == verdict.messages > 0)
+        display.digest_progress(verdict.handled, posts_ingested, verdict.steps)
         if complete:
             time.sleep(2.0)  # anything still in flight would show as a duplicate
-            return reader.refresh()
+            verdict = reader.refresh()
+            display.digest_progress(verdict.handled, posts_ingested, verdict.steps)
+            return verdict
         if (verdict.steps, verdict.messages) != last_seen:
             last_seen, last_move = (verdict.steps, verdict.messages), time.monotonic()
         elif time.monotonic() - last_move > timeout_s:
@@ -829,7 +832,6 @@ def _wait_complete(reader: RunReader, coordinators: list[Coordinator], display: 
             display.say(f"coordinator {', '.join(dead)} exited; judging what is there "
                         f"(logs: {', '.join(str(c.log_path) for c in coordinators)})")
             return reader.refresh()
-        display.digest_progress(verdict.handled, posts_ingested, verdict.steps)
         time.sleep(2.0)
 
 
