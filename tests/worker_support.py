@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import multiprocess
-import orjson
-import zmq
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from parsley import Channel, Effects, Store
 from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
 from parsley.serdes import BYTES, JSON, STRING
+from perf.measure import StatusCollector  # noqa: F401 (re-export, shared with perf)
 from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from workers.changelog import ensure_changelog_topic
 from workers.protocol import TaskSpec
@@ -169,67 +167,6 @@ def spawn(spec: TaskSpec) -> Any:
     proc = ctx.Process(target=run, args=(spec,), daemon=True)
     proc.start()
     return proc
-
-
-class StatusCollector:
-    """A ZeroMQ PULL socket on 127.0.0.1 collecting worker messages on a background thread.
-
-    Attributes:
-        endpoint: what to put in ``TaskSpec.status_endpoint``.
-        messages: every message received, decoded, in arrival order.
-    """
-
-    def __init__(self) -> None:
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.PULL)
-        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        self.endpoint = f"tcp://127.0.0.1:{port}"
-        self.messages: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._stop = False
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while not self._stop:
-            if poller.poll(100):
-                msg = orjson.loads(self._sock.recv())
-                with self._lock:
-                    self.messages.append(msg)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        """A copy of the messages so far."""
-        with self._lock:
-            return list(self.messages)
-
-    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 60.0,
-                 since: int = 0) -> dict[str, Any]:
-        """The first message (at index >= ``since``) satisfying ``pred``.
-
-        Raises:
-            AssertionError: none within ``timeout_s``; names the last message seen.
-        """
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for m in self.snapshot()[since:]:
-                if pred(m):
-                    return m
-            time.sleep(0.05)
-        last = self.snapshot()[-1:] or [None]
-        raise AssertionError(f"no matching worker message in {timeout_s} s; last: {last[0]}")
-
-    def final(self, pid: int, timeout_s: float = 60.0) -> dict[str, Any]:
-        """The final message of worker ``pid``."""
-        return self.wait_for(lambda m: m["kind"] == "final" and m["pid"] == pid, timeout_s)
-
-    def close(self) -> None:
-        """Stop the thread and close the socket."""
-        self._stop = True
-        self._thread.join(2)
-        self._sock.close(0)
-        self._ctx.term()
 
 
 @dataclass(frozen=True, slots=True)
