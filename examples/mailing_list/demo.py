@@ -97,6 +97,10 @@ _CONFIG_ENV: Final = ("PARSLEY_BOOTSTRAP_SERVERS", "PARSLEY_APPLICATION_ID_PREFI
 """``PARSLEY_*`` variables that would override the coordinators' config files."""
 HOLD_POLL_S: Final = 0.25
 """Status poll interval while ``digest`` catches up, s: often enough to see its peak hold."""
+FETCH_PARTITION_BYTES: Final = 262_144
+"""Tasks' consumers' ``max.partition.fetch.bytes`` (librdkafka default 1 MiB): a fetch
+brings about 35 posts but thousands of threaded events, so digest's catch-up holds
+events for longer, long enough for the status samples to see it."""
 STATUS_INTERVAL_MS: Final = 200
 """The coordinators' task status period, ms (default 1000): digest catches up on 5,000
 posts in a few seconds, so a report a second old would miss most of its holding."""
@@ -255,7 +259,8 @@ class Coordinator:
             f'state_dir = "{state_dir}"\n'
             f"status_interval_ms = {STATUS_INTERVAL_MS}\n"
             "\n[kafka_properties]\n"
-            f'"producer.message.max.bytes" = {MAX_RECORD_BYTES}\n')
+            f'"producer.message.max.bytes" = {MAX_RECORD_BYTES}\n'
+            f'"consumer.max.partition.fetch.bytes" = {FETCH_PARTITION_BYTES}\n')
 
     def command(self) -> list[str]:
         """The ``run`` command line."""

@@ -15,6 +15,7 @@ from rich.console import Console
 from coordinator.config import ParsleyConfig
 from examples.mailing_list.checker import Verdict
 from examples.mailing_list.demo import (
+    FETCH_PARTITION_BYTES,
     STATUS_INTERVAL_MS,
     Coordinator,
     DemoOutcome,
@@ -114,6 +115,8 @@ def test_coordinator_config_loads_and_raises_the_producer_record_limit(tmp_path:
                                                                         "mldemo-x")
     assert config.state_dir == str(tmp_path / "state")
     assert config.status_interval_ms == STATUS_INTERVAL_MS < 1000
+    assert config.kafka_properties["consumer.max.partition.fetch.bytes"] == \
+        FETCH_PARTITION_BYTES < 1 << 20
     assert config.kafka_properties["producer.message.max.bytes"] == MAX_RECORD_BYTES
     assert MAX_RECORD_BYTES >= 1_728_742 + 262_144, "the largest post plus the budget fits"
 
