@@ -896,7 +896,7 @@ def status_command(data_dir: Path | None) -> None:
     state = running(where)
     if state is None:
         click.echo("running: no")
-        click.echo(f"data dir: {where}")
+        click.echo(f"data dir: {where}" + ("" if where.exists() else " (absent)"))
         click.echo(f"kafka version: {KAFKA_VERSION}")
         click.echo(f"jars: {lib_dir()} ({'cached' if jars_present(lib_dir()) else 'not fetched'})")
         sys.exit(3)
