@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
@@ -78,6 +79,12 @@ def load_app(spec: str) -> list[Any]:
         obj: Any = import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the application's own module failed while importing
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        raise click.BadParameter(
+            f"importing {module_name!r} raised {type(exc).__name__}: {exc} "
+            f"(at {where.filename}:{where.lineno}); fix the application module"
+        ) from exc
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}")
