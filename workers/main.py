@@ -65,6 +65,7 @@ from workers.kafka import (
     admin_config,
     classify,
     consumer_config,
+    kafka_error_of,
     producer_config,
     restore_consumer_config,
     stop_kind,
@@ -115,8 +116,12 @@ def stop_of(exc: BaseException) -> Stop:
         return Stop(StopKind.REFUSAL, refusal.reason, refusal.detail)
     if isinstance(exc, HandlerFailure):
         return Stop(StopKind.APPLICATION, None, str(exc))
-    if isinstance(exc, KafkaException):
-        exc = to_exception(exc)
+    if not isinstance(exc, SubstrateError) and kafka_error_of(exc) is not None:
+        # A KafkaException, or an exception carrying one on its cause chain: confluent-kafka
+        # raises SystemError "<callback> returned a result with an exception set" from a
+        # flush whose delivery callback ran while the client's own error (e.g. _FENCED) was
+        # pending; the Kafka error beneath it is what happened.
+        exc = to_exception(kafka_error_of(exc) or exc)
     if isinstance(exc, SubstrateError):
         return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
     return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
