@@ -25,17 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from confluent_kafka.admin import AdminClient
-
-from coordinator.bootstrap import (
-    DEFAULT_GROUP_WINDOW_S,
-    ProcessPlan,
-    StartError,
-    bootstrap,
-    bootstrap_process,
-    resolve_topics,
-)
-from coordinator.bootstrap.common import with_client_logger
+from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
 from coordinator.config import ParsleyConfig
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
@@ -54,7 +44,6 @@ from coordinator.supervisor import (
     WorkerTarget,
 )
 from parsley.declarations import Process
-from workers.kafka import admin_config
 
 __all__ = ["MAX_CONTROL_STOP_DEADLINE_S", "Parsley", "control_stop_deadline"]
 
@@ -137,7 +126,7 @@ class Parsley:
         control: str | bool | None = "ipc",
         worker_target: WorkerTarget | None = None,
         stop_deadline_s: float = DEFAULT_STOP_DEADLINE_S,
-        group_window_s: float = DEFAULT_GROUP_WINDOW_S,
+        group_window_s: float | None = None,
         max_attempts: int = 5,
         backoff_s: float = 1.0,
     ) -> Parsley:
@@ -153,8 +142,9 @@ class Parsley:
                 ``None``/``False`` for none.
             worker_target: the worker entry point (``workers.main.run`` by default).
             stop_deadline_s: SIGTERM-to-SIGKILL deadline, s.
-            group_window_s: how long a member may stay in the group before a
-                pre-commit calls it a conflict, s.
+            group_window_s: how long a start waits for the group's previous
+                members to leave before it refuses, s; ``None`` (default) for
+                twice the consumer ``session.timeout.ms``.
             max_attempts: bounded restarts under ``transient``.
             backoff_s: first restart delay under ``transient``, s.
 
@@ -176,16 +166,13 @@ class Parsley:
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)
             _refuse_a_second_coordinator(endpoint)
-        admin = AdminClient(with_client_logger(
-            admin_config(config.bootstrap_servers, config.kafka_properties)))
-        plans = bootstrap(config, procs, admin=admin, group_window_s=group_window_s)
+        # Fresh clients for the start and for each restart attempt (never one long-lived
+        # AdminClient, which a broker outage can leave wedged).
+        plans = bootstrap(config, procs, group_window_s=group_window_s)
         by_name = {p.name: p for p in procs}
 
         def rebootstrap(name: str) -> ProcessPlan:
-            proc = by_name[name]
-            names = {c.name for c in (*(i.channel for i in proc.inputs), *proc.outputs)}
-            topics = resolve_topics(admin, names)
-            return bootstrap_process(config, proc, topics, admin, group_window_s=group_window_s)
+            return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
 
         supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
                                 rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,

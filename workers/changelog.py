@@ -18,11 +18,12 @@ Sources: ``JAVA-PARSLEY-FACTS.md`` §3 ("Start-time reads of the changelog":
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
 
 from confluent_kafka import (
@@ -214,6 +215,21 @@ def read_partition(
             consumer.unassign()
 
 
+def _answer(future: Any, timeout_s: float, what: str) -> Any:
+    """``future.result()`` bounded by ``timeout_s`` + 5 s: a client wedged after a broker
+    outage may never answer, whatever its own request timeout.
+
+    Raises:
+        KafkaException: the answer was an error (unchanged).
+        SubstrateError: ``SUBSTRATE_TRANSIENT`` when no answer came in time.
+    """
+    try:
+        return future.result(timeout=timeout_s + 5.0)
+    except concurrent.futures.TimeoutError as exc:
+        raise SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT,
+                             f"{what}: no answer within {timeout_s + 5.0:g} s") from exc
+
+
 def _list_bounds(
     admin: AdminClient,
     tp: TopicPartition,
@@ -236,7 +252,8 @@ def _list_bounds(
                         isolation_level=IsolationLevel.READ_UNCOMMITTED,
                         request_timeout=timeout,
                     )
-                    bounds.append(int(next(iter(futures.values())).result().offset))
+                    bounds.append(int(_answer(next(iter(futures.values())), timeout,
+                                              f"listing the offsets of {where}").offset))
             return bounds[0], bounds[1]
         except SubstrateError as exc:
             if exc.kind not in (ErrorKind.RETRIABLE, ErrorKind.SUBSTRATE_TRANSIENT):
@@ -358,7 +375,7 @@ def describe_topic(
         TopicCollection([name]), request_timeout=timeout_s
     )
     try:
-        desc = futures[name].result()
+        desc = _answer(futures[name], timeout_s, f"describing topic {name}")
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() in (
@@ -369,7 +386,8 @@ def describe_topic(
         raise to_exception(exc, f"describing topic {name}") from exc
     resource = ConfigResource(ResourceType.TOPIC, name)
     with map_kafka_errors(f"describing the configs of topic {name}"):
-        configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result()
+        configs = _answer(admin.describe_configs([resource], request_timeout=timeout_s)[resource],
+                          timeout_s, f"describing the configs of topic {name}")
     return TopicInfo(
         name=name,
         topic_id=_uuid(desc.topic_id),
@@ -434,7 +452,8 @@ def ensure_changelog_topic(
                    config=config)
     created = True
     try:
-        admin.create_topics([new], request_timeout=timeout_s)[name].result()
+        _answer(admin.create_topics([new], request_timeout=timeout_s)[name], timeout_s,
+                f"creating topic {name}")
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):

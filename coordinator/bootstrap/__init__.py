@@ -23,8 +23,15 @@ Per process, in the Java implementation's order (``JAVA-PARSLEY-FACTS.md`` §5,
    (earliest for the fed-to-end sentinel, never sentinel + 1); 0 for a topic
    the state names but never covered; earliest for a topic the state never
    named when there is prior state; the declared initial position only on a
-   first start. A member of the group that is not this coordinator's and does
-   not leave within a window is ``SUBSTRATE_MISCONFIGURED``.
+   first start. Before the positions are read, the start waits (bounded, and
+   saying so in the log) for the group's previous members to leave: up to
+   twice the consumer ``session.timeout.ms``; a member still there is
+   ``SUBSTRATE_MISCONFIGURED`` (:mod:`~coordinator.bootstrap.group`).
+
+Every start, and every restart attempt (:func:`restart_bootstrap`), builds its
+own Kafka clients and drops them when done, and bounds every admin answer
+itself (:mod:`~coordinator.bootstrap.clients`): a client wedged by a broker
+outage never outlives the attempt that met it.
 
 Nothing runs yet when this module is done: the supervisor spawns workers from
 the :class:`ProcessPlan` afterwards. A failed bootstrap raises one of
@@ -42,8 +49,10 @@ public names):
   with progress;
 - :mod:`~coordinator.bootstrap.positions`: the pure ``ORDERING_STATE_LOST``
   check and pre-commit rule, and the committed/list-offsets calls;
-- :mod:`~coordinator.bootstrap.group`: group members, the wait for an empty
-  group, the bootstrap consumer.
+- :mod:`~coordinator.bootstrap.group`: group members, the bounded wait for
+  previous members to leave, the bootstrap consumer;
+- :mod:`~coordinator.bootstrap.clients`: fresh clients per attempt, bounded
+  admin answers.
 """
 
 from __future__ import annotations
@@ -58,12 +67,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.changelog import TaskState, progress_logger, read_ordering_state
+from coordinator.bootstrap.clients import new_admin
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     ANSWER_SPACING_S,
     BOOTSTRAP_CLIENT_PREFIX,
     BOOTSTRAP_METADATA,
-    DEFAULT_GROUP_WINDOW_S,
     UNKNOWN_ANSWERS,
     StartError,
     StartRetryableError,
@@ -71,7 +80,12 @@ from coordinator.bootstrap.common import (
     refuse,
     with_client_logger,
 )
-from coordinator.bootstrap.group import await_empty_group, bootstrap_consumer
+from coordinator.bootstrap.group import (
+    await_group_vacated,
+    bootstrap_consumer,
+    leave_window_s,
+    session_timeout_ms,
+)
 from coordinator.bootstrap.positions import (
     committed_positions,
     initial_position,
@@ -98,12 +112,11 @@ from parsley.declarations import (
 from parsley.engine.channel import ChannelId
 from parsley.refusals import Reason
 from workers.changelog import RestoreProgress, ensure_changelog_topic
-from workers.kafka import SubstrateError, admin_config, restore_consumer_config
+from workers.kafka import SubstrateError, restore_consumer_config
 
 __all__ = [
     "BOOTSTRAP_CLIENT_PREFIX",
     "BOOTSTRAP_METADATA",
-    "DEFAULT_GROUP_WINDOW_S",
     "ProcessPlan",
     "ResolvedTopic",
     "StartError",
@@ -116,6 +129,7 @@ __all__ = [
     "progress_logger",
     "read_ordering_state",
     "resolve_topics",
+    "restart_bootstrap",
 ]
 
 log = logging.getLogger("parsley.coordinator.bootstrap")
@@ -178,7 +192,7 @@ def bootstrap_process(
     admin: AdminClient,
     *,
     on_progress: Callable[[RestoreProgress], None] | None = None,
-    group_window_s: float = DEFAULT_GROUP_WINDOW_S,
+    group_window_s: float | None = None,
     answers: int = UNKNOWN_ANSWERS,
     spacing_s: float = ANSWER_SPACING_S,
     sleep: Callable[[float], None] = time.sleep,
@@ -191,8 +205,9 @@ def bootstrap_process(
         topics: every declared topic of ``process``, resolved.
         admin: an AdminClient.
         on_progress: changelog read progress.
-        group_window_s: s a member may stay in the group before the
-            pre-commit calls it a conflict.
+        group_window_s: s the start waits for the group's previous members to
+            leave before it refuses; ``None`` (default) for twice the consumer
+            ``session.timeout.ms`` (:func:`~coordinator.bootstrap.group.leave_window_s`).
         answers: unknown answers before the changelog counts as absent.
         spacing_s: s between answers.
         sleep: sleeps (tests pass a fake).
@@ -210,7 +225,8 @@ def bootstrap_process(
             declaration now induces <m> ..."), ``ORDERING_STATE_LOST`` ("committed
             read positions exist for <topic-partition>, ..."),
             ``UNKNOWN_ORDERING_STATE_FORMAT``, ``SUBSTRATE_MISCONFIGURED`` (a
-            foreign group member) — shapes of seed 001.
+            group member still there after the wait, each one named) — shapes
+            of docs/failing-closed.md.
         StartRetryableError: a changelog view that changed under the read.
         StartError: the cluster could not be queried.
     """
@@ -279,7 +295,14 @@ def bootstrap_process(
                 "added to the widest topic.",
             )
 
-        # Step 3.6: start positions.
+        # Step 3.6: start positions, once the previous members have left the group (a
+        # stopped run's static members leave at their session timeout; a member that
+        # stays is not this process, and would take partitions or commit under us).
+        session_ms = session_timeout_ms(config.kafka_properties)
+        window_s = leave_window_s(config.kafka_properties) if group_window_s is None \
+            else group_window_s
+        await_group_vacated(admin, app_id, window_s, session_ms=session_ms,
+                            bootstrap_servers=config.bootstrap_servers, sleep=sleep)
         tps = _received_partitions(process, topics)
         committed = committed_positions(admin, app_id, tps, sleep)
         suspects = lost_positions(
@@ -336,7 +359,6 @@ def bootstrap_process(
             raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
 
         if precommit:
-            await_empty_group(admin, app_id, group_window_s, sleep)
             consumer = bootstrap_consumer(config, app_id)
             try:
                 offsets = [TopicPartition(t, p, off, metadata=BOOTSTRAP_METADATA)
@@ -380,7 +402,7 @@ def bootstrap(
     *,
     admin: AdminClient | None = None,
     on_progress: Callable[[RestoreProgress], None] | None = None,
-    group_window_s: float = DEFAULT_GROUP_WINDOW_S,
+    group_window_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, ProcessPlan]:
     """Run the whole bootstrap for ``processes`` (facts §5 steps 1-3), all or nothing.
@@ -388,7 +410,8 @@ def bootstrap(
     Args:
         config: the configuration.
         processes: the declared processes.
-        admin: an AdminClient (one is built from ``config`` when omitted).
+        admin: an AdminClient; when omitted (as ``Parsley.start`` does) a new
+            one is built for this bootstrap and dropped when it ends.
         on_progress: changelog read progress (default: :func:`progress_logger`).
         group_window_s: see :func:`bootstrap_process`.
         sleep: sleeps (tests pass a fake).
@@ -406,14 +429,57 @@ def bootstrap(
     validate_declarations(config.application_id_prefix, procs)
     if on_progress is None:
         on_progress = progress_logger()
-    if admin is None:  # AdminClient has no close; it is released with the object
-        admin = AdminClient(with_client_logger(
-            admin_config(config.bootstrap_servers, config.kafka_properties)))
-    check_reachable(admin, config.bootstrap_servers)
-    names = {c.name for p in procs for c in (*(i.channel for i in p.inputs), *p.outputs)}
-    topics = resolve_topics(admin, names, sleep=sleep)
-    plans: dict[str, ProcessPlan] = {}
-    for p in procs:
-        plans[p.name] = bootstrap_process(config, p, topics, admin, on_progress=on_progress,
-                                          group_window_s=group_window_s, sleep=sleep)
-    return plans
+    own = admin if admin is not None else new_admin(config)
+    try:
+        check_reachable(own, config.bootstrap_servers)
+        names = {c.name for p in procs for c in (*(i.channel for i in p.inputs), *p.outputs)}
+        topics = resolve_topics(own, names, sleep=sleep)
+        plans: dict[str, ProcessPlan] = {}
+        for p in procs:
+            plans[p.name] = bootstrap_process(config, p, topics, own, on_progress=on_progress,
+                                              group_window_s=group_window_s, sleep=sleep)
+        return plans
+    finally:
+        del own  # AdminClient has no close: a client built here goes with its last reference
+
+
+def restart_bootstrap(
+    config: ParsleyConfig,
+    process: Process,
+    *,
+    on_progress: Callable[[RestoreProgress], None] | None = None,
+    group_window_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProcessPlan:
+    """One restart attempt of one process through its bootstrap, on clients of its own.
+
+    The supervisor's restart under ``transient`` calls this once per attempt. A
+    new AdminClient (and new consumers) are built for the attempt and dropped
+    when it ends, so a client wedged by a broker outage never answers for a
+    later attempt (docs/operations.md, "Broker outage").
+
+    Args:
+        config: the configuration.
+        process: the declaration (validated at the first start).
+        on_progress: changelog read progress (default: :func:`progress_logger`).
+        group_window_s: see :func:`bootstrap_process`.
+        sleep: sleeps (tests pass a fake).
+
+    Returns:
+        The new :class:`ProcessPlan`.
+
+    Raises:
+        ParsleyFailClosedError: a refusal (see :func:`bootstrap_process`).
+        StartRetryableError: a lagging metadata view.
+        StartError: the cluster could not be queried within the bounds.
+    """
+    admin = new_admin(config)
+    try:
+        check_reachable(admin, config.bootstrap_servers)
+        names = {c.name for c in (*(i.channel for i in process.inputs), *process.outputs)}
+        topics = resolve_topics(admin, names, sleep=sleep)
+        return bootstrap_process(config, process, topics, admin,
+                                 on_progress=on_progress or progress_logger(),
+                                 group_window_s=group_window_s, sleep=sleep)
+    finally:
+        del admin

@@ -18,7 +18,6 @@ __all__ = [
     "ANSWER_SPACING_S",
     "BOOTSTRAP_CLIENT_PREFIX",
     "BOOTSTRAP_METADATA",
-    "DEFAULT_GROUP_WINDOW_S",
     "KAFKA_CLIENT_LOG",
     "REACH_TIMEOUT_S",
     "STABLE_DEADLINE_S",
@@ -47,9 +46,6 @@ ANSWER_SPACING_S: Final = 0.5
 ADMIN_TIMEOUT_S: Final = 30.0
 STABLE_RETRY_S: Final = 0.2
 STABLE_DEADLINE_S: Final = 5.0
-DEFAULT_GROUP_WINDOW_S: Final = 12.0
-"""How long a member in the group may stay before the bootstrap calls it a conflict:
-2 x the workers' 6 s session timeout, so a worker of a previous execution has left."""
 
 UNKNOWN_CODES: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 TOPIC_ID_FLOOR: Final = "3.7.0"

@@ -1,19 +1,31 @@
-"""Bootstrap step 3 (pre-commit): an empty group, then the bootstrap consumer commits.
+"""The consumer group at a start: wait, bounded and saying so, for previous members to leave.
 
-A member that stays past a window is the group-protocol conflict of seed 001
-(``SUBSTRATE_MISCONFIGURED``).
+A process's workers are static members of group ``<prefix>-<process>``, and a
+static member sends no LeaveGroup when it stops: the workers of a run that just
+stopped stay in the group until their session times out. A live foreign
+consumer in the group, or the workers of a second coordinator running the same
+process, never leave. So every start, and every restart through the bootstrap,
+waits for the group to hold no member, up to twice the consumer
+``session.timeout.ms`` the workers run with (the Java implementation's
+bootstrap join deadline: ``StreamsRuntime.commitInitialPositions`` joins with
+``streamsSessionTimeout(...).multipliedBy(2)``), logging what it waits for.
+A member still there then is the group-protocol conflict of docs/runbooks.md
+(``SUBSTRATE_MISCONFIGURED``), named member by member.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from coordinator.bootstrap.clients import answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     BOOTSTRAP_CLIENT_PREFIX,
@@ -22,47 +34,191 @@ from coordinator.bootstrap.common import (
     with_client_logger,
 )
 from coordinator.config import ParsleyConfig
-from parsley.refusals import Reason
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.kafka import DEFAULT_SESSION_TIMEOUT_MS
 
-__all__ = ["await_empty_group", "bootstrap_consumer", "members"]
+__all__ = [
+    "GroupMember",
+    "await_group_vacated",
+    "bootstrap_consumer",
+    "group_members",
+    "leave_window_s",
+    "members_remain",
+    "session_timeout_ms",
+]
+
+log = logging.getLogger("parsley.coordinator.bootstrap")
+
+_NOT_YET: frozenset[int] = frozenset({
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+})
+"""Describe answers that mean "ask again" (a group coordinator loading after a restart)."""
 
 
-def members(admin: AdminClient, group: str) -> list[Any]:
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """One member of a consumer group as ``describe_consumer_groups`` reports it.
+
+    Attributes:
+        member_id: the broker-assigned member id.
+        client_id: the member's ``client.id``.
+        host: the host the member connected from (``/127.0.0.1``).
+        group_instance_id: its ``group.instance.id`` (static members), else ``None``.
+    """
+
+    member_id: str
+    client_id: str
+    host: str
+    group_instance_id: str | None = None
+
+    def describe(self) -> str:
+        """``client id 'c' on host /h, group.instance.id i`` (or ``member id m``)."""
+        who = (f"group.instance.id {self.group_instance_id}" if self.group_instance_id
+               else f"member id {self.member_id}")
+        return f"client id '{self.client_id}' on host {self.host}, {who}"
+
+
+def session_timeout_ms(kafka_properties: Mapping[str, Any]) -> int:
+    """The consumer ``session.timeout.ms`` the workers run with, ms (pure).
+
+    ``consumer.session.timeout.ms`` over ``session.timeout.ms`` over
+    ``workers.kafka.DEFAULT_SESSION_TIMEOUT_MS``, as ``workers.kafka.consumer_config``
+    resolves it.
+
+    Raises:
+        ValueError: a value that is not a positive integer.
+    """
+    raw = kafka_properties.get("consumer.session.timeout.ms",
+                               kafka_properties.get("session.timeout.ms"))
+    if raw is None:
+        return DEFAULT_SESSION_TIMEOUT_MS
     try:
-        desc = admin.describe_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group]
-        return list(desc.result().members or [])
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"session.timeout.ms must be an integer number of ms, got {raw!r}") \
+            from None
+    if value < 1:
+        raise ValueError(f"session.timeout.ms must be >= 1 ms, got {value}")
+    return value
+
+
+def leave_window_s(kafka_properties: Mapping[str, Any]) -> float:
+    """How long a start waits for previous members to leave, s: 2 x :func:`session_timeout_ms`
+    (pure; the Java implementation's bootstrap join deadline)."""
+    return 2 * session_timeout_ms(kafka_properties) / 1000.0
+
+
+def group_members(admin: AdminClient, group: str,
+                  timeout_s: float = ADMIN_TIMEOUT_S) -> list[GroupMember] | None:
+    """The members of ``group`` now; ``[]`` for an unknown group, ``None`` when its
+    coordinator cannot answer yet (loading, moving).
+
+    Raises:
+        StartError: the describe failed otherwise (ACLs, connectivity), or no
+            answer came within the coordinator's bound.
+    """
+    try:
+        future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+        desc = answer(future, f"describing group '{group}'", timeout_s)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
             return []
-        raise StartError(f"could not describe group '{group}': {exc}") from exc
+        if isinstance(err, KafkaError) and err.code() in _NOT_YET:
+            return None
+        raise StartError(f"could not describe group '{group}': {exc}; restore connectivity "
+                         "or grant Describe on the group, then retry") from exc
+    return [GroupMember(str(m.member_id), str(m.client_id), str(m.host),
+                        getattr(m, "group_instance_id", None) or None)
+            for m in (desc.members or [])]
 
 
-def await_empty_group(
-    admin: AdminClient, group: str, window_s: float, sleep: Callable[[float], None]
-) -> None:
-    """Wait until the group has no member; one that stays past the window is a conflict."""
-    deadline = time.monotonic() + window_s
+def members_remain(group: str, remaining: Sequence[GroupMember], waited_s: float,
+                   session_ms: int, bootstrap_servers: str) -> ParsleyFailClosedError:
+    """The ``SUBSTRATE_MISCONFIGURED`` refusal naming every member still in ``group`` (pure;
+    the group-protocol conflict of docs/runbooks.md, SUBSTRATE_MISCONFIGURED)."""
+    named = "; ".join(m.describe() for m in sorted(
+        remaining, key=lambda m: (m.client_id, m.group_instance_id or "", m.member_id)))
+    return refuse(
+        Reason.SUBSTRATE_MISCONFIGURED,
+        f"the group join would be refused as a protocol conflict: group '{group}' still holds "
+        f"{len(remaining)} member(s) that are not this process after {waited_s:g} s (twice the "
+        f"consumer session.timeout.ms of {session_ms} ms, after which a stopped worker of "
+        f"this process has left): [{named}]. A consumer configured with the application id "
+        "as its group.id, or the workers of another coordinator running this process, never "
+        f"leave. List them (kafka-consumer-groups --bootstrap-server {bootstrap_servers} "
+        f"--describe --group {group} --members), stop the foreign consumer or the other "
+        "coordinator, then restart (runbook: SUBSTRATE_MISCONFIGURED, a member that is not "
+        "this process).",
+    )
+
+
+def await_group_vacated(
+    admin: AdminClient,
+    group: str,
+    window_s: float,
+    *,
+    session_ms: int,
+    bootstrap_servers: str,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    poll_s: float = 0.5,
+) -> float:
+    """Wait until ``group`` holds no member, at most ``window_s`` s, logging the wait.
+
+    Logs once "waiting up to N s for the previous members of group G to leave:
+    [...]" when members are present, and how long they took to leave.
+
+    Args:
+        admin: an AdminClient (this attempt's own).
+        group: the consumer group, ``<prefix>-<process>``.
+        window_s: the bound, s (:func:`leave_window_s`).
+        session_ms: the workers' session timeout, ms (named in the refusal).
+        bootstrap_servers: named in the refusal's command.
+        sleep: sleeps (tests pass a fake).
+        clock: monotonic seconds (tests pass a fake).
+        poll_s: s between describes.
+
+    Returns:
+        s waited (0 when the group was empty at once).
+
+    Raises:
+        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` (:func:`members_remain`)
+            when members remain after ``window_s``.
+        StartError: the group could not be described, or its coordinator did
+            not answer within ``window_s``.
+    """
+    start = clock()
+    deadline = start + window_s
+    announced: tuple[str, ...] | None = None
     while True:
-        present = members(admin, group)
-        if not present:
-            return
-        if time.monotonic() >= deadline:
-            names = sorted(f"{m.client_id} ({m.member_id})" for m in present)
-            raise refuse(
-                Reason.SUBSTRATE_MISCONFIGURED,
-                f"the group join has been refused as a protocol conflict for longer than "
-                f"{window_s:g} s, so a member speaking another group protocol persists in "
-                f"group '{group}': {names}. Something is in the consumer group under this "
-                "application id that is not this process: a consumer configured with the "
-                "application id as its group.id, or another instance's bootstrap member "
-                f"that never left. List them with kafka-consumer-groups --describe --group "
-                f"{group} --members, remove the foreign consumer, then restart.",
-            )
-        sleep(min(0.5, max(0.05, deadline - time.monotonic())))
+        present = group_members(admin, group)
+        now = clock()
+        if present == []:
+            if announced is not None:
+                log.info("%s: the previous members left after %.1f s", group, now - start)
+            return now - start
+        if present is not None:
+            names = tuple(sorted(m.describe() for m in present))
+            if announced != names:
+                log.warning("waiting up to %.0f s for the previous members of group %s to "
+                            "leave: [%s]", max(0.0, deadline - now), group, "; ".join(names))
+                announced = names
+        if now >= deadline:
+            if present is None:
+                raise StartError(f"the coordinator of group '{group}' did not answer a "
+                                 f"describe within {window_s:g} s; retry")
+            raise members_remain(group, present, window_s, session_ms, bootstrap_servers)
+        sleep(min(poll_s, max(0.05, deadline - now)))
 
 
 def bootstrap_consumer(config: ParsleyConfig, group: str) -> Consumer:
+    """The consumer that commits the bootstrap's initial positions to ``group``.
+
+    It never subscribes, so it never joins: its commit (generation -1) is
+    accepted only while the group is empty.
+    """
     # workers.kafka has no public name for its client-prefix rules; the private one is
     # imported so the bootstrap consumer reads user properties exactly as workers do.
     from workers.kafka import _select

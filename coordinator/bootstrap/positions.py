@@ -20,6 +20,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from coordinator.bootstrap.clients import answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     BOOTSTRAP_METADATA,
@@ -177,9 +178,9 @@ def committed_positions(
         try:
             request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t.topic, t.partition)
                                                            for t in tps])]
-            result = admin.list_consumer_group_offsets(
+            result = answer(admin.list_consumer_group_offsets(
                 request, require_stable=True, request_timeout=ADMIN_TIMEOUT_S
-            )[group].result()
+            )[group], f"listing the committed positions of group '{group}'")
             out: dict[tuple[str, int], tuple[int, str]] = {}
             unstable = False
             for tp in result.topic_partitions:
@@ -220,7 +221,9 @@ def list_offsets(
             {TopicPartition(t.topic, t.partition): spec for t in tps},
             isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=ADMIN_TIMEOUT_S,
         )
-        return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+        what = f"listing the {'latest' if latest else 'earliest'} positions"
+        return {(tp.topic, tp.partition): int(answer(f, f"{what} of {tp.topic}-{tp.partition}")
+                                              .offset) for tp, f in futures.items()}
     except KafkaException as exc:
         which = "latest" if latest else "earliest"
         raise StartError(f"could not list the {which} positions of "

@@ -11,6 +11,7 @@ from uuid import UUID
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from coordinator.bootstrap.clients import answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     ANSWER_SPACING_S,
@@ -64,7 +65,7 @@ def _describe_once(
     unknown: list[str] = []
     for name in names:
         try:
-            desc = futures[name].result()
+            desc = answer(futures[name], f"describing declared topic '{name}'", timeout_s)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() in UNKNOWN_CODES:
