@@ -138,7 +138,12 @@ def members_remain(group: str, remaining: Sequence[GroupMember], waited_s: float
                    session_ms: int, bootstrap_servers: str) -> ParsleyFailClosedError:
     """The ``SUBSTRATE_MISCONFIGURED`` refusal naming every member still in ``group`` (pure;
     the group-protocol conflict of docs/runbooks.md, SUBSTRATE_MISCONFIGURED)."""
-    named = "; ".join(m.describe() for m in sorted(
+    def one(m: GroupMember) -> str:
+        ours = (m.group_instance_id or "").startswith(f"{group}-task-")
+        return m.describe() + (" (a worker of this process that another coordinator runs)"
+                               if ours else "")
+
+    named = "; ".join(one(m) for m in sorted(
         remaining, key=lambda m: (m.client_id, m.group_instance_id or "", m.member_id)))
     return refuse(
         Reason.SUBSTRATE_MISCONFIGURED,
