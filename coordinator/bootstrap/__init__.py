@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.changelog import TaskState, progress_logger, read_ordering_state
@@ -82,7 +82,7 @@ from coordinator.bootstrap.common import (
 )
 from coordinator.bootstrap.group import (
     await_group_vacated,
-    bootstrap_consumer,
+    commit_initial_positions,
     leave_window_s,
     session_timeout_ms,
 )
@@ -359,24 +359,9 @@ def bootstrap_process(
             raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
 
         if precommit:
-            consumer = bootstrap_consumer(config, app_id)
-            try:
-                offsets = [TopicPartition(t, p, off, metadata=BOOTSTRAP_METADATA)
-                           for (t, p), off in sorted(precommit.items())]
-                consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() in (
-                        KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
-                        KafkaError.REBALANCE_IN_PROGRESS):
-                    raise StartRetryableError(
-                        f"a member joined group '{app_id}' while the start committed its "
-                        f"initial positions ({err.name()})"
-                    ) from exc
-                raise StartError(f"could not commit the initial positions of group "
-                                 f"'{app_id}': {exc}") from exc
-            finally:
-                consumer.close()
+            commit_initial_positions(config, app_id, [
+                TopicPartition(t, p, off, metadata=BOOTSTRAP_METADATA)
+                for (t, p), off in sorted(precommit.items())])
             positions.update(precommit)
             log.info("%s: committed initial positions for %s", app_id,
                      [f"{t}-{p}@{o}" for (t, p), o in sorted(precommit.items())])

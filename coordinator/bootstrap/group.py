@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.clients import answer
@@ -30,6 +30,7 @@ from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     BOOTSTRAP_CLIENT_PREFIX,
     StartError,
+    StartRetryableError,
     refuse,
     with_client_logger,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "GroupMember",
     "await_group_vacated",
     "bootstrap_consumer",
+    "commit_initial_positions",
     "group_members",
     "leave_window_s",
     "members_remain",
@@ -218,11 +220,14 @@ def await_group_vacated(
         sleep(min(poll_s, max(0.05, deadline - now)))
 
 
-def bootstrap_consumer(config: ParsleyConfig, group: str) -> Consumer:
+def bootstrap_consumer(config: ParsleyConfig, group: str,
+                       on_commit: Callable[[KafkaError | None, list[TopicPartition]], None]
+                       | None = None) -> Consumer:
     """The consumer that commits the bootstrap's initial positions to ``group``.
 
     It never subscribes, so it never joins: its commit (generation -1) is
-    accepted only while the group is empty.
+    accepted only while the group is empty. ``on_commit`` receives commit results
+    (served by ``poll``).
     """
     # workers.kafka has no public name for its client-prefix rules; the private one is
     # imported so the bootstrap consumer reads user properties exactly as workers do.
@@ -238,4 +243,52 @@ def bootstrap_consumer(config: ParsleyConfig, group: str) -> Consumer:
         "allow.auto.create.topics": False,
         "isolation.level": "read_committed",
     })
+    if on_commit is not None:
+        props["on_commit"] = on_commit
     return Consumer(with_client_logger(props))
+
+
+_MEMBER_JOINED: frozenset[int] = frozenset({
+    KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+})
+"""Commit answers meaning a member joined the group after the wait."""
+
+
+def commit_initial_positions(config: ParsleyConfig, group: str,
+                             offsets: Sequence[TopicPartition],
+                             timeout_s: float = ADMIN_TIMEOUT_S) -> None:
+    """Commit ``offsets`` (metadata set by the caller) to ``group`` from a new bootstrap
+    consumer, waiting for the answer at most ``timeout_s`` s (the coordinator's bound,
+    not the client's), then close the consumer.
+
+    Raises:
+        StartRetryableError: a member joined the group meanwhile
+            (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``).
+        StartError: the commit failed otherwise, or got no answer within ``timeout_s``.
+    """
+    results: list[tuple[KafkaError | None, list[TopicPartition]]] = []
+    consumer = bootstrap_consumer(config, group,
+                                  on_commit=lambda err, tps: results.append((err, tps)))
+    try:
+        consumer.commit(offsets=list(offsets), asynchronous=True)
+        deadline = time.monotonic() + timeout_s
+        while not results:
+            if time.monotonic() >= deadline:
+                raise StartError(f"committing the initial positions of group '{group}': no "
+                                 f"answer within {timeout_s:g} s; retry")
+            consumer.poll(0.1)
+    except KafkaException as exc:
+        raise StartError(f"could not commit the initial positions of group '{group}': "
+                         f"{exc}") from exc
+    finally:
+        consumer.close()
+    err, tps = results[0]
+    errors = [e for e in [err, *(tp.error for tp in tps)] if e is not None]
+    if not errors:
+        return
+    if any(e.code() in _MEMBER_JOINED for e in errors):
+        raise StartRetryableError(f"a member joined group '{group}' while the start committed "
+                                  f"its initial positions ({errors[0].name()})")
+    raise StartError(f"could not commit the initial positions of group '{group}': "
+                     f"{errors[0]}")
