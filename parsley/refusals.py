@@ -60,6 +60,12 @@ class Reason(enum.Enum):
     """The Kafka cluster is configured in a way the guarantee cannot survive."""
     METADATA_BUDGET_EXCEEDED = "METADATA_BUDGET_EXCEEDED"
     """Causal metadata exceeded the configured budget (receipt, merge or emission)."""
+    CROSS_PARTITION_CAUSE = "CROSS_PARTITION_CAUSE"
+    """A received record names a cause on a partition of a received topic that another
+    task reads, while the received topics are co-partitioned (equal partition counts) or
+    the configuration refuses such causes: a keying or partitioner mistake upstream
+    (docs/failing-closed.md). Not one of the seed's reasons; added after it, so the
+    exit codes of the seed's reasons (64 + index) keep their values."""
 
 
 _FIND_IN_DEPTH = 64

@@ -10,7 +10,8 @@ deliverable and goes on the next drain.
 These values are produced by :meth:`parsley.engine.engine.ProcessEngine.diagnose`;
 their :meth:`to_json` forms use the field names of the status JSON (issue 5):
 ``held[{topic, partition, count, head, blockers[{topic, partition, required,
-settled}]}], frontier_channels, frontier_bytes, budget_bytes``.
+settled}]}], frontier_channels, frontier_bytes, budget_bytes,
+cross_partition_causes``.
 """
 
 from __future__ import annotations
@@ -96,12 +97,17 @@ class TaskDiagnosis:
         frontier_bytes: the frontier's encoded size in bytes (the
             ``parsley.causes`` value every send of this task carries).
         budget_bytes: the configured metadata budget, in bytes.
+        cross_partition_causes: messages this execution accepted with a cause on
+            a partition of a received topic that another task reads: carried
+            unenforced, warned once per pair of partitions (docs/failing-closed.md,
+            ``CROSS_PARTITION_CAUSE``).
     """
 
     held: tuple[HeldChannel, ...]
     frontier_channels: int
     frontier_bytes: int
     budget_bytes: int
+    cross_partition_causes: int = 0
 
     @property
     def held_count(self) -> int:
@@ -115,4 +121,5 @@ class TaskDiagnosis:
             "frontier_channels": self.frontier_channels,
             "frontier_bytes": self.frontier_bytes,
             "budget_bytes": self.budget_bytes,
+            "cross_partition_causes": self.cross_partition_causes,
         }

@@ -10,7 +10,9 @@ Pure: standard library only (see ``tests/unit/test_purity.py``).
 
 from __future__ import annotations
 
+import base64
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID
@@ -23,6 +25,9 @@ __all__ = [
     "DeliverableMessage",
     "Header",
     "ReceivedMessage",
+    "describe_channel",
+    "describe_key",
+    "kafka_topic_id",
 ]
 
 FED_TO_END: Final = 2**63 - 1
@@ -151,3 +156,49 @@ class DeliverableMessage:
     value: bytes | None
     headers: tuple[Header, ...]
     causes: tuple[tuple[ChannelId, int], ...]
+
+
+def kafka_topic_id(topic_id: UUID) -> str:
+    """A topic id as Kafka's tools print it: the 16 bytes in URL-safe base64 without
+    padding (Java ``org.apache.kafka.common.Uuid.toString``), the ``TopicId`` that
+    ``kafka-topics --describe`` shows, e.g. ``Iv8Irqw9RYmUoxJaXCaJow``."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
+
+
+def describe_channel(ch: ChannelId, names: Mapping[UUID, str], position: int | None = None) -> str:
+    """A channel (and optionally a position on it) as a refusal detail names it.
+
+    Args:
+        ch: the channel.
+        names: topic id -> topic name, for the ids whose name the task knows.
+        position: an offset on the channel, or ``None`` to name the channel only.
+
+    Returns:
+        ``topic 'shop.orders' partition 1 offset 12 (topic id Iv8Irqw9RYmUoxJaXCaJow)``,
+        or, for an id whose name the task does not know, ``topic id
+        Iv8Irqw9RYmUoxJaXCaJow (name not known to this task) partition 1 offset 12``:
+        every part an operator needs for ``kafka-console-consumer --topic --partition
+        --offset`` or ``kafka-topics --describe`` (docs/failing-closed.md, "Naming a
+        channel").
+    """
+    at = "" if position is None else f" offset {position}"
+    name = names.get(ch.topic_id)
+    if name is None:
+        return (f"topic id {kafka_topic_id(ch.topic_id)} (name not known to this task) "
+                f"partition {ch.partition}{at}")
+    return f"topic '{name}' partition {ch.partition}{at} (topic id {kafka_topic_id(ch.topic_id)})"
+
+
+def describe_key(key: bytes | None) -> str:
+    """A record key as a refusal detail names it: ``no key (null)``, ``key 'abc'`` for
+    printable UTF-8, else ``key 0x<hex>`` (the first 64 bytes, then ``...``)."""
+    if key is None:
+        return "no key (null)"
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable() and len(text) <= 200:
+        return f"key {text!r}"
+    shown = key[:64].hex()
+    return f"key 0x{shown}{'...' if len(key) > 64 else ''}"

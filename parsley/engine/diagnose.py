@@ -24,6 +24,7 @@ def diagnose_task(
     frontier_channels: int,
     frontier_bytes: int,
     budget_bytes: int,
+    cross_partition_causes: int = 0,
 ) -> TaskDiagnosis:
     """Build the task's diagnosis.
 
@@ -36,6 +37,8 @@ def diagnose_task(
         frontier_channels: entries in the frontier.
         frontier_bytes: encoded size of the frontier, bytes.
         budget_bytes: the metadata budget, bytes.
+        cross_partition_causes: messages accepted with a cause the task could
+            not enforce (a cause on another task's partition of a received topic).
 
     Returns:
         Per held channel: topic label, partition, count, head position and
@@ -61,4 +64,5 @@ def diagnose_task(
         ) if isinstance(verdict, Held) else ()
         channels.append(HeldChannel(_label(ch.topic_id), ch.partition, len(positions), head,
                                     blockers))
-    return TaskDiagnosis(tuple(channels), frontier_channels, frontier_bytes, budget_bytes)
+    return TaskDiagnosis(tuple(channels), frontier_channels, frontier_bytes, budget_bytes,
+                         cross_partition_causes)

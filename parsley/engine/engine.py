@@ -49,6 +49,8 @@ from parsley.engine.channel import (
     ChannelId,
     DeliverableMessage,
     ReceivedMessage,
+    describe_channel,
+    describe_key,
 )
 from parsley.engine.deliverability import decide
 from parsley.engine.deltas import Body, Causes, changed_rows
@@ -63,6 +65,7 @@ from parsley.wire import decode_causes, split_causes_header, strip_reserved
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
     "Causes",
+    "CrossPartition",
     "FeedOutcome",
     "ProcessEngine",
     "TopicVerdict",
@@ -79,13 +82,29 @@ _NO_CAUSES: Final[Causes] = ()
 
 
 class _Decoded:
-    """A decoded header value and the prune epoch at which it was last merged."""
+    """A decoded header value, the prune epoch at which it was last merged, and its
+    causes on channels of a received topic that this task does not receive."""
 
-    __slots__ = ("causes", "merged_epoch")
+    __slots__ = ("causes", "foreign", "merged_epoch")
 
-    def __init__(self, causes: Causes) -> None:
+    def __init__(self, causes: Causes, foreign: Causes) -> None:
         self.causes = causes
+        self.foreign = foreign
         self.merged_epoch = -1
+
+
+class CrossPartition(enum.Enum):
+    """What a task does with a cross-partition cause: a cause on a channel of a topic
+    the process receives, on a partition another task of the process reads, so this
+    task can never enforce it (docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``)."""
+
+    REFUSE = "REFUSE"
+    """Fail closed with ``CROSS_PARTITION_CAUSE``: the host's choice when the received
+    topics have equal partition counts (co-partitioned by declaration), or when the
+    configuration asks for it."""
+    WARN = "WARN"
+    """Carry the cause unenforced, warn once per (received channel, cause channel)
+    pair and count the message in the task's status (``cross_partition_causes``)."""
 
 
 class FeedOutcome(enum.Enum):
@@ -122,6 +141,8 @@ class ProcessEngine:
             reaches 80 % of it.
         on_warning: called with the warning text (e.g. a logger's
             ``warning``); ``None`` discards warnings.
+        cross_partition: what a cause on another task's channel of a received
+            topic does (:class:`CrossPartition`); the host decides.
 
     Raises:
         ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for any
@@ -143,6 +164,7 @@ class ProcessEngine:
         received: Iterable[ChannelId],
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
         on_warning: Callable[[str], None] | None = None,
+        cross_partition: CrossPartition = CrossPartition.WARN,
     ) -> None:
         if budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
@@ -154,6 +176,11 @@ class ProcessEngine:
             if not isinstance(ch, ChannelId):
                 raise TypeError(f"received channels must be ChannelId, got {type(ch).__name__}")
         self._received: frozenset[ChannelId] = frozenset(ordered)
+        self._received_topics: frozenset[UUID] = frozenset(ch.topic_id for ch in ordered)
+        self._cross_policy = cross_partition
+        self._cross_warned: set[tuple[ChannelId, ChannelId]] = set()
+        self._cross_count = 0
+        self._labels: dict[UUID, str] | None = None
         self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
         self._rank: dict[ChannelId, int] = {ch: i for i, ch in enumerate(ordered)}
 
@@ -177,8 +204,10 @@ class ProcessEngine:
             if positions and ch not in self._received:
                 raise _refuse(
                     Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
-                    f"held message at {ch}@{positions[0]} but the channel is no longer in "
-                    "the declared received-channel set",
+                    f"held message at {self._describe(ch, positions[0])} but the channel is "
+                    "no longer in the declared received-channel set. Restore the channel to "
+                    "the declaration until its held messages deliver, or reset the process "
+                    "(docs/runbooks.md, CHANNEL_REMOVED_WITH_HELD_MESSAGES)",
                 )
         self._held_total = 0
         for ch, positions in restored.items():
@@ -222,6 +251,20 @@ class ProcessEngine:
         self._warned = False
         self._check_warning()
 
+    # ------------------------------------------------------------ details
+
+    def _topic_names(self) -> dict[UUID, str]:
+        """Topic id -> the first name bound to it (cached until the bindings change)."""
+        labels = self._labels
+        if labels is None:
+            labels = {t: name for name, t in reversed(list(self._names.items()))}
+            self._labels = labels
+        return labels
+
+    def _describe(self, ch: ChannelId, position: int | None = None) -> str:
+        """``ch`` (at ``position``) by topic name, partition, offset and Kafka topic id."""
+        return describe_channel(ch, self._topic_names(), position)
+
     # ------------------------------------------------------------ restore hooks
 
     def _restored_held(self, held: dict[ChannelId, list[int]]) -> dict[ChannelId, list[int]]:
@@ -255,6 +298,7 @@ class ProcessEngine:
         for name in new_bindings(self._names, bindings, self._by_rank):
             self._names[name] = bindings[name]
             self._dirty_n[name] = None
+        self._labels = None
 
     def names(self) -> Mapping[str, UUID]:
         """The name bindings (topic name -> topic id), read-only copy."""
@@ -298,7 +342,7 @@ class ProcessEngine:
         if not dead:
             return
         held = {ch: len(self._queues[ch]) for ch in self._by_rank}
-        for ch in deleted_channels(self._by_rank, held, verdicts):
+        for ch in deleted_channels(self._by_rank, held, verdicts, self._topic_names()):
             self._advance_fed(ch, FED_TO_END)
         pruned = False
         for ch in [c for c in self._frontier if c.topic_id in dead]:
@@ -421,16 +465,19 @@ class ProcessEngine:
         try:
             found, raw, app_headers = split_causes_header(msg.headers)
         except ParsleyFailClosedError as exc:
-            raise _refuse(exc.reason, f"{ch}@{q}: {exc.detail}") from exc
+            raise _refuse(exc.reason, self._undecodable(ch, q, exc.detail)) from exc
         entry: _Decoded | None = None
         if not found:
             causes = _NO_CAUSES
+            foreign = _NO_CAUSES
         else:
             if raw is not None and len(raw) > self._budget:
                 raise _refuse(
                     Reason.METADATA_BUDGET_EXCEEDED,
-                    f"{ch}@{q} carries {len(raw)} bytes of causal metadata; the configured "
-                    f"budget is {self._budget} bytes",
+                    f"{self._describe(ch, q)} carries {len(raw)} bytes of causal metadata; "
+                    f"the configured budget is {self._budget} bytes. Raise "
+                    "metadata_budget_bytes here and upstream (docs/runbooks.md, "
+                    "METADATA_BUDGET_EXCEEDED)",
                 )
             if raw is not None and type(raw) is not bytes:
                 raw = bytes(raw)
@@ -439,15 +486,20 @@ class ProcessEngine:
                 try:
                     decoded = decode_causes(raw)
                 except ParsleyFailClosedError as exc:
-                    raise _refuse(Reason.UNDECODABLE_METADATA, f"{ch}@{q}: {exc.detail}") from exc
+                    raise _refuse(Reason.UNDECODABLE_METADATA,
+                                  self._undecodable(ch, q, exc.detail)) from exc
                 causes = tuple(decoded.items())
                 assert raw is not None  # decode_causes(None) always raises
                 if len(self._decoded) >= _DECODE_CACHE_ENTRIES:
                     self._decoded.clear()
-                entry = _Decoded(causes)
+                topics = self._received_topics
+                received = self._settled
+                entry = _Decoded(causes, tuple(
+                    (c, p) for c, p in causes if c.topic_id in topics and c not in received))
                 self._decoded[raw] = entry
             else:
                 causes = entry.causes
+            foreign = entry.foreign
 
         # -- in-execution order
         fed_exec = self._fed_exec
@@ -455,8 +507,10 @@ class ProcessEngine:
         if before is not None and q <= before:
             raise _refuse(
                 Reason.OUT_OF_ORDER_FEED,
-                f"fed {ch}@{q} after this execution was already fed position {before} of the "
-                "same channel; the host must feed each channel in increasing position order",
+                f"fed {self._describe(ch, q)} after this execution was already fed offset "
+                f"{before} of the same partition; the host must feed each channel in "
+                "increasing position order. Restart; if it recurs at the same offsets, keep "
+                "the logs and report it (docs/runbooks.md, OUT_OF_ORDER_FEED)",
             )
         fed_exec[ch] = q
 
@@ -472,19 +526,25 @@ class ProcessEngine:
             if fed == FED_TO_END:
                 raise _refuse(
                     Reason.OUT_OF_ORDER_FEED,
-                    f"fed {ch}@{q} on a channel recorded as no longer existing",
+                    f"fed {self._describe(ch, q)} on a channel recorded as no longer "
+                    "existing; the identity verdict was wrong. Reset the process, keep the "
+                    "logs and report it (docs/runbooks.md, OUT_OF_ORDER_FEED)",
                 )
             floor_at = floor.get(ch)
             if floor_at is None or q > floor_at:
                 raise _refuse(
                     Reason.COVERED_POSITION_FED,
-                    f"fed {ch}@{q} which this execution's own coverage already records as fed "
-                    f"or never arriving (fedUpTo={fed}), above the session floor of "
-                    f"{'none' if floor_at is None else floor_at}; the host's feed and the "
-                    "engine's record contradict each other. A restart resumes from the "
-                    "committed record, and this refusal then does not recur.",
+                    f"fed {self._describe(ch, q)} which this execution's own coverage already "
+                    f"records as fed or never arriving (fedUpTo={fed}), above the session "
+                    f"floor of {'none' if floor_at is None else floor_at}; the host's feed and "
+                    "the engine's record contradict each other. A restart resumes from the "
+                    "committed record, and this refusal then does not recur "
+                    "(docs/runbooks.md, COVERED_POSITION_FED).",
                 )
             return FeedOutcome.DUPLICATE_DROPPED
+
+        if foreign:
+            self._cross_partition(msg, foreign)
 
         # -- accept: cover, hold
         self._fed[ch] = q
@@ -498,6 +558,52 @@ class ProcessEngine:
             self._candidates[ch] = None
             self._raise_settled(ch, q - 1)
         return FeedOutcome.ACCEPTED
+
+    def _undecodable(self, ch: ChannelId, q: int, diagnosis: str) -> str:
+        return (f"{self._describe(ch, q)}: {diagnosis}. Find and fix the producer that "
+                "stamped the header; no restart passes the record (docs/runbooks.md, "
+                "UNDECODABLE_METADATA)")
+
+    def _cross_partition(self, msg: ReceivedMessage, foreign: Causes) -> None:
+        """Refuse, or warn about and count, causes this task can never enforce.
+
+        Raises:
+            ParsleyFailClosedError: ``CROSS_PARTITION_CAUSE`` under
+                :attr:`CrossPartition.REFUSE` (docs/failing-closed.md gives the shape).
+        """
+        ch = msg.channel
+        cause, position = foreign[0]
+        if self._cross_policy is CrossPartition.REFUSE:
+            raise _refuse(
+                Reason.CROSS_PARTITION_CAUSE,
+                f"the record at {self._describe(ch, msg.position)} ({describe_key(msg.key)}) "
+                f"names a cause at {self._describe(cause, position)}, a partition another "
+                "task of this process reads, so no task can hold the record until its cause "
+                "is delivered. The received topics are co-partitioned (equal partition "
+                "counts), so this is a keying or partitioner mistake upstream: produce the "
+                "input keyed, with the murmur2_random partitioner (Java's default), and "
+                "reset the process past the record (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
+            )
+        self._cross_count += 1
+        for cause, position in foreign:
+            pair = (ch, cause)
+            if pair in self._cross_warned:
+                continue
+            self._cross_warned.add(pair)
+            if self._on_warning is not None:
+                self._on_warning(
+                    f"the record at {self._describe(ch, msg.position)} "
+                    f"({describe_key(msg.key)}) names a cause at "
+                    f"{self._describe(cause, position)}, a partition another task of this "
+                    "process reads: the cause is carried unenforced (the received topics' "
+                    "partition counts differ). Said once per pair of partitions; counted "
+                    "in status as cross_partition_causes; refuse_cross_partition_causes = "
+                    "true makes it a refusal (docs/runbooks.md, CROSS_PARTITION_CAUSE)")
+
+    def cross_partition_causes(self) -> int:
+        """Messages accepted by this engine that carried a cause it could not enforce
+        (:class:`CrossPartition`); always 0 under :attr:`CrossPartition.REFUSE`."""
+        return self._cross_count
 
     # ------------------------------------------------------------ frontier
 
@@ -526,7 +632,8 @@ class ProcessEngine:
                 f"the causal frontier reached {size} bytes ({len(self._frontier)} channels); "
                 f"the configured budget is {self._budget} bytes. The frontier's size is the "
                 "sum over its topics of 26 bytes for the first partition and 9 for each "
-                "further one, plus 2 (docs/model.md).",
+                "further one, plus 2 (docs/model.md). Raise metadata_budget_bytes here and "
+                "upstream (docs/runbooks.md, METADATA_BUDGET_EXCEEDED).",
             )
         self._check_warning()
 
@@ -568,7 +675,8 @@ class ProcessEngine:
                 Reason.METADATA_BUDGET_EXCEEDED,
                 f"expressing the causal frontier needs {len(encoded)} bytes "
                 f"({len(self._frontier)} channels); the configured budget is {self._budget} "
-                "bytes.",
+                "bytes. Raise metadata_budget_bytes here and upstream (docs/runbooks.md, "
+                "METADATA_BUDGET_EXCEEDED).",
             )
         return encoded
 
@@ -602,8 +710,9 @@ class ProcessEngine:
         if blob is None:
             raise _refuse(
                 Reason.UNKNOWN_ORDERING_STATE_FORMAT,
-                f"held message {ch}@{position} is in the hold-back buffer but absent from the "
-                "store",
+                f"held message at {self._describe(ch, position)} is in the hold-back buffer "
+                "but absent from the store. Wipe the process's local state directory and "
+                "restart (docs/runbooks.md, UNKNOWN_ORDERING_STATE_FORMAT)",
             )
         message = sc.decode_held(blob)
         self._loaded = (ch, position, message)
@@ -821,4 +930,5 @@ class ProcessEngine:
             frontier_channels=len(self._frontier),
             frontier_bytes=self.frontier_bytes(),
             budget_bytes=self._budget,
+            cross_partition_causes=self._cross_count,
         )

@@ -16,12 +16,13 @@ import enum
 from collections.abc import Mapping, Sequence
 from uuid import UUID
 
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import ChannelId, describe_channel, kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 
 __all__ = ["TopicVerdict", "deleted_channels", "new_bindings"]
 
-_RESET = "Reset the process's state and group offsets deliberately to proceed."
+_RESET = ("Reset the process's state and group offsets deliberately to proceed "
+          "(docs/runbooks.md, Resetting a process)")
 
 
 class TopicVerdict(enum.Enum):
@@ -61,12 +62,12 @@ def new_bindings(
     for name, topic_id in bindings.items():
         old = bound.get(name)
         if old is not None and old != topic_id:
-            shown = next((str(ch) for ch in received if ch.topic_id == topic_id), str(topic_id))
             raise ParsleyFailClosedError(
                 Reason.CHANNEL_IDENTITY_CHANGED,
-                f"topic '{name}' now resolves to {shown} but this process's state was "
-                f"built against a previous incarnation ({old}); its read positions for "
-                "that name cannot be trusted. " + _RESET,
+                f"topic '{name}' now resolves to topic id {kafka_topic_id(topic_id)} but this "
+                "process's state was built against a previous incarnation (topic id "
+                f"{kafka_topic_id(old)}); its read positions for that name cannot be "
+                "trusted. " + _RESET + "; CHANNEL_IDENTITY_CHANGED.",
             )
     return [name for name in bindings if name not in bound]
 
@@ -75,6 +76,7 @@ def deleted_channels(
     received: Sequence[ChannelId],
     held: Mapping[ChannelId, int],
     verdicts: Mapping[UUID, TopicVerdict],
+    names: Mapping[UUID, str] | None = None,
 ) -> list[ChannelId]:
     """Check the verdicts against the received channels; those to set fed to end.
 
@@ -83,6 +85,7 @@ def deleted_channels(
         held: per received channel, how many messages it holds (0 or absent
             for none).
         verdicts: topic id -> verdict; pending ids omitted.
+        names: topic id -> topic name, to name channels in the details.
 
     Returns:
         The received channels whose topic was deleted (each holds nothing), in
@@ -99,13 +102,15 @@ def deleted_channels(
 
     Source: facts §5 "What the engine does"; seed 001.
     """
+    names = names or {}
     for ch in received:
         if verdicts.get(ch.topic_id) is TopicVerdict.RECREATED:
             raise ParsleyFailClosedError(
                 Reason.CHANNEL_IDENTITY_CHANGED,
-                f"the topic of received channel {ch} was deleted and recreated under the "
-                "same name while this process ran; records fed under the old identity can "
-                "no longer be trusted. " + _RESET,
+                f"the topic of received channel {describe_channel(ch, names)} was deleted "
+                "and recreated under the same name while this process ran; records fed "
+                "under the old identity can no longer be trusted. " + _RESET
+                + "; CHANNEL_IDENTITY_CHANGED.",
             )
     deleted = [ch for ch in received if verdicts.get(ch.topic_id) is TopicVerdict.DELETED]
     for ch in deleted:
@@ -113,10 +118,11 @@ def deleted_channels(
         if count:
             raise ParsleyFailClosedError(
                 Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
-                f"{count} received message(s) from {ch} remain undelivered "
-                "but the channel's topic no longer exists; their place in causal order can "
-                "no longer be preserved. The deletion breached the deletion-hygiene "
-                "assumption; an operator must reset this process's state deliberately "
-                "to proceed.",
+                f"{count} received message(s) from {describe_channel(ch, names)} remain "
+                "undelivered but the channel's topic no longer exists; their place in causal "
+                "order can no longer be preserved. The deletion breached the "
+                "deletion-hygiene assumption; an operator must reset this process's state "
+                "deliberately to proceed (docs/runbooks.md, "
+                "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES).",
             )
     return deleted

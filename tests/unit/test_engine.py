@@ -10,7 +10,7 @@ from uuid import UUID
 import pytest
 
 from parsley.engine import state_codec as sc
-from parsley.engine.channel import FED_TO_END, ChannelId, ReceivedMessage
+from parsley.engine.channel import FED_TO_END, ChannelId, ReceivedMessage, describe_channel
 from parsley.engine.engine import FeedOutcome, ProcessEngine, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -20,6 +20,11 @@ A = ChannelId(UUID(int=0xA), 0)
 B = ChannelId(UUID(int=0xB), 0)
 C = ChannelId(UUID(int=0xC), 0)
 X = ChannelId(UUID(int=0xEE), 7)  # never received
+
+
+def at(ch: ChannelId, pos: int) -> str:
+    """``ch`` at ``pos`` as the engine's details name it (no names bound in these tests)."""
+    return describe_channel(ch, {}, pos)
 
 
 def msg(ch: ChannelId, pos: int, causes: dict[ChannelId, int] | None = None,
@@ -145,10 +150,11 @@ def test_out_of_order_within_execution() -> None:
     err = refusal(e.receive, msg(A, 5))
     assert err.reason is Reason.OUT_OF_ORDER_FEED
     assert err.detail == (
-        f"fed {A}@5 after this execution was already fed position 5 of the same channel; "
-        "the host must feed each channel in increasing position order")
+        f"fed {at(A, 5)} after this execution was already fed offset 5 of the same partition; "
+        "the host must feed each channel in increasing position order. Restart; if it recurs "
+        "at the same offsets, keep the logs and report it (docs/runbooks.md, OUT_OF_ORDER_FEED)")
     err = refusal(e.receive, msg(A, 2))
-    assert err.detail.startswith(f"fed {A}@2 after this execution was already fed position 5")
+    assert err.detail.startswith(f"fed {at(A, 2)} after this execution was already fed offset 5")
 
 
 def test_replay_at_or_below_floor_is_dropped_silently_but_merges_causes() -> None:
@@ -173,7 +179,8 @@ def test_fed_to_end_channel_refuses_a_feed() -> None:
     assert e.covered(A) == FED_TO_END
     err = refusal(e.receive, msg(A, 0))
     assert err.reason is Reason.OUT_OF_ORDER_FEED
-    assert err.detail == f"fed {A}@0 on a channel recorded as no longer existing"
+    assert err.detail.startswith(f"fed {at(A, 0)} on a channel recorded as no longer existing")
+    assert "(docs/runbooks.md, OUT_OF_ORDER_FEED)" in err.detail
 
 
 def test_covered_position_fed_invariant_guard() -> None:
@@ -184,10 +191,11 @@ def test_covered_position_fed_invariant_guard() -> None:
     err = refusal(e.receive, msg(A, 5))
     assert err.reason is Reason.COVERED_POSITION_FED
     assert err.detail == (
-        f"fed {A}@5 which this execution's own coverage already records as fed or never "
+        f"fed {at(A, 5)} which this execution's own coverage already records as fed or never "
         "arriving (fedUpTo=8), above the session floor of 2; the host's feed and the "
         "engine's record contradict each other. A restart resumes from the committed "
-        "record, and this refusal then does not recur.")
+        "record, and this refusal then does not recur (docs/runbooks.md, "
+        "COVERED_POSITION_FED).")
     e2 = engine()
     e2._fed[B] = 8
     err = refusal(e2.receive, msg(B, 1))
@@ -222,7 +230,9 @@ def test_undecodable_metadata(headers: tuple[tuple[str, bytes | None], ...],
     e = engine()
     err = refusal(e.receive, ReceivedMessage(B, 12, 0, None, None, headers))
     assert err.reason is Reason.UNDECODABLE_METADATA
-    assert err.detail == f"{B}@12: {diagnosis}"
+    assert err.detail == (f"{at(B, 12)}: {diagnosis}. Find and fix the producer that stamped "
+                          "the header; no restart passes the record (docs/runbooks.md, "
+                          "UNDECODABLE_METADATA)")
 
 
 def test_budget_at_receipt_is_checked_before_decoding() -> None:
@@ -230,8 +240,9 @@ def test_budget_at_receipt_is_checked_before_decoding() -> None:
     junk = b"\x09" * 31  # undecodable, but too long first
     err = refusal(e.receive, ReceivedMessage(A, 3, 0, None, None, (("parsley.causes", junk),)))
     assert err.reason is Reason.METADATA_BUDGET_EXCEEDED
-    assert err.detail == (f"{A}@3 carries 31 bytes of causal metadata; the configured budget "
-                          "is 30 bytes")
+    assert err.detail.startswith(f"{at(A, 3)} carries 31 bytes of causal metadata; the "
+                                 "configured budget is 30 bytes. ")
+    assert err.detail.endswith("(docs/runbooks.md, METADATA_BUDGET_EXCEEDED)")
 
 
 def test_budget_at_merge_and_emission() -> None:
@@ -387,7 +398,8 @@ def test_a_held_head_absent_from_the_store_is_refused() -> None:
     assert e2.deliver_next() is not None  # B@0
     err = refusal(e2.deliver_next)
     assert err.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
-    assert err.detail == f"held message {B}@1 is in the hold-back buffer but absent from the store"
+    assert err.detail.startswith(
+        f"held message at {at(B, 1)} is in the hold-back buffer but absent from the store. ")
 
 
 # ------------------------------------------------------------------ restore
@@ -416,8 +428,8 @@ def test_restore_refuses_held_on_a_channel_no_longer_received() -> None:
     with pytest.raises(ParsleyFailClosedError) as info:
         ProcessEngine(InMemoryOrderingStore(store.items()), received=[A, C])
     assert info.value.reason is Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES
-    assert info.value.detail == (f"held message at {B}@4 but the channel is no longer in the "
-                                 "declared received-channel set")
+    assert info.value.detail.startswith(f"held message at {at(B, 4)} but the channel is no "
+                                        "longer in the declared received-channel set. ")
 
 
 def test_restore_refuses_unknown_state_format() -> None:

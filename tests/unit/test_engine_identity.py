@@ -11,7 +11,13 @@ from uuid import UUID
 import pytest
 
 from parsley.engine import state_codec as sc
-from parsley.engine.channel import FED_TO_END, ChannelId, ReceivedMessage
+from parsley.engine.channel import (
+    FED_TO_END,
+    ChannelId,
+    ReceivedMessage,
+    describe_channel,
+    kafka_topic_id,
+)
 from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -71,8 +77,8 @@ def test_bind_names_refuses_a_changed_identity_and_binds_nothing() -> None:
         e2.bind_names({"c": TC, "a": TB})
     assert info.value.reason is Reason.CHANNEL_IDENTITY_CHANGED
     assert info.value.detail.startswith(
-        f"topic 'a' now resolves to {B} but this process's state was built against a "
-        f"previous incarnation ({TA})")
+        f"topic 'a' now resolves to topic id {kafka_topic_id(TB)} but this process's state "
+        f"was built against a previous incarnation (topic id {kafka_topic_id(TA)})")
     assert "c" not in e2.names(), "a refused binding call binds nothing"
 
 
@@ -92,8 +98,8 @@ def test_recreated_received_topic_refuses() -> None:
         e.apply_identity({TB: TopicVerdict.RECREATED})
     assert info.value.reason is Reason.CHANNEL_IDENTITY_CHANGED
     assert info.value.detail.startswith(
-        f"the topic of received channel {B} was deleted and recreated under the same name "
-        "while this process ran")
+        f"the topic of received channel {describe_channel(B, {})} was deleted and "
+        "recreated under the same name while this process ran")
 
 
 def test_deleted_received_topic_with_held_messages_refuses() -> None:
@@ -104,8 +110,9 @@ def test_deleted_received_topic_with_held_messages_refuses() -> None:
         e.apply_identity({TB: TopicVerdict.DELETED})
     assert info.value.reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES
     assert info.value.detail.startswith(
-        f"2 received message(s) from {B} remain undelivered but the channel's topic no longer "
-        "exists; their place in causal order can no longer be preserved.")
+        f"2 received message(s) from {describe_channel(B, {})} remain undelivered but "
+        "the channel's topic no longer exists; their place in causal order can no longer be "
+        "preserved.")
     assert e.covered(B) == 1, "a refused report changes nothing"
 
 
@@ -179,6 +186,7 @@ def test_diagnose_names_count_head_and_every_blocker() -> None:
         "frontier_channels": 3,
         "frontier_bytes": d.frontier_bytes,
         "budget_bytes": 262_144,
+        "cross_partition_causes": 0,
     }
 
 
