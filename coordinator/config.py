@@ -10,6 +10,7 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
        metadata_budget_bytes = 262144
        status_interval_ms = 1000
        commit_interval_ms = 100
+       refuse_cross_partition_causes = false
 
        [kafka_properties]
        "linger.ms" = 5
@@ -17,7 +18,8 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
 2. ``PARSLEY_*`` environment variables: ``PARSLEY_BOOTSTRAP_SERVERS``,
    ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
    ``PARSLEY_METADATA_BUDGET_BYTES``, ``PARSLEY_STATUS_INTERVAL_MS``,
-   ``PARSLEY_COMMIT_INTERVAL_MS``, and one ``PARSLEY_KAFKA_<NAME>`` per client
+   ``PARSLEY_COMMIT_INTERVAL_MS``, ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
+   (``true``/``false``), and one ``PARSLEY_KAFKA_<NAME>`` per client
    property, ``<NAME>`` upper-cased with dots as underscores
    (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
 3. explicit overrides (the CLI's flags).
@@ -113,6 +115,10 @@ class ParsleyConfig:
         metadata_budget_bytes: causal metadata budget, bytes, > 0.
         status_interval_ms: a task's status period, ms, >= 1.
         commit_interval_ms: a task's transaction period, ms, >= 1.
+        refuse_cross_partition_causes: refuse a cause on another task's partition of
+            a received topic (``CROSS_PARTITION_CAUSE``) even when the received
+            topics' partition counts differ; with equal counts it is always refused
+            (docs/failing-closed.md).
         kafka_properties: librdkafka properties for every client (``consumer.``,
             ``producer.``, ``admin.`` prefixes select one kind); read-only.
 
@@ -130,6 +136,7 @@ class ParsleyConfig:
     status_interval_ms: int = DEFAULT_STATUS_INTERVAL_MS
     commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS
     kafka_properties: Mapping[str, Any] = field(default_factory=dict)
+    refuse_cross_partition_causes: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -145,6 +152,9 @@ class ParsleyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.refuse_cross_partition_causes, bool):
+            raise ValueError("refuse_cross_partition_causes must be true or false, got "
+                             f"{self.refuse_cross_partition_causes!r}")
         props: dict[str, Any] = {}
         for key, value in dict(self.kafka_properties or {}).items():
             if not isinstance(key, str):
@@ -218,7 +228,11 @@ class ParsleyConfig:
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None or raw == "":
                 continue
-            if f.name in ints:
+            if f.name == "refuse_cross_partition_causes":
+                if raw.strip().lower() not in ("true", "false"):
+                    raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r} is not true or false")
+                out[f.name] = raw.strip().lower() == "true"
+            elif f.name in ints:
                 try:
                     out[f.name] = int(raw)
                 except ValueError:

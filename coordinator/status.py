@@ -107,6 +107,9 @@ class TaskStatus:
         cpu_percent: the worker's CPU use, percent of one core (psutil).
         updated_ms_ago: ms since the report was received.
         stale: ``updated_ms_ago`` is beyond three status intervals.
+        cross_partition_causes: messages accepted with a cause on another task's
+            partition of a received topic, carried unenforced (docs/failing-closed.md,
+            ``CROSS_PARTITION_CAUSE``).
     """
 
     task: int
@@ -122,6 +125,7 @@ class TaskStatus:
     cpu_percent: float | None
     updated_ms_ago: int
     stale: bool
+    cross_partition_causes: int = 0
 
     @property
     def held_count(self) -> int:
@@ -144,6 +148,7 @@ class TaskStatus:
             "cpu_percent": self.cpu_percent,
             "updated_ms_ago": self.updated_ms_ago,
             "stale": self.stale,
+            "cross_partition_causes": self.cross_partition_causes,
         }
 
     @classmethod
@@ -167,6 +172,7 @@ class TaskStatus:
             cpu_percent=None if obj.get("cpu_percent") is None else float(obj["cpu_percent"]),
             updated_ms_ago=int(obj.get("updated_ms_ago", 0)),
             stale=bool(obj.get("stale", False)),
+            cross_partition_causes=int(obj.get("cross_partition_causes", 0)),
         )
 
 

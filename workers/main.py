@@ -53,7 +53,7 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.declarations import application_id, ordering_changelog, store_changelog
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import ProcessEngine
+from parsley.engine.engine import ProcessEngine, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import RestoreProgress, read_partition
 from workers.frame import HandlerFailure, HandlerFrame
@@ -252,7 +252,10 @@ class Worker:
                 self.restore_consumer, self.admin, topic, self.task, on_progress=self._progress))
         engine = ProcessEngine(
             self.store, received=self.channels.values(),
-            budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning)
+            budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning,
+            cross_partition=cross_partition_policy(
+                {t: spec.partitions[t] for t in self.received},
+                refuse=spec.refuse_cross_partition_causes))
         engine.bind_names({t: spec.topic_ids[t] for t in self.channels})
         ids = engine.known_topic_ids()
         bindings = {n: i for n, i in engine.names().items() if i in ids}

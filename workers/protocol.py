@@ -222,6 +222,9 @@ class TaskSpec:
         status_endpoint: ZeroMQ endpoint to connect a PUSH socket to.
         topic_ids: declared topic name -> topic id, as resolved at bootstrap.
         partitions: declared topic name -> partition count, as resolved at bootstrap.
+        refuse_cross_partition_causes: refuse a cause on another task's partition of a
+            received topic even when the received topics' partition counts differ
+            (docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``).
     """
 
     process: Process
@@ -237,3 +240,4 @@ class TaskSpec:
     metadata_budget_bytes: int = 262_144
     commit_interval_ms: int = 100
     status_interval_ms: int = 1000
+    refuse_cross_partition_causes: bool = False

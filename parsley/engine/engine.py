@@ -69,6 +69,7 @@ __all__ = [
     "FeedOutcome",
     "ProcessEngine",
     "TopicVerdict",
+    "cross_partition_policy",
 ]
 
 DEFAULT_BUDGET_BYTES: Final = 262_144
@@ -105,6 +106,26 @@ class CrossPartition(enum.Enum):
     WARN = "WARN"
     """Carry the cause unenforced, warn once per (received channel, cause channel)
     pair and count the message in the task's status (``cross_partition_causes``)."""
+
+
+def cross_partition_policy(partitions: Mapping[str, int], *, refuse: bool) -> CrossPartition:
+    """The policy a process's tasks apply to cross-partition causes.
+
+    Args:
+        partitions: received topic name -> partition count.
+        refuse: the ``refuse_cross_partition_causes`` setting.
+
+    Returns:
+        :attr:`CrossPartition.REFUSE` when the received topics all have the same
+        partition count (co-partitioned by declaration: a cause on another
+        partition is a keying or partitioner mistake) or ``refuse`` is set;
+        else :attr:`CrossPartition.WARN`.
+
+    Source: docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``.
+    """
+    if refuse or len(set(partitions.values())) <= 1:
+        return CrossPartition.REFUSE
+    return CrossPartition.WARN
 
 
 class FeedOutcome(enum.Enum):
