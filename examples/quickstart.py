@@ -9,7 +9,14 @@ Two processes, declared with the public API only:
   payment only after it has handled that order, even when it reads the
   payments topic faster or starts late. It records each order in a store and
   sends ``paid <order>`` to ``<prefix>.ledger``; a payment whose order it had
-  not seen would send ``VIOLATION <order>`` (it never happens).
+  not seen would send ``VIOLATION <order>`` (it never happens: a payment
+  whose order is on another partition is refused, see below).
+
+Orders must be produced keyed, with the ``murmur2_random`` partitioner (the
+Java client's default, and what Parsley's producers use), so that a payment
+lands on its order's partition index; an unkeyed order's payment may not, and
+``ledger`` then stops with ``CROSS_PARTITION_CAUSE`` rather than print
+``VIOLATION`` (README, docs/runbooks.md).
 
 Run it (after ``parsley-devbroker up`` and creating the three topics with the
 same partition count)::
