@@ -8,6 +8,8 @@ carried unenforced, warned once per pair of partitions and counted in the diagno
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from uuid import UUID
 
 import pytest
@@ -15,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parsley.engine.channel import ChannelId, ReceivedMessage, describe_channel, kafka_topic_id
-from parsley.engine.engine import CrossPartition, FeedOutcome, ProcessEngine
+from parsley.engine.engine import CrossPartition, FeedOutcome, ProcessEngine, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes
@@ -121,3 +123,60 @@ def test_property_refused_exactly_when_a_cause_is_on_a_received_topic_off_this_t
     else:
         assert e.receive(msg) is FeedOutcome.ACCEPTED
         assert e.cross_partition_causes() == (1 if foreign else 0)
+
+
+BARE_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _engine_refusals() -> dict[str, ParsleyFailClosedError]:
+    """One refusal of every kind the engine raises, on a task with bound names."""
+    out: dict[str, ParsleyFailClosedError] = {}
+
+    def catch(label: str, fn: Callable[[], object]) -> None:
+        with pytest.raises(ParsleyFailClosedError) as info:
+            fn()
+        out[label] = info.value
+
+    e = task(0, CrossPartition.REFUSE)
+    catch("undecodable", lambda: e.receive(
+        ReceivedMessage(P0, 3, 0, None, None, (("parsley.causes", b"\x01\xac"),))))
+    e = task(0, CrossPartition.REFUSE)
+    e.receive(ReceivedMessage(O0, 5, 0, None, None))
+    catch("out of order", lambda: e.receive(ReceivedMessage(O0, 5, 0, None, None)))
+    e = task(0, CrossPartition.REFUSE)
+    e.apply_identity({ORDERS: TopicVerdict.DELETED})
+    catch("fed to end", lambda: e.receive(ReceivedMessage(O0, 0, 0, None, None)))
+    e = task(0, CrossPartition.REFUSE)
+    e._fed[O0] = 8  # the invariant guard has no public trigger
+    catch("covered", lambda: e.receive(ReceivedMessage(O0, 5, 0, None, None)))
+    e = task(0, CrossPartition.REFUSE)
+    catch("cross partition", lambda: e.receive(payment(P0, 0, {O1: 0}, None)))
+    small = ProcessEngine(InMemoryOrderingStore(), received=[O0], budget_bytes=20)
+    small.start({})
+    catch("budget at receipt", lambda: small.receive(payment(O0, 0, {P1: 0, P0: 1}, None)))
+    e = task(0, CrossPartition.WARN)
+    e.receive(payment(P0, 0, {O0: 9}, None))
+    catch("deleted with held", lambda: e.apply_identity({PAYMENTS: TopicVerdict.DELETED}))
+    catch("recreated", lambda: task(0, CrossPartition.REFUSE).apply_identity(
+        {ORDERS: TopicVerdict.RECREATED}))
+    store = InMemoryOrderingStore()
+    e = ProcessEngine(store, received=[O0, P0])
+    e.bind_names({"shop.orders": ORDERS, "shop.payments": PAYMENTS})
+    e.start({})
+    e.receive(payment(P0, 4, {O0: 9}, None))
+    e.take_deltas()
+    catch("removed with held", lambda: ProcessEngine(InMemoryOrderingStore(store.items()),
+                                                     received=[O0]))
+    return out
+
+
+def test_every_engine_refusal_names_channels_as_kafka_tools_do_and_its_runbook() -> None:
+    refusals = _engine_refusals()
+    assert len(refusals) == 9
+    for label, refusal in refusals.items():
+        detail = refusal.detail
+        assert not BARE_UUID.search(detail), f"{label}: a bare UUID in {detail!r}"
+        assert "docs/runbooks.md" in detail, f"{label}: no runbook section in {detail!r}"
+        if label != "budget at receipt":
+            assert "topic '" in detail and " partition " in detail, f"{label}: {detail!r}"
+        assert "(topic id " in detail or "topic id " in detail, f"{label}: {detail!r}"
