@@ -122,7 +122,8 @@ def test_real_refusal_stops_its_process_others_keep_running_and_status_is_logged
         bad = parsley.status()["bad"]
         assert bad.state is ProcessState.STOPPED
         assert bad.refusal_reason is Reason.UNDECODABLE_METADATA
-        assert bad.failure_detail and "@0" in bad.failure_detail
+        assert bad.failure_detail and f"topic '{bad_src.name}' partition 1 offset 0" in \
+            bad.failure_detail
         assert bad.tasks == ()
         assert not parsley.healthy()
         _produce(kafka_bootstrap, good_src.name, 0, [b"g"])

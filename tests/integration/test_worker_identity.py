@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import ChannelId, kafka_topic_id
 from parsley.engine.engine import TopicVerdict
 from parsley.refusals import Reason
 from parsley.wire import CAUSES_HEADER, encode_causes
@@ -110,9 +110,9 @@ def test_worker_refuses_a_received_topic_recreated_under_its_name(
     assert exit_verdict(final["exitcode"]) == ExitVerdict(StopKind.REFUSAL,
                                                           Reason.CHANNEL_IDENTITY_CHANGED)
     assert final["refusal_reason"] == "CHANNEL_IDENTITY_CHANGED"
-    assert (f"topic '{a.name}' now resolves to {ChannelId(a2.topic_id, 0)} but this process's "
-            f"state was built against a previous incarnation ({a.topic_id})"
-            in final["failure_detail"])
+    assert (f"topic '{a.name}' now resolves to topic id {kafka_topic_id(a2.topic_id)} but this "
+            "process's state was built against a previous incarnation (topic id "
+            f"{kafka_topic_id(a.topic_id)})" in final["failure_detail"])
 
 
 def test_worker_refuses_a_received_topic_deleted_with_messages_held(
@@ -148,5 +148,6 @@ def test_worker_refuses_a_received_topic_deleted_with_messages_held(
     assert exit_verdict(final["exitcode"]) == ExitVerdict(
         StopKind.REFUSAL, Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES)
     assert final["refusal_reason"] == "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES"
-    assert (f"1 received message(s) from {ChannelId(a.topic_id, 0)} remain undelivered but the "
-            "channel's topic no longer exists" in final["failure_detail"])
+    assert (f"1 received message(s) from topic '{a.name}' partition 0 (topic id "
+            f"{kafka_topic_id(a.topic_id)}) remain undelivered but the channel's topic no longer "
+            "exists" in final["failure_detail"])

@@ -20,7 +20,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from parsley import Channel, Effects, Process, Store
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import ChannelId, kafka_topic_id
 from parsley.refusals import Reason
 from parsley.serdes import JSON, STRING
 from parsley.wire import CAUSES_HEADER, encode_causes
@@ -128,12 +128,15 @@ CASES = [
          "{store} payload could not be serialized by the declared serde"),
     Case("throws", StopKind.APPLICATION, None,
          "handler for {in} failed at task 0, {in}-0@1: RuntimeError: boom"),
-    # seed 001: "<channel>@<position>: <detail>", the detail saying what is not the grammar.
+    # seed 001: "<channel>@<position>: <detail>", the channel named as the Kafka tools
+    # need it (docs/failing-closed.md, "Naming a channel").
     Case("undecodable_metadata", StopKind.REFUSAL, "UNDECODABLE_METADATA",
-         "{in_channel}@1: unknown causes format version 2",
+         "topic '{in}' partition 0 offset 1 (topic id {in_id}): unknown causes format "
+         "version 2. Find and fix the producer",
          bad_value=b"fine", bad_headers=_bad_causes),
     Case("budget", StopKind.REFUSAL, "METADATA_BUDGET_EXCEEDED",
-         "@1 carries 106 bytes of causal metadata; the configured budget is 64 bytes",
+         "partition 0 offset 1 (topic id {in_id}) carries 106 bytes of causal metadata; "
+         "the configured budget is 64 bytes",
          bad_value=b"fine", bad_headers=_big_causes, spec={"metadata_budget_bytes": 64}),
     Case("oversize", StopKind.REFUSAL, "SUBSTRATE_MISCONFIGURED",
          "a record exceeded a size limit", out_config={"max.message.bytes": "10000"}),
@@ -174,7 +177,7 @@ def test_refusal_from_a_real_input_stops_the_worker_with_reason_and_detail(
     finally:
         collector.close()
     detail = case.detail.format(**{"in": inp.name, "out": out.name, "store": "counts",
-                                   "in_channel": f"{inp.topic_id}-0"})
+                                   "in_id": kafka_topic_id(inp.topic_id)})
     assert final["stop_kind"] == case.stop.value, final
     assert final["refusal_reason"] == case.reason, final
     assert detail in (final["failure_detail"] or ""), final
