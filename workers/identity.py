@@ -11,6 +11,13 @@ that cannot be made leaves the ids *pending*; the worker asks again from the
 status punctuation with :class:`Backoff` (one status interval, doubling, capped
 at one minute).
 
+An id the state names but never bound to a name (an upstream topic named only
+as a cause) can never be judged; so at task initialisation the worker learns the
+name of each such id while it is alive (:meth:`IdentityChecker.learn_names`), as
+Java's ``AdminTopicIdentitySource`` does with its by-id describe, and the engine
+persists it. confluent-kafka cannot describe a topic by id, so the names come
+from listing the cluster's topics and describing those not yet bound.
+
 The pure core is :func:`judge` (answers -> verdict) and :class:`Backoff`;
 :class:`IdentityChecker` does the I/O.
 """
@@ -20,7 +27,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID
@@ -49,6 +56,8 @@ CHECK_DEADLINE_S: Final = 10.0
 """One deadline for a topic's corroboration, s (facts §5)."""
 RETRY_CAP_S: Final = 60.0
 """Identity retry backoff cap, s (facts §5, ``IDENTITY_RETRY_CAP``)."""
+DESCRIBE_BATCH: Final = 500
+"""Topic names per describe request while learning names."""
 
 
 class Answer(enum.Enum):
@@ -177,6 +186,52 @@ class IdentityChecker:
                 lsb = raw.get_least_significant_bits() & (2**64 - 1)
                 out[name] = UUID(int=(msb << 64) | lsb)
         return out
+
+    def learn_names(self, topic_ids: Collection[UUID],
+                    bound: Collection[str] = ()) -> dict[str, UUID]:
+        """The current names of those of ``topic_ids`` that are alive.
+
+        Lists the cluster's topics, then describes the names not in ``bound`` (and not
+        internal, ``__`` prefixed) in batches of :data:`DESCRIBE_BATCH`, until every
+        id is found or the one deadline (``deadline_s``) passes.
+
+        Args:
+            topic_ids: ids with no name bound (``ProcessEngine.unnamed_topic_ids``).
+            bound: names already bound; never described again.
+
+        Returns:
+            name -> id for every id found alive; empty when the cluster does not
+            answer (logged at INFO: the ids stay unnamed and are looked for again at
+            the next initialisation; their entries linger, costing header bytes only).
+        """
+        wanted = set(topic_ids)
+        if not wanted:
+            return {}
+        deadline = self._now() + self._deadline_s
+        try:
+            listed = self._admin.list_topics(timeout=self._deadline_s)
+        except KafkaException as exc:
+            log.info("topic names of %d upstream topic id(s) could not be learned (%s); "
+                     "looking again at the next initialisation", len(wanted), exc)
+            return {}
+        skip = set(bound)
+        names = sorted(n for n in listed.topics if n not in skip and not n.startswith("__"))
+        found: dict[str, UUID] = {}
+        for start in range(0, len(names), DESCRIBE_BATCH):
+            remaining = deadline - self._now()
+            if not wanted or remaining <= 0:
+                break
+            try:
+                answers = self._describe(names[start:start + DESCRIBE_BATCH], remaining)
+            except _Unanswered as exc:
+                log.info("topic names of %d upstream topic id(s) could not be learned (%s); "
+                         "looking again at the next initialisation", len(wanted), exc)
+                break
+            for name, answer in answers.items():
+                if isinstance(answer, UUID) and answer in wanted:
+                    found[name] = answer
+                    wanted.discard(answer)
+        return found
 
     @staticmethod
     def _answer(found: UUID | Answer, topic_id: UUID) -> Answer:

@@ -177,6 +177,7 @@ class Worker:
         self.identity = IdentityChecker(self.admin)
         self.backoff = Backoff(first_s=spec.status_interval_ms / 1000.0)
         self.pending_identity: dict[str, Any] = {}
+        self.names_learned = False
         self.store: SqliteOrderingStore | None = None
         self.stores: TaskStores | None = None
         self.engine: ProcessEngine | None = None
@@ -261,6 +262,13 @@ class Worker:
         bindings = {n: i for n, i in engine.names().items() if i in ids}
         result = self.identity.check(bindings)
         engine.apply_identity(result.verdicts)
+        unnamed = engine.unnamed_topic_ids()
+        if unnamed:
+            # Names of upstream ids are learned while alive, so that their deletion can
+            # be confirmed and their frontier entries pruned (docs/model.md, "Pruning").
+            before = len(engine.names())
+            engine.learn_names(self.identity.learn_names(unnamed, engine.names()))
+            self.names_learned = len(engine.names()) > before
         self.pending_identity = dict(result.pending)
         if self.pending_identity:
             self.backoff.failed(time.monotonic())
@@ -308,6 +316,11 @@ class Worker:
                 if off >= 0:
                     self.consumer.seek(TopicPartition(t, p, off))
         self.state = TaskState.RUNNING
+        if self.names_learned and self.step is not None:
+            # Learned names are committed even when nothing arrives: an id that dies
+            # before the next step would otherwise be unnamed again at the next start.
+            self.step.touch()
+            self.names_learned = False
         log.info("%s task %d running from committed positions %s", self.app_id, self.task,
                  {f"{t}-{p}": o for (t, p), o in committed.items()})
 

@@ -325,6 +325,39 @@ class ProcessEngine:
         """The name bindings (topic name -> topic id), read-only copy."""
         return MappingProxyType(dict(self._names))
 
+    def unnamed_topic_ids(self) -> frozenset[UUID]:
+        """The ids of :meth:`known_topic_ids` that no name is bound to: the identity
+        check can never judge them dead, so a host learns their names while they are
+        alive (:meth:`learn_names`)."""
+        named = set(self._names.values())
+        return frozenset(t for t in self.known_topic_ids() if t not in named)
+
+    def learn_names(self, found: Mapping[str, UUID]) -> None:
+        """Record the names of frontier and delivered-past topic ids, learned while alive.
+
+        An id the state names but never bound to a name (an upstream topic this task
+        does not receive) can never be confirmed deleted, so its frontier entries would
+        be carried for ever. The host finds the current name of each id of
+        :meth:`unnamed_topic_ids` that is alive and passes it here; the binding is
+        persisted (an ``n`` row), and a later identity check judges the id by it.
+
+        Args:
+            found: topic name -> topic id, as resolved now. A pair is recorded when
+                the id is one of :meth:`unnamed_topic_ids` and the name is not
+                already bound (to another incarnation, which the identity check
+                judges first); other pairs are ignored.
+
+        Source: Java ``AdminTopicIdentitySource`` (names learned by the by-id
+        describe at task initialisation); docs/model.md, "Pruning".
+        """
+        unnamed = self.unnamed_topic_ids()
+        for name, topic_id in found.items():
+            if topic_id in unnamed and name not in self._names:
+                self._names[name] = topic_id
+                self._dirty_n[name] = None
+                unnamed = unnamed - {topic_id}
+                self._labels = None
+
     def known_topic_ids(self) -> frozenset[UUID]:
         """Every topic id the state names: received, frontier and delivered past.
 
@@ -356,8 +389,10 @@ class ProcessEngine:
 
         Effects: a deleted received channel with nothing held is set to fed to
         its end (:data:`FED_TO_END`); frontier and delivered-past entries on
-        deleted or recreated topics are pruned (tombstones in the deltas).
-        Nothing else is ever pruned.
+        deleted or recreated topics are pruned (tombstones in the deltas), and
+        so is the name binding of a dead topic this task does not receive (a
+        name learned with :meth:`learn_names`), so a later incarnation under
+        the name can be learned in its turn. Nothing else is ever pruned.
         """
         dead = {t for t, v in verdicts.items() if v is not TopicVerdict.ALIVE}
         if not dead:
@@ -375,6 +410,11 @@ class ProcessEngine:
             del self._past[ch]
             self._dirty_p[ch] = None
             pruned = True
+        received = self._received_topics
+        for name in [n for n, t in self._names.items() if t in dead and t not in received]:
+            del self._names[name]
+            self._dirty_n[name] = None
+            self._labels = None
         if pruned:
             # Merges remembered as no-ops may now add entries back.
             self._epoch += 1

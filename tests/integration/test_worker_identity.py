@@ -22,10 +22,17 @@ from confluent_kafka.admin import AdminClient
 from parsley.engine.channel import ChannelId, kafka_topic_id
 from parsley.engine.engine import TopicVerdict
 from parsley.refusals import Reason
-from parsley.wire import CAUSES_HEADER, encode_causes
+from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
 from tests.integration.test_worker_causal import relay_process
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames, create_topic, delete_topic
-from tests.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
+from tests.worker_support import (
+    StatusCollector,
+    bootstrap,
+    make_spec,
+    read_committed,
+    spawn,
+    stop_worker,
+)
 from workers.identity import IdentityChecker
 from workers.protocol import EXIT_CODES, ExitVerdict, StopKind, exit_verdict
 
@@ -151,3 +158,56 @@ def test_worker_refuses_a_received_topic_deleted_with_messages_held(
     assert (f"1 received message(s) from topic '{a.name}' partition 0 (topic id "
             f"{kafka_topic_id(a.topic_id)}) remain undelivered but the channel's topic no longer "
             "exists" in final["failure_detail"])
+
+
+def test_frontier_entries_of_deleted_upstream_topics_are_pruned_from_later_headers(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
+    tmp_path: Path,
+) -> None:
+    """Four upstream topics named as causes, seen alive at a worker restart, then deleted:
+    after the next restart the relayed records' headers no longer carry them (judged by
+    an independent read_committed consumer)."""
+    r = create_topic(kafka_admin, unique_names.topic("r"))
+    out = create_topic(kafka_admin, unique_names.topic("out"))
+    upstream = [create_topic(kafka_admin, unique_names.topic(f"u{i}")) for i in range(4)]
+    process = relay_process("prune", [r.name], out.name)
+    topics = {r.name: r, out.name: out}
+    prefix = unique_names.group("app")
+    bootstrap(kafka_admin, prefix, process, {r.name: r})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    for u in upstream:
+        producer.produce(u.name, value=b"cause", partition=0)
+    causes = {ChannelId(u.topic_id, 0): 0 for u in upstream}
+    producer.produce(r.name, value=b"first", partition=0,
+                     headers=[(CAUSES_HEADER, encode_causes(causes))])
+    assert producer.flush(30) == 0
+    collector = StatusCollector()
+    spec = make_spec(process, prefix, kafka_bootstrap, collector.endpoint, str(tmp_path),
+                     topics, status_interval_ms=200)
+
+    def lifetime(delivered: int) -> None:
+        worker = spawn(spec)
+        collector.wait_for(lambda m: m["kind"] == "status" and m["pid"] == worker.pid
+                           and m["state"] == "RUNNING" and m["delivered"] >= delivered,
+                           timeout_s=90)
+        assert stop_worker(worker) == EXIT_CODES[StopKind.CLEAN]
+
+    try:
+        lifetime(1)  # relays "first": the four upstream channels enter the frontier
+        lifetime(0)  # a restart while the four are alive
+        for u in upstream:
+            delete_topic(kafka_admin, u.name)
+        producer.produce(r.name, value=b"second", partition=0)
+        assert producer.flush(30) == 0
+        lifetime(1)  # a restart after the deletion relays "second"
+        records = read_committed(kafka_bootstrap, out.name)
+    finally:
+        collector.close()
+        kafka_admin.delete_topics([r.name, out.name])
+    assert [rec.value.rsplit(b":", 1)[-1] for rec in records if rec.value] == \
+        [b"first", b"second"], records
+    carried = [{ch.topic_id for ch in decode_causes(dict(rec.headers)[CAUSES_HEADER])}
+               for rec in records]
+    gone = {u.topic_id for u in upstream}
+    assert gone <= carried[0], "the first relay carries the four upstream causes"
+    assert not gone & carried[1], f"deleted upstream topics still carried: {carried[1]}"
