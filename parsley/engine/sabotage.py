@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import Causes, ProcessEngine
 
 __all__ = ["Sabotage", "engine_class"]
@@ -30,6 +30,9 @@ class Sabotage(enum.Enum):
     DROP_HELD_ON_RESTART = "DROP_HELD_ON_RESTART"
     """A restored engine forgets the held messages in its store (breaks completeness:
     their positions are covered, so a re-feed is dropped as a replay)."""
+    IGNORE_CROSS_PARTITION = "IGNORE_CROSS_PARTITION"
+    """Causes on another task's partition of a received topic pass silently: never
+    refused, warned or counted (the silent reorder ``CROSS_PARTITION_CAUSE`` closes)."""
 
 
 class _EagerDeliveryEngine(ProcessEngine):
@@ -61,10 +64,18 @@ class _DropHeldOnRestartEngine(ProcessEngine):
         return {}
 
 
+class _IgnoreCrossPartitionEngine(ProcessEngine):
+    """:attr:`Sabotage.IGNORE_CROSS_PARTITION`."""
+
+    def _cross_partition(self, msg: ReceivedMessage, foreign: Causes) -> None:
+        return None
+
+
 _CLASSES: dict[Sabotage, type[ProcessEngine]] = {
     Sabotage.EAGER_DELIVERY: _EagerDeliveryEngine,
     Sabotage.IGNORE_ONE_CAUSE: _IgnoreOneCauseEngine,
     Sabotage.DROP_HELD_ON_RESTART: _DropHeldOnRestartEngine,
+    Sabotage.IGNORE_CROSS_PARTITION: _IgnoreCrossPartitionEngine,
 }
 
 

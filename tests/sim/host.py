@@ -34,14 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import FeedOutcome, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.wire import CAUSES_HEADER, decode_causes
 
 from .broker import Broker, Outgoing, at
 from .generator import Scenario, TaskSpec
-from .oracle import V2_DUP, Body, Delivered, Oracle, Sent, Violation
+from .oracle import V2_DUP, X1, Body, Delivered, Oracle, Sent, Violation
 
 __all__ = ["Clock", "TaskHost", "handler_sends"]
 
@@ -141,6 +141,9 @@ class TaskHost:
         self.deleted_verdicts = 0  # executions told a received topic is gone
         self.delivered = 0  # committed deliveries
         self.held_commits = 0
+        self.cross_expected = 0  # this execution's records with a cross-partition cause
+        self.cross_seen = 0  # figures only: over every execution
+        self.upstream_deleted_verdicts = 0  # executions told an upstream topic is gone
 
     @property
     def name(self) -> str:
@@ -172,11 +175,17 @@ class TaskHost:
         if self.rng.random() < 0.15:  # the check timed out for some ids: left pending
             verdicts = {k: v for k, v in verdicts.items() if self.rng.random() < 0.5}
         engine.apply_identity(verdicts)
+        # Names of upstream ids are learned while alive, so a later deletion prunes them.
+        engine.learn_names(live)
         received_ids = {ch.topic_id for ch in self.received}
         self.deleted_verdicts += sum(1 for tid, v in verdicts.items()
                                      if v is TopicVerdict.DELETED and tid in received_ids)
+        self.upstream_deleted_verdicts += sum(
+            1 for tid, v in verdicts.items()
+            if v is TopicVerdict.DELETED and tid not in received_ids)
         engine.start(dict(self.committed))
         self.engine = engine
+        self.cross_expected = 0
         self.epoch += 1
         self.executions += 1
         self.fetch = dict(self.committed)
@@ -269,6 +278,8 @@ class TaskHost:
             record = self.broker.fetch(ch, self.fetch[ch])
             assert record is not None
             outcome = engine.receive(record.as_received())
+            if outcome is FeedOutcome.ACCEPTED:
+                self._check_cross_partition(record.as_received())
             if record.offset < self.replay_below[ch]:
                 self.replays += 1
                 if outcome is not FeedOutcome.DUPLICATE_DROPPED:
@@ -287,6 +298,22 @@ class TaskHost:
             self._crash(step)
         else:
             self._commit(step, epoch)
+
+    def _check_cross_partition(self, msg: ReceivedMessage) -> None:
+        """X1: the engine reports every cause it cannot enforce (the host's own count)."""
+        raw = next((v for k, v in msg.headers if k == CAUSES_HEADER), None)
+        topics = {ch.topic_id for ch in self.received}
+        if raw is not None and any(c.topic_id in topics and c not in self.received
+                                   for c in decode_causes(raw)):
+            self.cross_expected += 1
+            self.cross_seen += 1
+        reported = self.engine.cross_partition_causes()
+        if reported != self.cross_expected:
+            self.violations.append(Violation(
+                X1, f"{self.name}: {self.cross_expected} record(s) of this execution carried a "
+                    f"cause on another task's partition of a received topic, the engine "
+                    f"reported {reported} (last {at(msg.channel, msg.position)})"))
+            self.cross_expected = reported
 
     def _drain(self, step: _Step) -> None:
         engine = self.engine

@@ -61,6 +61,10 @@ V2_INTEGRITY = "V2 integrity"
 V5 = "V5 liveness"
 M1 = "M1 causes expressed"
 M2 = "M2 entries name records"
+X1 = "X1 cross-partition causes reported"
+"""Every accepted record with a cause on another task's partition of a received topic
+is reported by the engine (counted in ``cross_partition_causes``, or refused):
+the guard of docs/failing-closed.md, "Cross-partition causes"."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ def test_sweep_exercises_every_hazard() -> None:
     assert totals["offsets"] > totals["records"], "no markers or aborts: offsets all contiguous"
     for figure in ("crashes", "executions", "deleted", "deleted_verdicts", "replays",
                    "truncations", "joins", "join_clamps", "held_commits", "holds",
-                   "budget_warnings"):
+                   "budget_warnings", "cross_partition_causes", "upstream_deleted_verdicts"):
         assert totals[figure] > 0, f"the sweep never produced any {figure}: {totals}"
     multi = sum(1 for r in results
                 if any(len(t.received) > 1 for t in r.scenario.tasks))

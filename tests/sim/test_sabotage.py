@@ -19,7 +19,7 @@ from parsley.engine.engine import DEFAULT_BUDGET_BYTES, ProcessEngine
 from parsley.engine.sabotage import Sabotage, engine_class
 from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER, TAG_PAST
 from parsley.engine.store import OrderingStore
-from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5
+from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5, X1
 from tests.sim.seeds import DEFAULT_SEEDS, parse_seeds
 from tests.sim.world import REFUSED, SimResult, run
 
@@ -29,6 +29,8 @@ EXPECTED: dict[Sabotage, set[str]] = {
     # Held messages forgotten on restore: their positions are covered, so they never
     # come back (lost below a later delivery, or missing at drain).
     Sabotage.DROP_HELD_ON_RESTART: {V2_LOSS, V5},
+    # A cause no task can enforce, delivered without a word (docs/failing-closed.md).
+    Sabotage.IGNORE_CROSS_PARTITION: {X1},
 }
 
 

@@ -279,6 +279,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["held_commits"] = sum(h.held_commits for h in hosts)
     stats["holds"] = sum(h.holds for h in hosts)
     stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
+    stats["upstream_deleted_verdicts"] = sum(h.upstream_deleted_verdicts for h in hosts)
+    stats["cross_partition_causes"] = sum(h.cross_seen for h in hosts)
     found = oracle.violations + [v for h in hosts for v in h.violations] + extra
     digest = hashlib.sha1("\n".join(trace).encode()).hexdigest()
     return SimResult(scenario, tuple(found), stats, tuple(trace[-TRACE_TAIL:]), digest)
