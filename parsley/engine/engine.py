@@ -500,8 +500,18 @@ class ProcessEngine:
            ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> on a channel recorded as
            no longer existing"); above the session floor ->
            ``COVERED_POSITION_FED``; at or below it -> ``DUPLICATE_DROPPED``;
-        6. otherwise coverage rises to ``q`` and the record is held (at the
+        6. a cause on another task's partition of a received topic:
+           ``CROSS_PARTITION_CAUSE`` under :attr:`CrossPartition.REFUSE` ("the
+           record at <channel at offset> (<key>) names a cause at <channel at
+           offset>, a partition another task of this process reads, ..."),
+           else a warning once per pair of partitions and a count
+           (:meth:`cross_partition_causes`);
+        7. otherwise coverage rises to ``q`` and the record is held (at the
            tail of its channel's buffer) until :meth:`deliver_next` offers it.
+
+        Channels in details are named by topic, partition, offset and Kafka
+        topic id (docs/failing-closed.md, "Naming a channel"), and each detail
+        ends with its runbook section.
 
         Args:
             msg: the record; ``msg.position`` is its offset (inclusive).
