@@ -55,6 +55,7 @@ from parsley.wire import RESERVED_PREFIX as RESERVED_HEADER_PREFIX
 from parsley.wire import strip_reserved
 
 __all__ = [
+    "APPLICATION_REMEDY",
     "FrameResult",
     "HandlerFailure",
     "HandlerFrame",
@@ -62,6 +63,11 @@ __all__ = [
     "SerializedWrite",
     "StoreView",
 ]
+
+APPLICATION_REMEDY = (". Fix the handler, its serdes or the declaration, then restart "
+                      "(docs/runbooks.md, The application must change)")
+"""Every frame refusal's remedy: none touches ordering state, so a fix and a restart
+resume into the same message."""
 
 
 class StoreView(Protocol):
@@ -188,13 +194,15 @@ class _FrameState:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
                 f"{name}: {declared.name} state read key could not be serialized by the "
-                f"declared serde ({_describe(exc)})",
+                f"declared serde ({_describe(exc)})"
+                + APPLICATION_REMEDY,
             )) from exc
         if key_bytes is None:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
                 f"{name}: {declared.name} state read key serialized to null; "
-                "the declared key serde could not encode it",
+                "the declared key serde could not encode it"
+                + APPLICATION_REMEDY,
             ))
         value_bytes = frame.stores.get(declared.name, key_bytes)
         if value_bytes is None:
@@ -205,7 +213,8 @@ class _FrameState:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
                 f"{name}: {declared.name} stored value could not be decoded by the declared "
-                f"serde ({_describe(exc)})",
+                f"serde ({_describe(exc)})"
+                + APPLICATION_REMEDY,
             )) from exc
 
 
@@ -270,7 +279,8 @@ class HandlerFrame:
             raise ParsleyFailClosedError(
                 Reason.STATE_ACCESS_TO_UNDECLARED_STORE,
                 f"{self.process.name}: {access} targets a store not declared by stores(...): "
-                f"{store.name}{other}",
+                f"{store.name}{other}"
+                + APPLICATION_REMEDY,
             )
         return declared
 
@@ -279,7 +289,8 @@ class HandlerFrame:
         if declared is None:
             raise ParsleyFailClosedError(
                 Reason.EMISSION_TO_UNDECLARED_CHANNEL,
-                f"{self.process.name} emitted to undeclared channel {channel.name}",
+                f"{self.process.name} emitted to undeclared channel {channel.name}"
+                + APPLICATION_REMEDY,
             )
         return declared
 
@@ -300,7 +311,8 @@ class HandlerFrame:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
                 f"{self.process.name}: {site} payload could not be serialized by the declared "
-                f"serde ({part}; {_describe(exc)})",
+                f"serde ({part}; {_describe(exc)})"
+                + APPLICATION_REMEDY,
             ) from exc
 
     def _plan_write(self, declared: Store[Any, Any], key: Any, value: Any) -> SerializedWrite:
@@ -310,7 +322,8 @@ class HandlerFrame:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
                 f"{self.process.name}: {name} state write key serialized to null; "
-                "the declared key serde could not encode it",
+                "the declared key serde could not encode it"
+                + APPLICATION_REMEDY,
             )
         value_bytes = None if value is None else self._serialize(
             declared.value_serde, value, None, name, "state write value")
@@ -324,7 +337,8 @@ class HandlerFrame:
                 raise ParsleyFailClosedError(
                     Reason.RESERVED_HEADER_USED,
                     f"{self.process.name}: serializer for {topic} wrote reserved header "
-                    f"'{header_key}'",
+                    f"'{header_key}'"
+                    + APPLICATION_REMEDY,
                 )
         headers = list(built)
         key_bytes = None if key is None else self._serialize(
@@ -338,13 +352,15 @@ class HandlerFrame:
                     Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
                     f"{self.process.name}: {topic} payload could not be serialized by the declared "
                     f"serde (a serializer added a header that is not (str, bytes | None): "
-                    f"{header!r})",
+                    f"{header!r})"
+                    + APPLICATION_REMEDY,
                 )
             if header[0].startswith(RESERVED_HEADER_PREFIX):
                 raise ParsleyFailClosedError(
                     Reason.RESERVED_HEADER_USED,
                     f"{self.process.name}: serializer for {topic} wrote reserved header "
-                    f"'{header[0]}'",
+                    f"'{header[0]}'"
+                    + APPLICATION_REMEDY,
                 )
         return SerializedSend(topic, key_bytes, value_bytes, tuple(headers), timestamp_ms)
 
@@ -406,7 +422,8 @@ class HandlerFrame:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
                 f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
-                f"declared serde (partition {partition}; {_describe(exc)})",
+                f"declared serde (partition {partition}; {_describe(exc)})"
+                + APPLICATION_REMEDY,
             ) from exc
         self._rethrow()
         delivery: Delivery[Any, Any] = Delivery(
@@ -425,7 +442,8 @@ class HandlerFrame:
             raise ParsleyFailClosedError(
                 Reason.HANDLER_RETURNED_NULL_EFFECTS,
                 f"{self.process.name}: handler for {topic} returned null effects; "
-                "return Effects.none() for a step that changes nothing",
+                "return Effects.none() for a step that changes nothing"
+                + APPLICATION_REMEDY,
             )
         if not isinstance(effects, Effects):
             wrong = TypeError(f"handler returned {type(effects).__name__}, not Effects")

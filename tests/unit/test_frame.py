@@ -23,7 +23,14 @@ from parsley.declarations import Channel, Delivery, Effects, Process, Send, Stat
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES, JSON, STRING
-from workers.frame import FrameResult, HandlerFailure, HandlerFrame, SerializedSend, SerializedWrite
+from workers.frame import (
+    APPLICATION_REMEDY,
+    FrameResult,
+    HandlerFailure,
+    HandlerFrame,
+    SerializedSend,
+    SerializedWrite,
+)
 
 ORDERS: Channel[str, Any] = Channel("orders", STRING, JSON)
 AUDIT: Channel[str, Any] = Channel("audit", STRING, JSON)
@@ -49,6 +56,12 @@ class DictStores:
                 self.data.pop((write.store, write.key), None)
             else:
                 self.data[(write.store, write.key)] = write.value
+
+
+def bare(refusal: ParsleyFailClosedError) -> str:
+    """The detail without the frame's common remedy, which it must end with."""
+    assert refusal.detail.endswith(APPLICATION_REMEDY), refusal.detail
+    return refusal.detail.removesuffix(APPLICATION_REMEDY)
 
 
 def _frame(handler: HandlerFn, stores: DictStores | None = None, *,
@@ -145,27 +158,27 @@ def test_undecodable_value_and_key() -> None:
 def test_none_effects_are_refused() -> None:
     refusal = _refusal(_frame(lambda d, s: None))
     assert refusal.reason is Reason.HANDLER_RETURNED_NULL_EFFECTS
-    assert refusal.detail == ("tally: handler for orders returned null effects; "
-                              "return Effects.none() for a step that changes nothing")
+    assert bare(refusal) == ("tally: handler for orders returned null effects; "
+                             "return Effects.none() for a step that changes nothing")
 
 
 def test_emission_to_an_undeclared_channel() -> None:
     other = Channel("elsewhere", STRING, JSON)
     refusal = _refusal(_frame(lambda d, s: Effects.builder().send(other, "k", 1).build()))
     assert refusal.reason is Reason.EMISSION_TO_UNDECLARED_CHANNEL
-    assert refusal.detail == "tally emitted to undeclared channel elsewhere"
+    assert bare(refusal) == "tally emitted to undeclared channel elsewhere"
 
 
 def test_write_to_an_undeclared_store_and_to_a_look_alike() -> None:
     other = Store("other", STRING, JSON)
     refusal = _refusal(_frame(lambda d, s: Effects.builder().put(other, "k", 1).build()))
     assert refusal.reason is Reason.STATE_ACCESS_TO_UNDECLARED_STORE
-    assert refusal.detail == "tally: state write targets a store not declared by stores(...): other"
+    assert bare(refusal) == "tally: state write targets a store not declared by stores(...): other"
     look_alike = Store("counts", STRING, BYTES)
     refusal = _refusal(_frame(lambda d, s: Effects.builder().delete(look_alike, "k").build()))
     assert refusal.reason is Reason.STATE_ACCESS_TO_UNDECLARED_STORE
-    assert refusal.detail == ("tally: state write targets a store not declared by stores(...): "
-                              "counts (a Store instance other than the declared one)")
+    assert bare(refusal) == ("tally: state write targets a store not declared by stores(...): "
+                             "counts (a Store instance other than the declared one)")
 
 
 def test_equal_store_instance_is_the_declared_store() -> None:
@@ -178,19 +191,19 @@ def test_equal_store_instance_is_the_declared_store() -> None:
 def test_unserializable_payloads() -> None:
     refusal = _refusal(_frame(lambda d, s: Effects.builder().send(AUDIT, "k", object()).build()))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert refusal.detail == ("tally: audit payload could not be serialized by the declared serde "
-                              "(value; TypeError: Type is not JSON serializable: object)")
+    assert bare(refusal) == ("tally: audit payload could not be serialized by the declared serde "
+                             "(value; TypeError: Type is not JSON serializable: object)")
     refusal = _refusal(_frame(lambda d, s: Effects.builder().send(AUDIT, 5, 1).build()))
-    assert refusal.detail == ("tally: audit payload could not be serialized by the declared serde "
-                              "(key; TypeError: STRING serializes str, got int)")
+    assert bare(refusal) == ("tally: audit payload could not be serialized by the declared serde "
+                             "(key; TypeError: STRING serializes str, got int)")
     refusal = _refusal(_frame(lambda d, s: Effects.builder().put(COUNTS, "k", {1j}).build()))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
     assert refusal.detail.startswith("tally: counts payload could not be serialized by the "
                                      "declared serde (state write value; ")
     refusal = _refusal(_frame(lambda d, s: Effects.builder().put(COUNTS, None, 1).build()))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert refusal.detail == ("tally: counts state write key serialized to null; the declared key "
-                              "serde could not encode it")
+    assert bare(refusal) == ("tally: counts state write key serialized to null; the declared key "
+                             "serde could not encode it")
 
 
 class _StrSerializer:
@@ -209,8 +222,8 @@ def test_a_serializer_that_returns_non_bytes_is_unserializable() -> None:
                                                    .send(bad, "k", 1).build()).sends(bad),
                          0, DictStores())
     refusal = _refusal(frame)
-    assert refusal.detail == ("tally: audit payload could not be serialized by the declared serde "
-                              "(key; TypeError: serializer returned str, not bytes)")
+    assert bare(refusal) == ("tally: audit payload could not be serialized by the declared serde "
+                             "(key; TypeError: serializer returned str, not bytes)")
 
 
 def test_reserved_header_from_the_builder_is_a_refusal_not_a_handler_failure() -> None:
@@ -283,7 +296,7 @@ def test_headers_written_by_a_serializer_are_checked(header: str, refused: bool)
         return
     refusal = _refusal(frame)
     assert refusal.reason is Reason.RESERVED_HEADER_USED
-    assert refusal.detail == "tally: serializer for audit wrote reserved header 'parsley.schema'"
+    assert bare(refusal) == "tally: serializer for audit wrote reserved header 'parsley.schema'"
 
 
 # --- state reads and the latch -------------------------------------------------------------
@@ -328,7 +341,7 @@ def test_a_swallowed_state_refusal_is_latched(read: Callable[[State], Any], stor
     assert refusal.detail.startswith(detail), refusal.detail
     if detail.endswith(": "):
         return  # a prefix: the decoder's own message follows
-    assert refusal.detail == detail
+    assert bare(refusal) == detail
 
 
 class _NullKey:
@@ -343,8 +356,8 @@ def test_a_read_key_serialized_to_null_is_latched() -> None:
     store = Store("counts", _NullKey(), JSON)
     refusal = _refusal(_frame(_swallowing(lambda s: s.get(store, "k")), declared=(store,)))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert refusal.detail == ("tally: counts state read key serialized to null; the declared key "
-                              "serde could not encode it")
+    assert bare(refusal) == ("tally: counts state read key serialized to null; the declared key "
+                             "serde could not encode it")
 
 
 def test_a_latched_refusal_beats_the_handlers_own_exception() -> None:
