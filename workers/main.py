@@ -43,6 +43,7 @@ from typing import Any, Final
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
@@ -51,7 +52,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from parsley.declarations import application_id, ordering_changelog, store_changelog
+from parsley.declarations import (
+    application_id,
+    group_instance_id,
+    ordering_changelog,
+    store_changelog,
+)
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -71,8 +77,15 @@ from workers.kafka import (
     stop_kind,
     to_exception,
 )
-from workers.offsets import resolve_offset_reset
+from workers.offsets import positions_past_markers, resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
+from workers.positions import (
+    Member,
+    foreign_member_refusal,
+    foreign_members,
+    lost_positions,
+    ordering_state_lost,
+)
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.status import StatusReporter, cached_lag, status_fields
 from workers.step import TaskStep
@@ -89,6 +102,15 @@ MAX_ABORTABLE_RETRIES: Final = 5
 """Consecutive abortable failures (without a commit between) before the worker gives up."""
 SHAPE_CHECK_INTERVAL_S: Final = 2.0
 """How often the received topics' partition counts are compared with the bootstrap's, s."""
+GROUP_CHECK_INTERVAL_S: Final = 2.0
+"""How often the group's members are described for a foreign member, s."""
+FOREIGN_MEMBER_GRACE_S: Final = 2.0
+"""How long a foreign member may be seen in the group before the refusal, s: with the
+check's interval, a foreign member is refused within about one session timeout (6 s)."""
+ADMIN_CALL_BOUND_S: Final = 10.0
+"""Our own bound on a punctuation's or a rebuild's admin call (its future), s."""
+STABLE_OFFSETS_DEADLINE_S: Final = 15.0
+"""How long a rebuild waits for the group's committed offsets to be stable, s."""
 
 
 class Stop(Exception):
@@ -192,7 +214,12 @@ class Worker:
         self.abortable_in_a_row = 0
         self.next_shape_check = 0.0
         self.start_positions: dict[tuple[str, int], int] = {}
+        self.read_positions: dict[tuple[str, int], int] = {}
         self.restores = 0
+        self.next_group_check = 0.0
+        self.own_members = frozenset(
+            group_instance_id(spec.prefix, process.name, t, W) for t in range(W))
+        self.foreign_seen: dict[str, float] = {}
 
     # -- state -------------------------------------------------------------------
 
@@ -244,9 +271,19 @@ class Worker:
             self._fresh_admin()
         self.restores += 1
         self.store = SqliteOrderingStore.create(self.dir)
-        self.store.rebuild(read_partition(
+        read = 0
+
+        def counted(rows: Any) -> Any:
+            nonlocal read
+            for row in rows:
+                read += 1
+                yield row
+
+        self.store.rebuild(counted(read_partition(
             self.restore_consumer, self.admin, self.ordering_topic, self.task,
-            on_progress=self._progress))
+            on_progress=self._progress)))
+        if read == 0:
+            self._check_state_not_lost()
         self.stores = TaskStores(self.dir, self.store_topics)
         for name, topic in self.store_topics.items():
             self.stores.rebuild(name, read_partition(
@@ -284,6 +321,70 @@ class Worker:
         self.needs_rebuild = False
         self.state = TaskState.REBALANCING
 
+    def _check_state_not_lost(self) -> None:
+        """Refuse ``ORDERING_STATE_LOST`` when the group has positions the bootstrap did not
+        write while this task's ordering-changelog partition holds no records.
+
+        The bootstrap's rule (docs/failing-closed.md, ``ORDERING_STATE_LOST``),
+        applied at every rebuild of the engine (first start, crash respawn,
+        abort-and-rebuild, rebalance), so a partition emptied under a live process
+        is refused, not restarted from empty state. Called only when the partition
+        read no records; the open transaction was aborted (``init_transactions``
+        or the abort before a rebuild), so the offsets settle.
+
+        Raises:
+            ParsleyFailClosedError: ``ORDERING_STATE_LOST``.
+            SubstrateError: the offsets could not be listed, or stayed unstable for
+                :data:`STABLE_OFFSETS_DEADLINE_S`.
+        """
+        committed = self._group_committed()
+        suspects = lost_positions(committed, [0] * (self.task + 1))
+        if suspects:
+            raise ordering_state_lost(suspects[0], self.ordering_topic, True, self.app_id)
+
+    def _group_committed(self) -> dict[tuple[str, int], tuple[int, str]]:
+        """The group's stable committed positions of this task's partitions, with metadata,
+        through the AdminClient (no consumer exists during a first restore), each call
+        bounded by :data:`ADMIN_CALL_BOUND_S`."""
+        tps = [TopicPartition(t, p) for t, p in sorted(self.expected)]
+        deadline = time.monotonic() + STABLE_OFFSETS_DEADLINE_S
+        while True:
+            try:
+                request = [ConsumerGroupTopicPartitions(self.app_id, tps)]
+                future = self.admin.list_consumer_group_offsets(
+                    request, require_stable=True, request_timeout=ADMIN_CALL_BOUND_S)[self.app_id]
+                result = future.result(timeout=ADMIN_CALL_BOUND_S + 1)
+            except KafkaException as exc:
+                err = kafka_error_of(exc)
+                if err is None or err.code() not in (KafkaError.UNSTABLE_OFFSET_COMMIT,
+                                                     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                                     KafkaError.NOT_COORDINATOR):
+                    raise to_exception(exc, "listing the group's committed offsets") from exc
+            except TimeoutError as exc:
+                raise SubstrateError(
+                    ErrorKind.SUBSTRATE_TRANSIENT,
+                    f"listing the committed offsets of group {self.app_id} took longer than "
+                    f"{ADMIN_CALL_BOUND_S:g} s") from exc
+            else:
+                out: dict[tuple[str, int], tuple[int, str]] = {}
+                unstable = False
+                for tp in result.topic_partitions:
+                    if tp.error is not None:
+                        unstable = unstable or tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+                        if not unstable:
+                            raise to_exception(tp.error, "listing the group's committed offsets")
+                        continue
+                    if tp.offset >= 0:
+                        out[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+                if not unstable:
+                    return out
+            if time.monotonic() > deadline:
+                raise SubstrateError(
+                    ErrorKind.SUBSTRATE_TRANSIENT,
+                    f"the committed offsets of group {self.app_id} stayed unstable for "
+                    f"{STABLE_OFFSETS_DEADLINE_S:g} s")
+            time.sleep(0.2)
+
     def _close_state(self) -> None:
         if self.store is not None:
             self.store.close()
@@ -307,6 +408,7 @@ class Worker:
         assert self.engine is not None and self.consumer is not None
         committed = self._committed()
         self.start_positions = dict(committed)
+        self.read_positions = {k: v for k, v in committed.items() if v >= 0}
         self.engine.start({
             self.channels[t]: off for (t, _p), off in committed.items()
             if off != OFFSET_INVALID and off >= 0
@@ -475,6 +577,11 @@ class Worker:
                                               self.spec.status_interval_ms / 1000.0)
             self._before_blocking("shape check")
             self._check_shape()
+        if now >= self.next_group_check and self.consumer is not None:
+            self.next_group_check = now + max(GROUP_CHECK_INTERVAL_S,
+                                              self.spec.status_interval_ms / 1000.0)
+            self._before_blocking("group check")
+            self._check_group(now)
         if running and self.pending_identity and self.backoff.due(now):
             assert self.engine is not None and step is not None
             self._before_blocking("identity check")
@@ -486,11 +593,17 @@ class Worker:
             if self.pending_identity:
                 self.backoff.failed(time.monotonic())
             step.drain()
+        if running and not self.txn.open and self.consumer is not None:
+            assert step is not None
+            if self._past_markers():  # markers arrived after the last commit
+                step.touch()
+                self._commit()
         self._maybe_status()
 
     on_blocking: Callable[[str, bool], None] | None = None
     """A seam for tests: called as ``(what, transaction_open)`` right before each blocking
-    admin call of the punctuation (``what``: ``"shape check"`` or ``"identity check"``)."""
+    admin call of the punctuation (``what``: ``"shape check"``, ``"group check"`` or
+    ``"identity check"``)."""
 
     def _before_blocking(self, what: str) -> None:
         """Commit the open transaction, if any, before a blocking call named ``what``.
@@ -505,8 +618,61 @@ class Worker:
 
     def _commit(self) -> None:
         assert self.step is not None and self.consumer is not None
-        if self.step.commit(self.consumer.consumer_group_metadata()):
+        step = self.step
+        if self.state is TaskState.RUNNING:
+            step.advance_positions(self._past_markers())
+        sent = dict(step.pending_positions)
+        if step.commit(self.consumer.consumer_group_metadata()):
             self.abortable_in_a_row = 0
+            self.read_positions.update(sent)
+
+    def _past_markers(self) -> dict[tuple[str, int], int]:
+        """Positions to commit past trailing transaction markers and aborted records
+        (:func:`workers.offsets.positions_past_markers`). ``Consumer.position`` is local:
+        the position of what was returned to the loop, all of which was fed."""
+        assert self.consumer is not None and self.engine is not None and self.step is not None
+        got = self.consumer.position([TopicPartition(t, p) for t, p in sorted(self.expected)])
+        known = {**self.read_positions, **self.step.pending_positions}
+        covered = {(t, p) for t, p in self.expected
+                   if self.engine.covered(self.channels[t]) is not None}
+        return positions_past_markers(
+            {(tp.topic, tp.partition): tp.offset for tp in got}, known, covered)
+
+    def _check_group(self, now: float) -> None:
+        """Refuse a member of the group that is not one of the process's own tasks.
+
+        The tasks are static members whose ``group.instance.id`` is the process's
+        (:data:`own_members`); any other member takes partitions from them and may
+        commit positions they never read (seed 001's group-protocol conflict;
+        docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``). A member seen for
+        :data:`FOREIGN_MEMBER_GRACE_S` is refused. The describe is bounded by
+        :data:`ADMIN_CALL_BOUND_S`; a describe that fails or times out judges nothing.
+
+        Raises:
+            ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` naming the foreign
+                members' client ids and hosts.
+        """
+        try:
+            future = self.admin.describe_consumer_groups(
+                [self.app_id], request_timeout=ADMIN_CALL_BOUND_S)[self.app_id]
+            desc = future.result(timeout=ADMIN_CALL_BOUND_S + 1)
+        except (KafkaException, TimeoutError) as exc:
+            log.debug("describing group %s failed: %s", self.app_id, exc)
+            return
+        members = [Member(m.member_id, m.client_id, m.host, m.group_instance_id)
+                   for m in (desc.members or [])]
+        foreign = foreign_members(members, self.own_members)
+        seen = self.foreign_seen
+        for gone in set(seen) - {m.member_id for m in foreign}:
+            del seen[gone]
+        for m in foreign:
+            seen.setdefault(m.member_id, now)
+        if foreign:
+            longest = now - min(seen[m.member_id] for m in foreign)
+            if longest >= FOREIGN_MEMBER_GRACE_S:
+                raise foreign_member_refusal(foreign, self.app_id, longest)
+            log.warning("%s task %d: foreign member(s) in the group: %s", self.app_id,
+                        self.task, [(m.client_id, m.host) for m in foreign])
 
     def _recover(self, exc: SubstrateError) -> None:
         """Abort, rebuild the state from the changelogs, rewind to the committed offsets."""

@@ -6,6 +6,9 @@ committed offset with the same code, ``_AUTO_OFFSET_RESET`` (-140);
 offset vs the listed log start and end), :func:`offset_reset_refusal` makes
 the exception, :func:`resolve_offset_reset` looks the numbers up. Verified on
 a real broker in ``tests/integration/test_worker_kafka.py``.
+:func:`positions_past_markers` moves a fully consumed partition's committed
+position past its trailing transaction markers, so that retention emptying a
+quiet partition is not mistaken for positions discarded unread.
 
 Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5; issue 4 item 3.
 (Moved out of :mod:`workers.kafka`, which still re-exports these names.)
@@ -14,6 +17,7 @@ Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5; issue 4 item 3.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection, Mapping
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 
@@ -24,6 +28,7 @@ __all__ = [
     "OffsetResetVerdict",
     "offset_reset_refusal",
     "offset_reset_verdict",
+    "positions_past_markers",
     "resolve_offset_reset",
 ]
 
@@ -159,3 +164,42 @@ def resolve_offset_reset(
         high,
         group_id=group_id,
     )
+
+
+def positions_past_markers(
+    positions: Mapping[tuple[str, int], int],
+    known: Mapping[tuple[str, int], int],
+    covered: Collection[tuple[str, int]],
+) -> dict[tuple[str, int], int]:
+    """Read positions to commit past trailing transaction markers and aborted records.
+
+    A task commits the last fed offset + 1. When a partition is consumed to
+    its end, the consumer's position has moved on past the transaction markers
+    (and, under ``read_committed``, the aborted records) that follow; committing
+    that position instead, as Kafka Streams does (``StreamTask.findOffsetAndMetadata``
+    in apache/kafka commits the consumer's next offset for a partition with no
+    buffered record), means retention that empties a quiet partition
+    (log start = log end = last marker + 1) leaves the committed position at the
+    log start, not one below it (docs/failing-closed.md, "Read positions").
+
+    Args:
+        positions: the consumer's position per partition (next offset it
+            returns to the application; negative when unknown), read after every
+            record it returned was fed.
+        known: the position already committed or about to be, per partition.
+        covered: the partitions whose channel the ordering state covers (a
+            position is advanced only where coverage will be committed with it,
+            so no commit ever lands over a changelog partition without records).
+
+    Returns:
+        ``{(topic, partition): position}`` for each partition whose position is
+        beyond the known one.
+    """
+    out: dict[tuple[str, int], int] = {}
+    for key, pos in positions.items():
+        if pos < 0 or key not in covered:
+            continue
+        before = known.get(key)
+        if before is not None and pos > before:
+            out[key] = pos
+    return out

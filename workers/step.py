@@ -204,6 +204,23 @@ class TaskStep:
         self.stores.committed()
         return True
 
+    @property
+    def pending_positions(self) -> Mapping[tuple[str, int], int]:
+        """The read positions the open transaction will commit, ``(topic, partition) ->
+        next offset to read``."""
+        return self._positions
+
+    def advance_positions(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Raise the read positions the next commit sends (never lowers one).
+
+        For a partition consumed to its end, the consumer's position past the
+        trailing transaction markers and aborted records (``workers.offsets``,
+        "Read positions"); the caller opens the transaction when none is.
+        """
+        for key, offset in positions.items():
+            if offset > self._positions.get(key, -1):
+                self._positions[key] = offset
+
     def touch(self) -> None:
         """Open a transaction so that engine deltas made outside a feed (an identity
         verdict applied from the punctuation) are committed with the next commit."""

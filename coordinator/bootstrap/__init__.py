@@ -15,7 +15,9 @@ Per process, in the Java implementation's order (``JAVA-PARSLEY-FACTS.md`` §5,
    then ``TASK_WIDTH_CHANGED``; corrupt state is
    ``UNKNOWN_ORDERING_STATE_FORMAT``;
 4. list the committed read positions (stable), refuse ``ORDERING_STATE_LOST``
-   for a commit the bootstrap did not write over an empty changelog partition;
+   for a commit the bootstrap did not write over an empty changelog partition,
+   and ``SUBSTRATE_MISCONFIGURED`` for a commit beyond the state's coverage + 1
+   over records Parsley never read (``positions.refuse_skipped_positions``);
 5. create the ordering changelog (compact, one partition per task) and the
    store changelogs where absent;
 6. pre-commit every missing start position with the metadata
@@ -92,6 +94,7 @@ from coordinator.bootstrap.positions import (
     list_offsets,
     lost_positions,
     ordering_state_lost,
+    refuse_skipped_positions,
 )
 from coordinator.bootstrap.resolve import (
     ResolvedTopic,
@@ -320,6 +323,12 @@ def bootstrap_process(
                     )
             raise ordering_state_lost(suspects[0], changelog_name, changelog is not None,
                                       app_id)
+        if read_consumer is not None:  # state was read: positions it does not account for
+            covered = {
+                (t, p): states[p].inspector.covered_positions().get(
+                    ChannelId(topics[t].topic_id, p))
+                for (t, p) in committed if p < len(states) and states[p].records > 0}
+            refuse_skipped_positions(admin, read_consumer, app_id, committed, covered)
 
         missing = [tp for tp in tps if (tp.topic, tp.partition) not in committed]
         positions = {k: v[0] for k, v in committed.items()}

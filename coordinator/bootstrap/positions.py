@@ -1,17 +1,19 @@
 """Bootstrap step 3 (positions): committed read positions, ORDERING_STATE_LOST, pre-commits.
 
-The rules are pure (:func:`lost_positions`, :func:`ordering_state_lost`,
-:func:`initial_position`); the admin calls that feed them
-(:func:`committed_positions`, :func:`list_offsets`) are kept apart.
+The rules are pure (:func:`initial_position` here; :func:`lost_positions`,
+:func:`ordering_state_lost` and the skipped-positions rule in
+:mod:`workers.positions`, shared with the worker's rebuilds); the Kafka calls
+that feed them (:func:`committed_positions`, :func:`list_offsets`,
+:func:`first_record_between`) are kept apart.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
@@ -23,7 +25,6 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from coordinator.bootstrap.clients import answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
-    BOOTSTRAP_METADATA,
     STABLE_DEADLINE_S,
     STABLE_RETRY_S,
     StartError,
@@ -32,82 +33,26 @@ from coordinator.bootstrap.common import (
 )
 from parsley.declarations import InitialPosition
 from parsley.engine.channel import FED_TO_END
-from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.refusals import Reason
+from workers.positions import (
+    ForeignCommit,
+    Unaccounted,
+    lost_positions,
+    ordering_state_lost,
+    skipped_positions_refusal,
+    unaccounted_positions,
+)
 
 __all__ = [
     "ForeignCommit",
     "committed_positions",
+    "first_record_between",
     "initial_position",
     "list_offsets",
     "lost_positions",
     "ordering_state_lost",
+    "refuse_skipped_positions",
 ]
-
-
-class ForeignCommit(NamedTuple):
-    """A committed read position the bootstrap did not write.
-
-    Attributes:
-        topic: the received topic.
-        partition: its partition (= the task, = the changelog partition).
-        offset: the committed offset (next offset to fetch).
-        metadata: its commit metadata ("" when none).
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    metadata: str
-
-
-def lost_positions(
-    committed: Mapping[tuple[str, int], tuple[int, str]],
-    records: Sequence[int] | None,
-) -> list[ForeignCommit]:
-    """Committed positions with no ordering records behind them (pure; facts §5, seed 001).
-
-    Every committed step writes ordering state and read positions together,
-    so a position the bootstrap did not write (metadata other than
-    ``parsley.bootstrap``) over a changelog partition without records means
-    the state was lost.
-
-    Args:
-        committed: ``{(topic, partition): (offset, metadata)}``, committed only.
-        records: records read per changelog partition, or ``None`` when the
-            changelog does not exist.
-
-    Returns:
-        The suspects in (topic, partition) order; empty when nothing is lost.
-    """
-    out: list[ForeignCommit] = []
-    for (topic, p), (offset, metadata) in sorted(committed.items()):
-        if metadata == BOOTSTRAP_METADATA:
-            continue
-        if records is not None and p < len(records) and records[p] > 0:
-            continue
-        out.append(ForeignCommit(topic, p, offset, metadata))
-    return out
-
-
-def ordering_state_lost(
-    suspect: ForeignCommit, changelog_name: str, changelog_exists: bool, app_id: str
-) -> ParsleyFailClosedError:
-    """The ``ORDERING_STATE_LOST`` refusal for ``suspect`` (pure; seed 001's shape, plus
-    ``(offset <n>)``; docs/failing-closed.md)."""
-    provenance = ("stamped by a previous execution" if suspect.metadata else
-                  "committed by a previous execution or outside parsley (external "
-                  "tooling, or pre-seeded offsets)")
-    behind = (f"partition {suspect.partition} of this process's ordering-store changelog "
-              f"{changelog_name} holds no ordering records" if changelog_exists
-              else f"this process's ordering-store changelog {changelog_name} does "
-              "not exist")
-    return refuse(
-        Reason.ORDERING_STATE_LOST,
-        f"committed read positions exist for {suspect.topic}-{suspect.partition} (offset "
-        f"{suspect.offset}), {provenance}, but {behind}. If the changelog's records can be "
-        "restored from a backup, restore them and start; otherwise finish the reset "
-        f"(kafka-consumer-groups --delete --group {app_id}).",
-    )
 
 
 def initial_position(
@@ -228,3 +173,83 @@ def list_offsets(
         which = "latest" if latest else "earliest"
         raise StartError(f"could not list the {which} positions of "
                          f"{sorted({t.topic for t in tps})}: {exc}") from exc
+
+
+RANGE_READ_DEADLINE_S = 30.0
+"""Bound on reading one channel's unaccounted range, s (our own deadline)."""
+
+
+def first_record_between(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int,
+    *, deadline_s: float = RANGE_READ_DEADLINE_S,
+) -> int | None:
+    """The offset of the first committed record in ``[start, end)``, or ``None``.
+
+    Reads with ``consumer`` (assign-only, ``read_committed``,
+    ``enable.partition.eof``: ``workers.kafka.restore_consumer_config``), so
+    transaction markers and aborted records are skipped as the tasks skip
+    them. ``start`` must be at or above the log start (the caller clamps it).
+
+    Raises:
+        StartError: the read failed, or reached neither a record, ``end``
+            nor the partition's end within ``deadline_s``.
+    """
+    if start >= end:
+        return None
+    consumer.assign([TopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise StartError(f"could not read {topic}-{partition} from offset {start} "
+                                     f"to check its committed position: {err}")
+                offset = msg.offset()
+                assert offset is not None
+                return offset if offset < end else None
+            pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if pos >= end:
+                return None
+    except KafkaException as exc:
+        raise StartError(f"could not read {topic}-{partition} from offset {start} to check "
+                         f"its committed position: {exc}") from exc
+    finally:
+        consumer.unassign()
+    raise StartError(f"reading {topic}-{partition} from offset {start} to {end} to check its "
+                     f"committed position did not finish in {deadline_s:g} s")
+
+
+def refuse_skipped_positions(
+    admin: AdminClient,
+    consumer: Consumer,
+    app_id: str,
+    committed: Mapping[tuple[str, int], tuple[int, str]],
+    covered: Mapping[tuple[str, int], int | None],
+) -> None:
+    """Refuse a committed position beyond coverage + 1 over records Parsley never read.
+
+    For every suspect of :func:`workers.positions.unaccounted_positions`, reads
+    ``[max(coverage + 1, log start), committed)``: a committed record there was
+    skipped without being read (a consumer outside Parsley committed in the
+    group). Records below the log start are gone and cannot be judged: that is
+    retention's (``POSITIONS_DISCARDED_UNREAD`` at the fetch when it passes a
+    position; docs/failing-closed.md, "Read positions").
+
+    Raises:
+        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED``
+            (:func:`workers.positions.skipped_positions_refusal`).
+        StartError: a listing or a read failed.
+    """
+    suspects: list[Unaccounted] = unaccounted_positions(committed, covered)
+    if not suspects:
+        return
+    earliest = list_offsets(admin, [TopicPartition(s.topic, s.partition) for s in suspects],
+                            latest=False)
+    for s in suspects:
+        start = max(s.first_unread, earliest[(s.topic, s.partition)])
+        found = first_record_between(consumer, s.topic, s.partition, start, s.committed)
+        if found is not None:
+            raise skipped_positions_refusal(s, found, app_id)
