@@ -593,11 +593,8 @@ class Worker:
             if self.pending_identity:
                 self.backoff.failed(time.monotonic())
             step.drain()
-        if running and not self.txn.open and self.consumer is not None:
-            assert step is not None
-            if self._past_markers():  # markers arrived after the last commit
-                step.touch()
-                self._commit()
+        if running:
+            self._commit_past_markers()
         self._maybe_status()
 
     on_blocking: Callable[[str, bool], None] | None = None
@@ -626,17 +623,24 @@ class Worker:
             self.abortable_in_a_row = 0
             self.read_positions.update(sent)
 
+    def _commit_past_markers(self) -> None:
+        """With no transaction open, commit positions that moved past transaction markers
+        (or aborted records) after the last commit: a transaction of read positions only
+        (docs/failing-closed.md, "Read positions")."""
+        if self.txn.open or self.step is None or self.consumer is None:
+            return
+        if self._past_markers():
+            self.step.touch()
+            self._commit()
+
     def _past_markers(self) -> dict[tuple[str, int], int]:
         """Positions to commit past trailing transaction markers and aborted records
         (:func:`workers.offsets.positions_past_markers`). ``Consumer.position`` is local:
         the position of what was returned to the loop, all of which was fed."""
-        assert self.consumer is not None and self.engine is not None and self.step is not None
+        assert self.consumer is not None and self.step is not None
         got = self.consumer.position([TopicPartition(t, p) for t, p in sorted(self.expected)])
         known = {**self.read_positions, **self.step.pending_positions}
-        covered = {(t, p) for t, p in self.expected
-                   if self.engine.covered(self.channels[t]) is not None}
-        return positions_past_markers(
-            {(tp.topic, tp.partition): tp.offset for tp in got}, known, covered)
+        return positions_past_markers({(tp.topic, tp.partition): tp.offset for tp in got}, known)
 
     def _check_group(self, now: float) -> None:
         """Refuse a member of the group that is not one of the process's own tasks.
@@ -711,10 +715,11 @@ class Worker:
                     self._recover(mapped)
                 else:
                     raise mapped from exc
-        # Clean stop: commit what was fed and delivered.
+        # Clean stop: commit what was fed and delivered, and positions past markers.
         if self.state is TaskState.RUNNING and self.step is not None:
             self.step.drain()
             self._commit()
+            self._commit_past_markers()
         raise Stop(StopKind.CLEAN, None, None)
 
     def _iterate(self, consumer: Consumer, interval: float) -> None:

@@ -17,7 +17,7 @@ Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5; issue 4 item 3.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 
@@ -169,7 +169,6 @@ def resolve_offset_reset(
 def positions_past_markers(
     positions: Mapping[tuple[str, int], int],
     known: Mapping[tuple[str, int], int],
-    covered: Collection[tuple[str, int]],
 ) -> dict[tuple[str, int], int]:
     """Read positions to commit past trailing transaction markers and aborted records.
 
@@ -187,17 +186,15 @@ def positions_past_markers(
             returns to the application; negative when unknown), read after every
             record it returned was fed.
         known: the position already committed or about to be, per partition.
-        covered: the partitions whose channel the ordering state covers (a
-            position is advanced only where coverage will be committed with it,
-            so no commit ever lands over a changelog partition without records).
 
     Returns:
         ``{(topic, partition): position}`` for each partition whose position is
-        beyond the known one.
+        beyond the known one. (Such a commit never lands over an empty changelog
+        partition: a task's first commit writes the ordering state's version entry.)
     """
     out: dict[tuple[str, int], int] = {}
     for key, pos in positions.items():
-        if pos < 0 or key not in covered:
+        if pos < 0:
             continue
         before = known.get(key)
         if before is not None and pos > before:

@@ -31,6 +31,7 @@ from parsley.refusals import ParsleyFailClosedError, Reason
 
 __all__ = [
     "BOOTSTRAP_METADATA",
+    "TASK_METADATA",
     "ForeignCommit",
     "Member",
     "Unaccounted",
@@ -38,6 +39,7 @@ __all__ = [
     "foreign_members",
     "lost_positions",
     "ordering_state_lost",
+    "skipped_offset",
     "skipped_positions_refusal",
     "unaccounted_positions",
 ]
@@ -45,6 +47,10 @@ __all__ = [
 BOOTSTRAP_METADATA: Final = "parsley.bootstrap"
 """Commit metadata of every offset the bootstrap writes (the same value as
 ``coordinator.bootstrap.common.BOOTSTRAP_METADATA``; a unit test holds them equal)."""
+TASK_METADATA: Final = "parsley.task"
+"""Commit metadata of every read position a task's transaction commits. Any other
+metadata (none, from ``kafka-console-consumer`` or ``kafka-consumer-groups
+--reset-offsets``) marks a position Parsley did not commit itself."""
 
 
 class ForeignCommit(NamedTuple):
@@ -140,13 +146,15 @@ def unaccounted_positions(
     committed: Mapping[tuple[str, int], tuple[int, str]],
     covered: Mapping[tuple[str, int], int | None],
 ) -> list[Unaccounted]:
-    """Committed positions beyond coverage + 1 that the bootstrap did not write.
+    """Committed positions Parsley did not commit itself, beyond coverage + 1.
 
     A task commits the last fed offset + 1, or its consumer's position when
     only transaction markers or aborted records follow (docs/failing-closed.md,
-    "Read positions"); so a commit beyond coverage + 1 is Parsley's only when
-    no committed record lies between. Which of these suspects hide records
-    is for the caller to read (the records' offsets, never a guess).
+    "Read positions"), with the metadata :data:`TASK_METADATA`; the bootstrap
+    commits covered + 1 or a declared start with :data:`BOOTSTRAP_METADATA`.
+    Any other commit beyond coverage + 1 is a suspect: whether it skipped a
+    record is for the caller to read (the records' offsets, never a guess:
+    :func:`skipped_offset`).
 
     Args:
         committed: ``{(topic, partition): (offset, metadata)}``, committed only.
@@ -161,7 +169,7 @@ def unaccounted_positions(
     """
     out: list[Unaccounted] = []
     for key, (offset, metadata) in sorted(committed.items()):
-        if metadata == BOOTSTRAP_METADATA or key not in covered:
+        if metadata in (BOOTSTRAP_METADATA, TASK_METADATA) or key not in covered:
             continue
         cov = covered[key]
         if cov == FED_TO_END:
@@ -172,6 +180,28 @@ def unaccounted_positions(
     return out
 
 
+def skipped_offset(suspect: Unaccounted, log_start: int, first_record: int | None) -> int | None:
+    """The first offset a suspect commit skipped without Parsley reading it, or ``None``.
+
+    Args:
+        suspect: from :func:`unaccounted_positions`.
+        log_start: the partition's log start now.
+        first_record: the first committed record at or after
+            ``max(suspect.first_unread, log_start)``, or ``None`` when none is.
+
+    Returns:
+        ``suspect.first_unread`` when it lies below the log start (whatever was
+        there is gone, and a commit Parsley did not make cannot vouch that it
+        was only markers); else ``first_record`` when it lies below the
+        committed position; else ``None`` (only markers or aborted records between).
+    """
+    if suspect.first_unread < log_start:
+        return suspect.first_unread
+    if first_record is not None and first_record < suspect.committed:
+        return first_record
+    return None
+
+
 def skipped_positions_refusal(
     suspect: Unaccounted, first_record: int, app_id: str
 ) -> ParsleyFailClosedError:
@@ -179,8 +209,7 @@ def skipped_positions_refusal(
 
     Args:
         suspect: the committed position (:func:`unaccounted_positions`).
-        first_record: the offset of the first committed record found in
-            ``[suspect.first_unread, suspect.committed)``.
+        first_record: the first offset skipped (:func:`skipped_offset`).
         app_id: the application id (the group).
 
     Source: docs/failing-closed.md ("Read positions"); remedy: docs/runbooks.md,
@@ -192,8 +221,8 @@ def skipped_positions_refusal(
         Reason.SUBSTRATE_MISCONFIGURED,
         f"read positions were committed in group '{app_id}' by something other than "
         f"Parsley: {tp} committed read position {suspect.committed} is beyond what the "
-        f"ordering state accounts for (coverage {cov}), and record {tp}@{first_record} "
-        "between them was never read by this process (a consumer outside Parsley with "
+        f"ordering state accounts for (coverage {cov}), and {tp}@{first_record} between "
+        "them was never read by this process (a consumer outside Parsley with "
         f"group.id {app_id}, or an offset reset). Remove the foreign consumer, then reset "
         f"the position to coverage + 1 so the skipped records are delivered: "
         f"kafka-consumer-groups --bootstrap-server <servers> --group {app_id} "

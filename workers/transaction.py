@@ -26,6 +26,7 @@ from parsley.engine.channel import Header
 from workers.changelog import write_records
 from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
+from workers.positions import TASK_METADATA
 
 __all__ = ["TaskTransaction"]
 
@@ -183,7 +184,9 @@ class TaskTransaction:
         """Send the read positions, verify every record was delivered, and commit.
 
         Args:
-            offsets: ``(topic, partition) -> next offset to read`` (last fed + 1).
+            offsets: ``(topic, partition) -> next offset to read`` (last fed + 1, or
+                past trailing transaction markers); committed with the metadata
+                ``workers.positions.TASK_METADATA``, which marks them as Parsley's.
             group_metadata: ``consumer.consumer_group_metadata()``.
 
         Raises:
@@ -194,7 +197,8 @@ class TaskTransaction:
         if not self.open:
             return
         started = time.monotonic()
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        tps = [TopicPartition(t, p, o, metadata=TASK_METADATA)
+               for (t, p), o in offsets.items()]
         try:
             with map_kafka_errors("sending the read positions to the transaction"):
                 if tps:

@@ -39,6 +39,7 @@ from workers.positions import (
     Unaccounted,
     lost_positions,
     ordering_state_lost,
+    skipped_offset,
     skipped_positions_refusal,
     unaccounted_positions,
 )
@@ -231,12 +232,13 @@ def refuse_skipped_positions(
 ) -> None:
     """Refuse a committed position beyond coverage + 1 over records Parsley never read.
 
-    For every suspect of :func:`workers.positions.unaccounted_positions`, reads
-    ``[max(coverage + 1, log start), committed)``: a committed record there was
-    skipped without being read (a consumer outside Parsley committed in the
-    group). Records below the log start are gone and cannot be judged: that is
-    retention's (``POSITIONS_DISCARDED_UNREAD`` at the fetch when it passes a
-    position; docs/failing-closed.md, "Read positions").
+    For every suspect of :func:`workers.positions.unaccounted_positions` (a
+    commit neither the bootstrap nor a task made), reads
+    ``[coverage + 1, committed)``: a committed record there was skipped without
+    being read (a consumer outside Parsley committed in the group); a range
+    reaching below the log start cannot be vouched for, and is refused too
+    (:func:`workers.positions.skipped_offset`; docs/failing-closed.md,
+    "Read positions").
 
     Raises:
         ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED``
@@ -249,7 +251,11 @@ def refuse_skipped_positions(
     earliest = list_offsets(admin, [TopicPartition(s.topic, s.partition) for s in suspects],
                             latest=False)
     for s in suspects:
-        start = max(s.first_unread, earliest[(s.topic, s.partition)])
-        found = first_record_between(consumer, s.topic, s.partition, start, s.committed)
-        if found is not None:
-            raise skipped_positions_refusal(s, found, app_id)
+        log_start = earliest[(s.topic, s.partition)]
+        found = None
+        if s.first_unread >= log_start:
+            found = first_record_between(consumer, s.topic, s.partition, s.first_unread,
+                                         s.committed)
+        skipped = skipped_offset(s, log_start, found)
+        if skipped is not None:
+            raise skipped_positions_refusal(s, skipped, app_id)

@@ -20,7 +20,10 @@ independent ``read_committed`` consumer (``tests.worker_support.read_committed``
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +51,9 @@ from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES
 from tests.kafka_support import QUIET
 from tests.worker_support import read_committed
+from workers.positions import TASK_METADATA
+
+DEVBROKER_TOOL = [sys.executable, "-c", "from coordinator.devbroker import main; main()", "tool"]
 
 INTERVAL_MS = 300
 
@@ -101,6 +107,12 @@ def _committed(admin: AdminClient, group: str, topic: str) -> int:
     return int(got.topic_partitions[0].offset)
 
 
+def _metadata(admin: AdminClient, group: str, topic: str) -> str:
+    req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+    got = admin.list_consumer_group_offsets(req, request_timeout=30)[group].result()
+    return str(got.topic_partitions[0].metadata or "")
+
+
 def _await_empty_group(admin: AdminClient, group: str, timeout_s: float = 60) -> None:
     def empty() -> bool:
         desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
@@ -128,6 +140,8 @@ def test_a_quiet_partition_emptied_by_retention_after_a_full_relay_resumes(
         assert report.clean, report.summary()
     # Retention empties the quiet topic: log start = log end = last marker + 1.
     end = 6  # a0@0 marker@1 a1@2 marker@3 a2@4 marker@5
+    app_id = application_id(config.application_id_prefix, "relay")
+    assert _committed(kafka_admin, app_id, src.name) == end, "past the trailing marker"
     kafka_admin.delete_records([TopicPartition(src.name, 0, end)])[
         TopicPartition(src.name, 0, end)].result()
     _produce_each_in_a_transaction(kafka_bootstrap, src.name, [b"b0", b"b1"])
@@ -153,6 +167,7 @@ def test_positions_a_foreign_consumer_committed_are_refused_at_start_then_reset_
         _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) == 2, 90, "two relayed")
         parsley.close(deadline_s=20)
     assert _committed(kafka_admin, app_id, src.name) == 2
+    assert _metadata(kafka_admin, app_id, src.name) == TASK_METADATA
     _await_empty_group(kafka_admin, app_id)
     # A consumer outside Parsley in the application's group reads and commits 4 records.
     _produce(kafka_bootstrap, src.name, [b"f0", b"f1", b"f2", b"f3"])
@@ -183,10 +198,13 @@ def test_positions_a_foreign_consumer_committed_are_refused_at_start_then_reset_
     assert f"{src.name}-0" in detail and "committed read position 6" in detail, detail
     assert "coverage 1" in detail and "--to-offset 2" in detail, detail
     print(f"refused after {time.monotonic() - started:.1f} s: {detail}")
-    # The runbook's remedy: reset the group's position to coverage + 1, restart.
-    kafka_admin.alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(app_id, [TopicPartition(src.name, 0, 2)])])[
-        app_id].result()
+    # The runbook's remedy, as written there: reset the group's position to coverage + 1.
+    reset = (f"kafka-consumer-groups --bootstrap-server {kafka_bootstrap} --group {app_id} "
+             f"--reset-offsets --topic {src.name}:0 --to-offset 2 --execute")
+    res = subprocess.run([*DEVBROKER_TOOL, *shlex.split(reset)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert _committed(kafka_admin, app_id, src.name) == 2, res.stdout + res.stderr
     with Parsley.start(config, relay("relay", src.name, out.name)) as parsley:
         _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) >= 6, 90, "six relayed")
         time.sleep(1.0)

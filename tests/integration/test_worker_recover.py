@@ -47,6 +47,7 @@ def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
     def should_stop() -> bool:
         nonlocal recovered
         worker.next_shape_check = float("inf")  # no commit before a shape check
+        worker.next_group_check = float("inf")  # nor before a group check
         step = worker.step
         if step is None or step.delivered < N:
             return time.monotonic() > deadline

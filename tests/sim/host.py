@@ -20,6 +20,14 @@ The host keeps the SPEC's host obligations (facts §8):
   every uncommitted record is fed again.
 * H6: a step belongs to one execution; the host refuses to commit a step of a
   superseded execution (an assertion: the simulation never tries).
+* Read positions: a step commits the position past trailing markers and
+  aborted records once nothing visible lies before the log end (as the worker
+  commits its consumer's position, ``workers.offsets.positions_past_markers``),
+  and every execution's initialisation applies the worker's and the
+  bootstrap's position guards (``workers.positions``): ``ORDERING_STATE_LOST``
+  for commits over an empty changelog partition, ``SUBSTRATE_MISCONFIGURED``
+  for a commit beyond coverage + 1 over visible records (a foreign consumer's).
+  ``guards=False`` disables them (the sabotage that proves they are live).
 
 The handler is a deterministic function of the delivered record and the
 process (SPEC assumption 16): it sends 0-2 records to declared outputs, each
@@ -37,7 +45,18 @@ from typing import Any
 from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import FeedOutcome, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
+from parsley.refusals import ParsleyFailClosedError
 from parsley.wire import CAUSES_HEADER, decode_causes
+from workers.offsets import offset_reset_refusal, positions_past_markers
+from workers.positions import (
+    BOOTSTRAP_METADATA,
+    TASK_METADATA,
+    lost_positions,
+    ordering_state_lost,
+    skipped_offset,
+    skipped_positions_refusal,
+    unaccounted_positions,
+)
 
 from .broker import Broker, Outgoing, at
 from .generator import Scenario, TaskSpec
@@ -108,11 +127,20 @@ class TaskHost:
         oracle: receives every committed step.
         clock: record timestamps.
         log: appends one line per event (the replay trace shown on failure).
+        guards: apply the read-position guards at each initialisation.
+        markers: commit positions past trailing markers and aborted records.
     """
 
     def __init__(self, spec: TaskSpec, scenario: Scenario, engine_cls: type[Any],
                  broker: Broker, oracle: Oracle, clock: Clock,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], *, guards: bool = True,
+                 markers: bool = True) -> None:
+        self.guards = guards
+        self.markers = markers
+        # Commit metadata per committed position: the bootstrap's, a step's
+        # (TASK_METADATA), or "" (a foreign consumer's).
+        self.metadata: dict[ChannelId, str] = {}
+        self.commits = 0
         self.spec = spec
         self.scenario = scenario
         self.inputs = next(p.inputs for p in scenario.processes if p.name == spec.process)
@@ -177,6 +205,8 @@ class TaskHost:
         engine.apply_identity(verdicts)
         # Names of upstream ids are learned while alive, so a later deletion prunes them.
         engine.learn_names(live)
+        if self.guards:
+            self._check_positions(engine)
         received_ids = {ch.topic_id for ch in self.received}
         self.deleted_verdicts += sum(1 for tid, v in verdicts.items()
                                      if v is TopicVerdict.DELETED and tid in received_ids)
@@ -196,6 +226,49 @@ class TaskHost:
         self.log(f"{self.name} start epoch={self.epoch} at {self._positions(self.committed)} "
                  f"verdicts={ {str(k)[:8]: v.name for k, v in verdicts.items()} }")
 
+    def _check_positions(self, engine: Any) -> None:
+        """The worker's and the bootstrap's read-position guards (``workers.positions``).
+
+        Raises:
+            ParsleyFailClosedError: ``ORDERING_STATE_LOST`` (committed positions
+                over a changelog image with no records), ``SUBSTRATE_MISCONFIGURED``
+                (a commit beyond coverage + 1 with a visible record between).
+        """
+        channels = {(str(ch.topic_id), ch.partition): ch for ch in self.committed}
+        committed = {key: (self.committed[ch], self.metadata.get(ch, BOOTSTRAP_METADATA))
+                     for key, ch in channels.items()}
+        if not self.image:
+            suspects = lost_positions(committed, None)
+            if suspects:
+                raise ordering_state_lost(suspects[0], f"{self.name}.changelog", True,
+                                          self.spec.process)
+            return
+        covered = {key: engine.covered(ch) for key, ch in channels.items()}
+        for s in unaccounted_positions(committed, covered):
+            ch = channels[(s.topic, s.partition)]
+            if ch.topic_id in self.broker.deleted:
+                continue
+            start = self.broker.log_start(ch)
+            record = self.broker.fetch(ch, s.first_unread) if s.first_unread >= start else None
+            skipped = skipped_offset(s, start, None if record is None else record.offset)
+            if skipped is not None:
+                raise skipped_positions_refusal(s, skipped, self.spec.process)
+
+    def _check_retained(self) -> None:
+        """The fetch under ``auto.offset.reset=error``: a position below the log start is
+        ``POSITIONS_DISCARDED_UNREAD`` (``workers.offsets.offset_reset_refusal``).
+
+        Raises:
+            ParsleyFailClosedError: ``POSITIONS_DISCARDED_UNREAD``.
+        """
+        for ch in self.received:
+            start = self.broker.log_start(ch)
+            if ch.topic_id not in self.broker.deleted and self.fetch[ch] < start:
+                refusal = offset_reset_refusal(str(ch.topic_id), ch.partition, self.fetch[ch],
+                                               start, self.broker.end_offset(ch))
+                assert isinstance(refusal, ParsleyFailClosedError)
+                raise refusal
+
     def _bootstrap(self) -> None:
         # Java's bootstrap commits the start positions before the first
         # execution: the log start (EARLIEST), or the log end for a late process (LATEST).
@@ -203,6 +276,7 @@ class TaskHost:
             self.committed = {ch: self.broker.end_offset(ch) for ch in self.received}
         else:
             self.committed = {ch: self.broker.log_start(ch) for ch in self.received}
+        self.metadata = dict.fromkeys(self.committed, BOOTSTRAP_METADATA)
         self.oracle.on_start(self.name, self.committed)
 
     def join(self) -> None:
@@ -217,6 +291,7 @@ class TaskHost:
         self.inputs = (*self.inputs, self.scenario.join[1]) if self.scenario.join else self.inputs
         for ch in gained:
             self.committed[ch] = self.broker.log_start(ch)
+            self.metadata[ch] = BOOTSTRAP_METADATA
         self.oracle.on_join(self.name, {ch: self.committed[ch] for ch in gained})
         self.stop()
         self.log(f"{self.name} JOIN {[at(ch, self.committed[ch]) for ch in gained]}")
@@ -248,8 +323,12 @@ class TaskHost:
         """Received channels holding a committed record at or past the fetch position."""
         if self.engine is None:
             return []
+        # A position below the log start is fetchable too: the fetch refuses it
+        # (:meth:`_check_retained`).
         return [ch for ch in self.received
-                if self.broker.fetch(ch, self.fetch[ch]) is not None]
+                if (self.fetch[ch] < self.broker.log_start(ch)
+                and ch.topic_id not in self.broker.deleted)
+                or self.broker.fetch(ch, self.fetch[ch]) is not None]
 
     def needs_step(self) -> bool:
         """Whether stepping this task could make progress (H1: never withhold)."""
@@ -267,6 +346,7 @@ class TaskHost:
             self.start_execution()
             if rng.random() < 0.2:
                 self.rewind(rng)
+        self._check_retained()
         engine = self.engine
         epoch = self.epoch
         step = _Step()
@@ -332,11 +412,15 @@ class TaskHost:
     def _skip_trailing_markers(self, rng: random.Random) -> None:
         # A consumer's position moves past markers and aborted records once it
         # has seen there is nothing visible before the log end (V4, V6).
+        # The position is the consumer's; which of them a commit takes is the worker's
+        # rule (workers.offsets.positions_past_markers). Sabotaged (markers=False), the
+        # host commits the last fed offset + 1 only.
+        position = {}
         for ch in self.received:
             if (self.broker.fetch(ch, self.fetch[ch]) is None
-                    and ch.topic_id not in self.broker.deleted
-                    and self.broker.end_offset(ch) > self.fetch[ch] and rng.random() < 0.5):
-                self.fetch[ch] = self.broker.end_offset(ch)
+                    and ch.topic_id not in self.broker.deleted and self.markers):
+                position[ch] = self.broker.end_offset(ch)
+        self.fetch.update(positions_past_markers(position, self.fetch))
 
     def _commit(self, step: _Step, epoch: int) -> None:
         assert epoch == self.epoch, f"H6: {self.name} committing a superseded execution"
@@ -346,7 +430,11 @@ class TaskHost:
         for key, value in deltas:
             self.image[key] = value
         records = self.broker.transaction([out for out, _ in step.sends], commit=True)
+        for ch, pos in self.fetch.items():
+            if self.committed.get(ch) != pos:
+                self.metadata[ch] = TASK_METADATA
         self.committed = dict(self.fetch)
+        self.commits += 1
         sends = []
         for rec, (_, trigger) in zip(records, step.sends, strict=True):
             app = tuple(h for h in rec.headers if h[0] != CAUSES_HEADER)

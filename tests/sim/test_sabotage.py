@@ -21,7 +21,7 @@ from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER, TAG_PAST
 from parsley.engine.store import OrderingStore
 from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5, X1
 from tests.sim.seeds import DEFAULT_SEEDS, parse_seeds
-from tests.sim.world import REFUSED, SimResult, run
+from tests.sim.world import EMPTIED_CHANGELOG, FOREIGN_COMMIT, REFUSED, SimResult, run
 
 EXPECTED: dict[Sabotage, set[str]] = {
     Sabotage.EAGER_DELIVERY: {V1},
@@ -109,7 +109,9 @@ class _StartsFromZero(ProcessEngine):
     (_ForgetsCoverage, {V2_DUP}),
     (_ForgetsDeliveredPast, {V1}),
     (_BudgetOffByOne, {REFUSED}),  # worlds whose budget is exactly their largest frontier
-    (_StartsFromZero, {V5}),
+    # Records below the start are fed again and accepted (a duplicate), or the run
+    # never quiesces; which one a seed shows depends on its schedule.
+    (_StartsFromZero, {V5, V2_DUP}),
 ], ids=lambda x: x.__name__ if isinstance(x, type) else "")
 def test_oracle_catches_state_faults(broken: type[ProcessEngine], clauses: set[str]) -> None:
     for seed in parse_seeds(DEFAULT_SEEDS):
@@ -119,3 +121,40 @@ def test_oracle_catches_state_faults(broken: type[ProcessEngine], clauses: set[s
             return
     raise AssertionError(f"{broken.__name__} survived seeds {DEFAULT_SEEDS}: "
                          f"no {sorted(clauses)} reported")
+
+
+# The hosts' read-position guards (workers.positions, workers.offsets), each switched
+# off in turn: the fault it guards against then reaches the oracle, which names it,
+# while the guarded host refuses the same seed by name.
+
+
+@pytest.mark.parametrize(("fault", "clauses"), [
+    # Records a foreign consumer skipped are never delivered (loss), and what waits
+    # on them is delivered around them or never.
+    (FOREIGN_COMMIT, {V2_LOSS, V5, V1}),
+    # Held messages and the frontier are gone with the changelog's records.
+    (EMPTIED_CHANGELOG, {M1, V2_LOSS, V1}),
+], ids=["FOREIGN_COMMIT", "EMPTIED_CHANGELOG"])
+def test_oracle_catches_a_fault_with_its_guard_off(fault: str, clauses: set[str]) -> None:
+    for seed in parse_seeds(DEFAULT_SEEDS):
+        result = run(seed, guards=False, fault=fault)
+        if result.stats["faults"] and result.clauses() & clauses:
+            guarded = run(seed, fault=fault)
+            assert guarded.clauses() == {REFUSED}, guarded.report()
+            return
+    raise AssertionError(f"{fault} with the guards off survived seeds {DEFAULT_SEEDS}: "
+                         f"no {sorted(clauses)} reported")
+
+
+def test_committing_at_a_trailing_marker_is_caught_when_retention_empties_the_partition(
+) -> None:
+    # Sabotage: positions stay at the last fed offset + 1 (the trailing commit marker);
+    # retention then empties the quiet partition and the next fetch reports positions
+    # discarded unread that never held a record.
+    for seed in parse_seeds(DEFAULT_SEEDS):
+        result = run(seed, markers=False)
+        if result.clauses() & {REFUSED}:
+            assert "POSITIONS_DISCARDED_UNREAD" in result.violations[0].detail
+            assert not run(seed).failed, f"seed {seed} also fails with the sound host"
+            return
+    raise AssertionError(f"committing at markers survived seeds {DEFAULT_SEEDS}")

@@ -18,9 +18,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from parsley.engine.channel import ChannelId
+from parsley.engine.channel import FED_TO_END, ChannelId
+from parsley.engine.state_codec import load_image
 from parsley.refusals import ParsleyFailClosedError
 from parsley.wire import CAUSES_HEADER, EMPTY_CAUSES, encode_causes
+from workers.positions import BOOTSTRAP_METADATA
 
 from .broker import Broker, Outgoing, at
 from .generator import Scenario, SourceSpec, generate
@@ -122,8 +124,47 @@ def _engine_class() -> type[Any]:
     return ProcessEngine
 
 
+FOREIGN_COMMIT = "foreign commit"
+"""A fault: a consumer outside Parsley in a task's group reads some visible records
+and commits past them while the task is stopped."""
+EMPTIED_CHANGELOG = "emptied changelog"
+"""A fault: a task's ordering-changelog partition is emptied (its records purged)
+under the live process; the task then rebuilds (a crash respawn)."""
+FAULTS = (FOREIGN_COMMIT, EMPTIED_CHANGELOG)
+
+
+def _inject(fault: str, hosts: list[TaskHost], broker: Broker, rng: random.Random) -> str | None:
+    """Inject ``fault`` into one eligible task; returns what was done, or ``None`` (none yet)."""
+    ready = [h for h in hosts if h.commits > 0]
+    rng.shuffle(ready)
+    for h in ready:
+        if fault == EMPTIED_CHANGELOG:
+            if h.image and any(m != BOOTSTRAP_METADATA for m in h.metadata.values()):
+                h.image.clear()
+                h.stop()
+                return f"EMPTY changelog of {h.name}"
+            continue
+        fed = load_image(sorted((k, v) for k, v in h.image.items() if v is not None)).fed
+        for ch in sorted(h.committed):
+            # Past what the task covers: a rewound commit may lie below its coverage.
+            pos = max(h.committed[ch], fed.get(ch, -1) + 1)
+            if pos < broker.log_start(ch) or fed.get(ch) == FED_TO_END:
+                continue
+            first = broker.fetch(ch, pos)
+            if first is None:
+                continue
+            ahead = broker.fetch(ch, first.offset + 1) if rng.random() < 0.5 else None
+            last = ahead if ahead is not None else first
+            h.committed[ch] = last.offset + 1
+            h.metadata[ch] = ""
+            h.stop()
+            return f"FOREIGN commit {h.name} {at(ch, pos)} -> {last.offset + 1}"
+    return None
+
+
 def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_000,
-        max_deliveries: int = 20_000) -> SimResult:
+        max_deliveries: int = 20_000, guards: bool = True, markers: bool = True,
+        fault: str | None = None) -> SimResult:
     """Simulate the world of ``seed`` with ``engine_cls`` and judge it with the oracle.
 
     Args:
@@ -132,6 +173,14 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
         max_ticks: scheduler actions before the run counts as not quiescing (V5).
         max_deliveries: committed deliveries before the run counts as a runaway
             (V5); sound runs stay far below (the sweep's largest is ~3,000).
+        guards: the hosts apply the read-position guards (``False``: the sabotage
+            that proves them live).
+        markers: the hosts commit past trailing markers (``False``: the sabotage
+            that leaves a committed position at a marker, which an emptied quiet
+            partition then reports discarded unread).
+        fault: one of :data:`FAULTS`, injected once into a task that has
+            committed (``stats["faults"]`` says whether it was); the world is then
+            no longer legal, and the guards must refuse it by name.
 
     Returns:
         A :class:`SimResult`; an engine refusal or exception is a violation
@@ -145,8 +194,10 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     oracle = Oracle({t.name: t.received for t in scenario.tasks})
     joiners = [t.name for t in scenario.tasks if scenario.join_channels(t)]
     clock = Clock()
-    hosts = [TaskHost(t, scenario, engine_cls, broker, oracle, clock, trace.append)
+    hosts = [TaskHost(t, scenario, engine_cls, broker, oracle, clock, trace.append,
+                      guards=guards, markers=markers)
              for t in scenario.tasks]
+    injected = 0
     sources = [_Source(s, scenario, broker, oracle, clock, trace.append)
                for s in scenario.sources]
     pending_deletes = list(scenario.deletable)
@@ -193,6 +244,25 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                 if ch.topic_id not in broker.deleted
                 and stability_bound(ch) > broker.log_start(ch)]
 
+    def quiet(ch: ChannelId) -> bool:
+        # Retention may empty a partition whose last record every reader has read and
+        # whose last transaction committed (log start = log end = last marker + 1).
+        log = broker.logs[ch]
+        readers = receivers.get(ch, [])
+        if (not scenario.truncate or ch.topic_id in broker.deleted
+                or log.kinds[-2:] != ["D", "M"] or log.log_start == log.end_offset
+                or any(h.executions == 0 or ch not in h.committed for h in readers)):
+            return False
+        last = log.end_offset - 2
+        return all(h.committed[ch] > last and (h.engine is None or h.fetch[ch] > last)
+                   for h in readers)
+
+    def empty(ch: ChannelId) -> None:
+        nonlocal truncations
+        broker.truncate(ch, broker.end_offset(ch))
+        truncations += 1
+        trace.append(f"EMPTY quiet {at(ch, broker.end_offset(ch))}")
+
     def truncate(ch: ChannelId) -> None:
         nonlocal truncations
         point = rng.randint(broker.log_start(ch) + 1, stability_bound(ch))
@@ -221,6 +291,12 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             actions += [("delete", t) for t in pending_deletes if eligible(t)]
             if rng.random() < 0.05:
                 actions += [("truncate", ch) for ch in truncatable()]
+                actions += [("empty", ch) for ch in sorted(broker.logs) if quiet(ch)]
+            if fault is not None and not injected and rng.random() < 0.05:
+                done = _inject(fault, hosts, broker, rng)
+                if done is not None:
+                    injected = 1
+                    trace.append(done)
             if joiners and rng.random() < 0.05:
                 # Once its process has delivered a few; all its tasks join at once.
                 ready = [h for h in hosts if h.name in joiners and h.executions > 0]
@@ -239,6 +315,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                         actor.stop()
                 elif kind == "truncate":
                     truncate(actor)
+                elif kind == "empty":
+                    empty(actor)
                 elif kind == "join":
                     for h in actor:
                         h.join()
@@ -273,6 +351,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     }
     stats["replays"] = sum(h.replays for h in hosts)
     stats["truncations"] = truncations
+    stats["faults"] = injected
     stats["joins"] = sum(1 for line in trace if line.startswith("JOIN"))
     stats["join_clamps"] = oracle.clamps
     stats["budget_warnings"] = sum(len(h.warnings) for h in hosts)
