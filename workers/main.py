@@ -9,16 +9,23 @@ The worker (issue 4; DESIGN.md, "Architecture"):
 2. restores (``RESTORING``) the ordering store from partition ``i`` of
    ``<app-id>-__parsley.ordering-changelog`` and each declared store from
    partition ``i`` of its changelog, ``read_committed`` to the end;
-3. builds the engine over it, binds the received topic names to the ids the
-   bootstrap resolved, and runs the identity check (facts §5);
+3. refuses ``ORDERING_STATE_LOST`` when its ordering-changelog partition held no
+   records while the group has positions the bootstrap did not write (at every
+   rebuild, not only the first); builds the engine over it, binds the received
+   topic names to the ids the bootstrap resolved, and runs the identity check
+   (facts §5);
 4. joins group ``<app-id>`` as static member ``<app-id>-task-<i>`` with the
    range assignor; unless its assignment is exactly partition ``i`` of each
    received topic with more than ``i`` partitions it processes nothing and
    reports ``REBALANCING``; on the exact assignment it starts the engine at the
    group's committed offsets (``RUNNING``);
 5. loops: consume a batch (up to 500), feed, drain, commit once per commit
-   interval; every status interval it drains, retries a pending identity
-   check, checks partition counts, and pushes status over ZeroMQ.
+   interval (read positions past trailing transaction markers once a partition
+   is consumed to its end, with the metadata ``parsley.task``); every status
+   interval it drains, retries a pending identity check, checks partition
+   counts, refuses a member of the group that is not one of the process's tasks
+   (``SUBSTRATE_MISCONFIGURED``), commits positions that moved past markers
+   since the last commit, and pushes status over ZeroMQ.
 
 It stops on SIGTERM (commits what it has, exit 0), on a refusal (aborts,
 logs ERROR ``... (failing closed)``, exit ``64 + index of the reason``, so the
@@ -370,9 +377,9 @@ class Worker:
                 unstable = False
                 for tp in result.topic_partitions:
                     if tp.error is not None:
-                        unstable = unstable or tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
-                        if not unstable:
+                        if tp.error.code() != KafkaError.UNSTABLE_OFFSET_COMMIT:
                             raise to_exception(tp.error, "listing the group's committed offsets")
+                        unstable = True
                         continue
                     if tp.offset >= 0:
                         out[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
