@@ -17,6 +17,7 @@ running.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -24,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
+
+import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
 from coordinator.config import ParsleyConfig
@@ -50,23 +53,40 @@ __all__ = ["MAX_CONTROL_STOP_DEADLINE_S", "Parsley", "control_stop_deadline"]
 log = logging.getLogger("parsley.coordinator")
 
 
-def _refuse_a_second_coordinator(endpoint: str) -> None:
-    """Binding an ``ipc://`` path replaces whoever serves it: ask first.
+def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
+    """Refuse to start beside a coordinator that already runs this prefix here.
+
+    Asks the endpoint this start would bind and the one a running coordinator
+    recorded under the state dir (``--listen tcp`` included). Two coordinators
+    on one prefix fence each other's workers (they share the transactional ids
+    and the consumer group), so the message says how to stop the first and
+    never advises another state dir or endpoint, which would only hide the
+    first from this check (docs/operations.md, "One coordinator per prefix").
 
     Raises:
-        StartError: a coordinator answers on ``endpoint``.
+        StartError: a coordinator answers on either endpoint.
     """
-    if not endpoint.startswith("ipc://") or not Path(endpoint[len("ipc://"):]).exists():
-        return
-    try:
-        reply = request(endpoint, {"op": "ping"}, timeout_s=0.5)
-    except NoReplyError:
-        return  # a stale socket file from a coordinator that died
-    raise StartError(
-        f"another coordinator (pid {reply.get('pid')}) serves {endpoint} for this prefix and "
-        "state dir; stop it (parsley-coordinator stop), or give this one another state_dir "
-        "or control endpoint"
-    )
+    candidates = [endpoint]
+    with contextlib.suppress(OSError):
+        recorded = endpoint_file(config).read_text().strip()
+        if recorded and recorded not in candidates:
+            candidates.append(recorded)
+    for where in candidates:
+        if where.startswith("ipc://") and not Path(where[len("ipc://"):]).exists():
+            continue
+        try:
+            reply = request(where, {"op": "ping"}, timeout_s=0.5)
+        except (NoReplyError, zmq.ZMQError):
+            continue  # a stale socket or record from a coordinator that died
+        prefix = config.application_id_prefix
+        raise StartError(
+            f"a coordinator (pid {reply.get('pid')}) already runs prefix '{prefix}': it "
+            f"serves {where}. Running two coordinators on one prefix is not supported: they "
+            "would fence each other's workers (running a prefix's processes across several "
+            "coordinators is future work). To stop the first: parsley-coordinator stop "
+            f"--prefix {prefix} --state-dir {config.state_dir} (or --endpoint {where}), "
+            "then start this one"
+        )
 
 
 
@@ -127,8 +147,8 @@ class Parsley:
         worker_target: WorkerTarget | None = None,
         stop_deadline_s: float = DEFAULT_STOP_DEADLINE_S,
         group_window_s: float | None = None,
-        max_attempts: int = 5,
-        backoff_s: float = 1.0,
+        max_attempts: int | None = None,
+        backoff_s: float | None = None,
     ) -> Parsley:
         """Bootstrap every process, spawn one worker per task, serve the control socket.
 
@@ -145,8 +165,10 @@ class Parsley:
             group_window_s: how long a start waits for the group's previous
                 members to leave before it refuses, s; ``None`` (default) for
                 twice the consumer ``session.timeout.ms``.
-            max_attempts: bounded restarts under ``transient``.
-            backoff_s: first restart delay under ``transient``, s.
+            max_attempts: bounded restarts under ``transient``;
+                ``config.max_restarts`` if ``None``.
+            backoff_s: first restart delay under ``transient``, s;
+                ``config.restart_backoff_ms`` if ``None``.
 
         Returns:
             The running handle.
@@ -157,7 +179,7 @@ class Parsley:
             StartRetryableError: a lagging metadata view; the message ends
                 "Retry this start.".
             StartError: a missing prerequisite (a topic, connectivity, ACLs), or
-                another coordinator serving the same control endpoint.
+                a coordinator already running this prefix under this state dir.
             ValueError: a wrong declaration or argument.
         """
         policy = RestartPolicy(restart)
@@ -165,7 +187,7 @@ class Parsley:
         endpoint = None
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)
-            _refuse_a_second_coordinator(endpoint)
+            _refuse_a_second_coordinator(endpoint, config)
         # Fresh clients for the start and for each restart attempt (never one long-lived
         # AdminClient, which a broker outage can leave wedged).
         plans = bootstrap(config, procs, group_window_s=group_window_s)

@@ -37,6 +37,13 @@ from typing import Any
 import click
 import orjson
 
+from coordinator.config import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_RESTART_BACKOFF_MS,
+    DEFAULT_RESTART_RESET_MS,
+    DEFAULT_STALE_TASK_MS,
+)
+
 __all__ = ["ExitCode", "inspect_process", "load_app", "main"]
 
 log = logging.getLogger("parsley.coordinator")
@@ -224,8 +231,8 @@ def cli(log_level: str) -> None:
               show_default=True,
               help="never: leave every stop to the operator. transient: restart substrate "
                    "failures through the bootstrap (bounded, with backoff), "
-                   "COVERED_POSITION_FED once, and crashed workers; never a refusal or an "
-                   "application failure.")
+                   "COVERED_POSITION_FED once, and crashed or stale workers; never a refusal "
+                   "or an application failure.")
 @click.option("--listen", default="ipc", show_default=True,
               help="Control socket: ipc (a path under the state dir), tcp (127.0.0.1, free "
                    "port), tcp:PORT, or a full ipc:// or tcp://HOST:PORT endpoint.")
@@ -234,9 +241,30 @@ def cli(log_level: str) -> None:
 @click.option("--log-status-every", type=float, default=60.0, show_default=True,
               help="Seconds between status lines in the log (0: never). The per-task detail "
                    "is gone once a process stops, so the log is its record.")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=None,
+              show_default=str(DEFAULT_MAX_RESTARTS),
+              help="Under --restart transient: respawns of a task (crashed or stale) and "
+                   "restarts of a process (substrate failure) before it stays stopped. "
+                   "Also max_restarts / PARSLEY_MAX_RESTARTS.")
+@click.option("--restart-backoff", type=click.FloatRange(min=0), default=None,
+              show_default=f"{DEFAULT_RESTART_BACKOFF_MS / 1000:g}",
+              help="Seconds before the first restart; doubles per attempt up to 30 s. Also "
+                   "restart_backoff_ms / PARSLEY_RESTART_BACKOFF_MS (milliseconds).")
+@click.option("--restart-reset", type=click.FloatRange(min=0.001), default=None,
+              show_default=f"{DEFAULT_RESTART_RESET_MS / 1000:g}",
+              help="Seconds a task must run (RUNNING, without a break) for its restart count "
+                   "and backoff to start again from zero. Also restart_reset_ms / "
+                   "PARSLEY_RESTART_RESET_MS (milliseconds).")
+@click.option("--stale-after", type=click.FloatRange(min=0.001), default=None,
+              show_default=f"{DEFAULT_STALE_TASK_MS / 1000:g}",
+              help="Seconds a worker may send no report before it is killed (SIGKILL) as "
+                   "stale: respawned under transient, its process stopped under never. Also "
+                   "stale_task_ms / PARSLEY_STALE_TASK_MS (milliseconds).")
 def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
         prefix: str | None, state_dir: str | None, restart: str, listen: str,
-        stop_deadline: float, log_status_every: float) -> None:
+        stop_deadline: float, log_status_every: float, max_restarts: int | None,
+        restart_backoff: float | None, restart_reset: float | None,
+        stale_after: float | None) -> None:
     """Start the processes APP (module:attribute) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the
@@ -256,7 +284,11 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
     if local_broker:
         bootstrap_servers = _local_broker()
     config = _load_config(config_file, bootstrap_servers=bootstrap_servers,
-                          application_id_prefix=prefix, state_dir=state_dir)
+                          application_id_prefix=prefix, state_dir=state_dir,
+                          max_restarts=max_restarts,
+                          restart_backoff_ms=_ms(restart_backoff),
+                          restart_reset_ms=_ms(restart_reset),
+                          stale_task_ms=_ms(stale_after))
     try:
         handle = Parsley.start(config, *processes, restart=restart, control=listen,
                                stop_deadline_s=stop_deadline)
@@ -312,6 +344,11 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
     if code == ExitCode.CLEAN and not report.clean:
         code = ExitCode.SHUTDOWN_INCOMPLETE
     sys.exit(code)
+
+
+def _ms(seconds: float | None) -> int | None:
+    """A flag's seconds as the setting's whole milliseconds (``None`` stays unset)."""
+    return None if seconds is None else max(0, round(seconds * 1000))
 
 
 def _log_status(statuses: Any) -> None:

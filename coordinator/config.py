@@ -11,6 +11,10 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
        status_interval_ms = 1000
        commit_interval_ms = 100
        refuse_cross_partition_causes = false
+       stale_task_ms = 60000
+       max_restarts = 5
+       restart_backoff_ms = 1000
+       restart_reset_ms = 60000
 
        [kafka_properties]
        "linger.ms" = 5
@@ -19,15 +23,17 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
    ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
    ``PARSLEY_METADATA_BUDGET_BYTES``, ``PARSLEY_STATUS_INTERVAL_MS``,
    ``PARSLEY_COMMIT_INTERVAL_MS``, ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
-   (``true``/``false``), and one ``PARSLEY_KAFKA_<NAME>`` per client
+   (``true``/``false``), ``PARSLEY_STALE_TASK_MS``, ``PARSLEY_MAX_RESTARTS``,
+   ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``, and one
+   ``PARSLEY_KAFKA_<NAME>`` per client
    property, ``<NAME>`` upper-cased with dots as underscores
    (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
 3. explicit overrides (the CLI's flags).
 
 The Kafka properties Parsley owns are refused, naming the property.
 
-Source: issue 5 item 1; ``JAVA-PARSLEY-FACTS.md`` §5 ("ParsleyConfig (Era A)",
-"Intervals", "Streams properties Parsley forces").
+The supervision settings (stale bound, restart budget, backoff and the healthy
+period that resets them) are described in docs/operations.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -46,7 +52,11 @@ from workers.kafka import OWNED_PROPERTIES
 __all__ = [
     "CLI_FLAGS",
     "DEFAULT_COMMIT_INTERVAL_MS",
+    "DEFAULT_MAX_RESTARTS",
     "DEFAULT_METADATA_BUDGET_BYTES",
+    "DEFAULT_RESTART_BACKOFF_MS",
+    "DEFAULT_RESTART_RESET_MS",
+    "DEFAULT_STALE_TASK_MS",
     "DEFAULT_STATUS_INTERVAL_MS",
     "ENV_PREFIX",
     "OWNED_KAFKA_PROPERTIES",
@@ -60,6 +70,18 @@ DEFAULT_STATUS_INTERVAL_MS: Final = 1_000
 """How often each task publishes its status entry, ms (facts §5 "Intervals": 1 s)."""
 DEFAULT_COMMIT_INTERVAL_MS: Final = 100
 """How long a task's transaction stays open at most, ms (Kafka Streams' EOS default)."""
+DEFAULT_STALE_TASK_MS: Final = 60_000
+"""How long a worker may send no report (status or final) before the coordinator
+kills it by PID as stale, ms (docs/operations.md, "Supervision"). Well above the
+worker's own bound on a blocked client call, so the worker names the call first."""
+DEFAULT_MAX_RESTARTS: Final = 5
+"""Restarts of one process (substrate failures) or respawns of one task (crashes,
+stale workers) under ``--restart transient`` before the coordinator gives up."""
+DEFAULT_RESTART_BACKOFF_MS: Final = 1_000
+"""The first restart delay, ms; it doubles per attempt up to 30 s."""
+DEFAULT_RESTART_RESET_MS: Final = 60_000
+"""How long a task must have been RUNNING, without a break, for its restart budget
+and backoff to start again from zero, ms."""
 ENV_PREFIX: Final = "PARSLEY_"
 _ENV_KAFKA: Final = "PARSLEY_KAFKA_"
 
@@ -79,6 +101,10 @@ CLI_FLAGS: Final = MappingProxyType({
 })
 """The ``parsley-coordinator`` flag that sets each setting, for messages that
 tell the user where to give it (the flag names are not the field names)."""
+
+_POSITIVE_INTS: Final = ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms",
+                          "stale_task_ms", "restart_reset_ms")
+_NON_NEGATIVE_INTS: Final = ("max_restarts", "restart_backoff_ms")
 
 _CLIENT_PREFIXES: Final = (
     "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",
@@ -119,6 +145,13 @@ class ParsleyConfig:
             a received topic (``CROSS_PARTITION_CAUSE``) even when the received
             topics' partition counts differ; with equal counts it is always refused
             (docs/failing-closed.md).
+        stale_task_ms: a worker that sends no report for this long is killed
+            by PID (SIGKILL) and treated as a transient stop, ms, >= 1.
+        max_restarts: the restart budget under ``transient``, >= 0.
+        restart_backoff_ms: the first restart delay, ms, >= 0 (doubles per
+            attempt, capped at 30 s).
+        restart_reset_ms: a task RUNNING this long resets the budget and the
+            backoff, ms, >= 1.
         kafka_properties: librdkafka properties for every client (``consumer.``,
             ``producer.``, ``admin.`` prefixes select one kind); read-only.
 
@@ -137,6 +170,10 @@ class ParsleyConfig:
     commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS
     kafka_properties: Mapping[str, Any] = field(default_factory=dict)
     refuse_cross_partition_causes: bool = False
+    stale_task_ms: int = DEFAULT_STALE_TASK_MS
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    restart_backoff_ms: int = DEFAULT_RESTART_BACKOFF_MS
+    restart_reset_ms: int = DEFAULT_RESTART_RESET_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -148,13 +185,21 @@ class ParsleyConfig:
             raise ValueError(f"application_id_prefix '{prefix}' may not contain '__parsley.'")
         if not isinstance(self.state_dir, str) or not self.state_dir.strip():
             raise ValueError("state_dir must be non-blank")
-        for name in ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms"):
+        for name in _POSITIVE_INTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(self.refuse_cross_partition_causes, bool):
             raise ValueError("refuse_cross_partition_causes must be true or false, got "
                              f"{self.refuse_cross_partition_causes!r}")
+        for name in _NON_NEGATIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.stale_task_ms <= self.status_interval_ms:
+            raise ValueError(f"stale_task_ms ({self.stale_task_ms}) must exceed "
+                             f"status_interval_ms ({self.status_interval_ms}): a healthy "
+                             "task reports once per status interval")
         props: dict[str, Any] = {}
         for key, value in dict(self.kafka_properties or {}).items():
             if not isinstance(key, str):
@@ -221,7 +266,7 @@ class ParsleyConfig:
         env = os.environ if environ is None else environ
         out: dict[str, Any] = {}
         props: dict[str, Any] = {}
-        ints = {"metadata_budget_bytes", "status_interval_ms", "commit_interval_ms"}
+        ints = set(_POSITIVE_INTS) | set(_NON_NEGATIVE_INTS)
         for f in fields(ParsleyConfig):
             if f.name == "kafka_properties":
                 continue

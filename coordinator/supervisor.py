@@ -20,6 +20,20 @@ on message text (seed 002).
   others keep running.
 * **Ownership passes only on a confirmed exit** (seed 002): nothing is
   respawned for a task whose worker has not been seen to exit.
+* **One owner per child**: the watch thread alone reaps the workers
+  (``waitpid``) and records each exit; every other thread (a shutdown, a
+  restart) waits on that record. A signal goes to a worker only while it is
+  not yet reaped, checked under the same lock as the reaping, so never to a
+  PID that is no longer a child of ours.
+* **Stale tasks**: a worker that sends no report (status or final) for
+  ``stale_task_ms`` is SIGKILLed by PID and treated as a crash: respawned
+  under ``transient``, its process stopped under ``never``, with a detail that
+  names the task, how long it was silent and its last reported state.
+* **A restart budget that resets** (docs/operations.md, "Supervision"):
+  ``max_restarts`` respawns of a task, or restarts of a process, with a
+  backoff doubling from ``restart_backoff_ms`` up to 30 s; a task RUNNING for
+  ``restart_reset_ms`` without a break resets its count (and its process's,
+  once every task has) to zero.
 * **Bounded shutdown**: SIGTERM, a deadline, SIGKILL, and a
   :class:`ShutdownReport` naming every worker that had to be killed or did not
   stop at all.
@@ -85,6 +99,8 @@ KILL_WAIT_S: Final = 3.0
 """s to wait for a SIGKILLed worker to be reaped before reporting it as not stopped."""
 FINAL_GRACE_S: Final = 0.5
 """s to wait for a final message after an exit whose code promises one."""
+BACKOFF_CAP_S: Final = 30.0
+"""The longest restart delay, s."""
 
 WorkerTarget = Callable[[TaskSpec], int]
 """``run(spec) -> exit code``: a worker's entry point (``workers.main.run``)."""
@@ -247,10 +263,17 @@ class _Task:
     proc: Any  # multiprocess.Process
     pid: int
     handle: psutil.Process | None
+    started_at: float = field(default_factory=time.monotonic)
     report: dict[str, Any] | None = None
     report_at: float | None = None
+    heard_at: float | None = None
+    last_state: str | None = None
+    running_since: float | None = None
     final: dict[str, Any] | None = None
+    exit_code: int | None = None
     exited_at: float | None = None
+    exited: threading.Event = field(default_factory=threading.Event)
+    stale: tuple[float, str | None] | None = None
     crash_respawns: int = 0
     malformed_logged: bool = False
 
@@ -290,10 +313,16 @@ class Supervisor:
         rebootstrap: re-runs one process's bootstrap for a restart
             (``name -> ProcessPlan``); without it, no process restart is made.
         max_attempts: restarts of one process for substrate failures, and
-            respawns of one crashed task, before the supervisor gives up.
-        backoff_s: first restart delay, s; doubles per attempt up to ``backoff_cap_s``.
+            respawns of one crashed (or stale) task, before the supervisor
+            gives up; ``config.max_restarts`` if ``None``.
+        backoff_s: first restart delay, s; doubles per attempt up to
+            ``backoff_cap_s``; ``config.restart_backoff_ms`` if ``None``.
         backoff_cap_s: longest restart delay, s.
         stop_deadline_s: SIGTERM-to-SIGKILL deadline for a blast-radius stop, s.
+        stale_after_s: a worker silent this long is killed as stale, s;
+            ``config.stale_task_ms`` if ``None``.
+        reset_after_s: a task RUNNING this long resets the budget and backoff, s;
+            ``config.restart_reset_ms`` if ``None``.
     """
 
     def __init__(
@@ -304,17 +333,23 @@ class Supervisor:
         restart: RestartPolicy = RestartPolicy.NEVER,
         target: WorkerTarget | None = None,
         rebootstrap: Callable[[str], ProcessPlan] | None = None,
-        max_attempts: int = 5,
-        backoff_s: float = 1.0,
-        backoff_cap_s: float = 30.0,
+        max_attempts: int | None = None,
+        backoff_s: float | None = None,
+        backoff_cap_s: float = BACKOFF_CAP_S,
         stop_deadline_s: float = DEFAULT_STOP_DEADLINE_S,
+        stale_after_s: float | None = None,
+        reset_after_s: float | None = None,
     ) -> None:
         self._config = config
         self._policy = RestartPolicy(restart)
         self._target = target
         self._rebootstrap = rebootstrap
-        self._max_attempts = max_attempts
-        self._backoff_s = backoff_s
+        self._max_attempts = config.max_restarts if max_attempts is None else max_attempts
+        self._backoff_s = config.restart_backoff_ms / 1000.0 if backoff_s is None else backoff_s
+        self._stale_after_s = (config.stale_task_ms / 1000.0 if stale_after_s is None
+                               else stale_after_s)
+        self._reset_after_s = (config.restart_reset_ms / 1000.0 if reset_after_s is None
+                               else reset_after_s)
         self._backoff_cap_s = backoff_cap_s
         self._stop_deadline_s = stop_deadline_s
         self._runs = {name: _Run(plan) for name, plan in plans.items()}
@@ -347,17 +382,20 @@ class Supervisor:
         pull.bind(_status_endpoint(self._config))
         self._endpoint = pull.getsockopt_string(zmq.LAST_ENDPOINT)
         self._pull = pull
+        # The watch thread (every worker's one reaper) runs before the first spawn.
+        self._thread = threading.Thread(target=self._watch, name="parsley-supervisor",
+                                        daemon=True)
+        self._thread.start()
         try:
             with self._lock:
                 for run in self._runs.values():
                     self._spawn_all(run)
         except BaseException:
             self._terminate_all(self._stop_deadline_s)
+            self._closing.set()
+            self._thread.join(timeout=5)
             pull.close(0)
             raise
-        self._thread = threading.Thread(target=self._watch, name="parsley-supervisor",
-                                        daemon=True)
-        self._thread.start()
 
     def _spec(self, plan: ProcessPlan, task: int) -> TaskSpec:
         c = self._config
@@ -378,6 +416,9 @@ class Supervisor:
             name=f"parsley-{plan.application_id}-task-{task}", daemon=True,
         )
         proc.start()
+        # One reaper: multiprocess's own bookkeeping reaps finished children from
+        # whichever thread starts the next process; ours are reaped by the watch thread.
+        multiprocess.process._children.discard(proc)
         pid = int(proc.pid)
         handle: psutil.Process | None
         try:
@@ -409,7 +450,7 @@ class Supervisor:
                     continue
                 tasks: list[TaskStatus] = []
                 for t in sorted(run.tasks.values(), key=lambda t: t.index):
-                    if t.report is None or t.report_at is None or t.exited_at is not None:
+                    if t.report is None or t.report_at is None or t.exit_code is not None:
                         continue
                     rss, cpu = None, None
                     if t.handle is not None:
@@ -430,7 +471,7 @@ class Supervisor:
                 # Over every task: one that exited and waits for its respawn is STARTING.
                 state = process_state(run.plan.task_count, {
                     t.index: None if t.report is None else str(t.report.get("state"))
-                    for t in run.tasks.values() if t.exited_at is None})
+                    for t in run.tasks.values() if t.exit_code is None})
                 out[name] = ProcessStatus(state, run.refusal_reason, run.failure_detail,
                                           tuple(tasks), run.restarts)
         return out
@@ -464,6 +505,7 @@ class Supervisor:
                 if poller.poll(tick_ms):
                     self._drain()
                 self._check_exits()
+                self._check_liveness(time.monotonic())
             except Exception:  # never let the watch die silently
                 log.exception("supervisor watch loop error")
                 time.sleep(0.1)
@@ -487,17 +529,82 @@ class Supervisor:
                 t = None if run is None else run.tasks.get(task)
                 if t is None or t.pid != pid:
                     continue  # a previous incarnation's report
+                now = time.monotonic()
+                t.heard_at = now
                 if kind == STATUS:
-                    t.report, t.report_at = msg, time.monotonic()
+                    t.report, t.report_at = msg, now
+                    state = msg.get("state")
+                    t.last_state = state if isinstance(state, str) else None
+                    if state == "RUNNING":
+                        t.running_since = t.running_since or now
+                    else:
+                        t.running_since = None
                 elif kind == FINAL:
                     t.final = msg
 
+    def _reap(self, t: _Task) -> bool:
+        """Record ``t``'s exit if it has exited (``waitpid`` without blocking); hold the lock.
+
+        The watch thread is the one caller while it runs, so no two threads
+        ever wait on one child; the record (``exit_code``, ``exited``) is what
+        every other thread reads.
+        """
+        if t.exit_code is None:
+            code = t.proc.exitcode
+            if code is None:
+                return False
+            t.exit_code, t.exited_at = code, time.monotonic()
+            t.exited.set()
+            self._changed.notify_all()
+        return True
+
+    def _await_exit(self, t: _Task, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the reaper to record ``t``'s exit; ``True`` if it did.
+
+        Reaps itself only when the watch thread is not running (a start that
+        failed before it did, or after it ended), so there is still one reaper.
+        """
+        end = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            remaining = end - time.monotonic()
+            if t.exited.wait(max(0.0, min(0.05, remaining))):
+                return True
+            if self._thread is None or not self._thread.is_alive():
+                with self._lock:
+                    if self._reap(t):
+                        return True
+            if remaining <= 0:
+                return t.exited.is_set()
+
+    def _signal(self, t: _Task, sig: signal.Signals) -> bool:
+        """Send ``sig`` to ``t``'s worker if it is still a live child of ours; ``True`` if sent.
+
+        Checked under the reaper's lock: a worker not yet reaped keeps its PID
+        (at worst as a zombie), so the PID cannot belong to another process.
+        """
+        with self._lock:
+            if self._reap(t):
+                return False
+            if t.handle is not None:
+                try:
+                    if not t.handle.is_running() or t.handle.ppid() != os.getpid():
+                        log.error("pid %d is no longer task %d's worker; not signalled",
+                                  t.pid, t.index)
+                        return False
+                except psutil.Error:
+                    return False
+            try:
+                os.kill(t.pid, sig)
+            except ProcessLookupError:
+                return False
+            return True
+
     def _check_exits(self) -> None:
         with self._lock:
-            exited = [(run, t) for run in self._runs.values() for t in run.tasks.values()
-                      if t.exited_at is None and t.proc.exitcode is not None]
+            exited = [(run, t) for run in self._runs.values() for t in list(run.tasks.values())
+                      if t.exited_at is None and self._reap(t)]
         for run, t in exited:
-            code = t.proc.exitcode
+            code = t.exit_code
             if t.final is None and code is not None and (
                     (code in EXIT_CODES.values() and code != 0) or code >= REFUSAL_EXIT_BASE):
                 deadline = time.monotonic() + FINAL_GRACE_S
@@ -506,11 +613,53 @@ class Supervisor:
                     time.sleep(0.02)
             self._on_exit(run, t, code)
 
+    def _check_liveness(self, now: float) -> None:
+        """Kill stale workers; reset the restart budget of tasks RUNNING long enough."""
+        with self._lock:
+            for run in self._runs.values():
+                if run.stopped or run.closing or run.restarting:
+                    continue
+                healthy = 0
+                for t in list(run.tasks.values()):
+                    if t.exit_code is not None:
+                        continue
+                    if t.running_since is not None and now - t.running_since >= \
+                            self._reset_after_s:
+                        healthy += 1
+                        if t.crash_respawns:
+                            log.info("%s: task %d RUNNING for %g s: its restart budget "
+                                     "(%d used) and backoff start again", run.plan.application_id,
+                                     t.index, self._reset_after_s, t.crash_respawns)
+                            t.crash_respawns = 0
+                    silent = now - (t.heard_at if t.heard_at is not None else t.started_at)
+                    if t.stale is None and silent >= self._stale_after_s:
+                        t.stale = (silent, t.last_state)
+                        log.error("%s: task %d (pid %d) sent no report for %.1f s (last "
+                                  "reported state %s): killing it (SIGKILL)",
+                                  run.plan.application_id, t.index, t.pid, silent,
+                                  t.last_state or "none")
+                        self._signal(t, signal.SIGKILL)
+                if run.substrate_attempts and healthy == run.plan.task_count:
+                    log.info("%s: every task RUNNING for %g s: the process's restart budget "
+                             "(%d used) and backoff start again", run.plan.application_id,
+                             self._reset_after_s, run.substrate_attempts)
+                    run.substrate_attempts = 0
+
+    def _stale_detail(self, run: _Run, t: _Task) -> str:
+        assert t.stale is not None
+        silent, state = t.stale
+        last = "it never reported" if state is None else f"last reported state {state}"
+        return (f"task {t.index} of '{run.plan.name}' (pid {t.pid}) sent no report for "
+                f"{silent:.1f} s ({last}): killed by the coordinator (SIGKILL) past the "
+                f"stale bound of {self._stale_after_s:g} s (stale_task_ms)")
+
     def _on_exit(self, run: _Run, t: _Task, code: int | None) -> None:
         name = run.plan.name
         final = t.final or {}
         kind, reason, detail = classify_exit(final, code)
-        if not final and detail is not None:
+        if t.stale is not None and not final:
+            detail = self._stale_detail(run, t)
+        elif not final and detail is not None:
             detail = f"task {t.index} of '{name}' (pid {t.pid}) {detail}, {describe_exit(code)}"
         elif kind is StopKind.CRASHED or not detail:
             detail = (f"task {t.index} of '{name}' (pid {t.pid}) {describe_exit(code)}"
@@ -518,9 +667,10 @@ class Supervisor:
                       + (f": {final.get('failure_detail')}" if final.get("failure_detail")
                          else ""))
         with self._changed:
-            t.exited_at = time.monotonic()
             t.report = None  # the entry retires with the task
-            run.tasks.pop(t.index, None)
+            if run.tasks.get(t.index) is not t:
+                return  # an incarnation a restart already replaced
+            run.tasks.pop(t.index)
             if run.closing or run.stopped or run.restarting or self._closing.is_set():
                 self._changed.notify_all()
                 return
@@ -529,8 +679,9 @@ class Supervisor:
             if kind is StopKind.CRASHED and self._policy is RestartPolicy.TRANSIENT \
                     and t.crash_respawns < self._max_attempts:
                 delay = self._delay(t.crash_respawns)
-                log.warning("%s; respawning task %d in %.1f s (attempt %d of %d)", detail,
-                            t.index, delay, t.crash_respawns + 1, self._max_attempts)
+                log.warning("%s; respawning task %d in %.1f s (attempt %d of %d; the count "
+                            "starts again after %g s RUNNING)", detail, t.index, delay,
+                            t.crash_respawns + 1, self._max_attempts, self._reset_after_s)
                 self._helper(self._respawn_task, run, t.index, t.crash_respawns + 1, delay,
                              run.generation)
                 return
@@ -552,6 +703,10 @@ class Supervisor:
                             run.plan.application_id, delay, detail)
                 self._helper(self._restart_process, run, delay)
                 return
+            if kind is StopKind.CRASHED and self._policy is RestartPolicy.TRANSIENT:
+                detail += (f"; not respawned: the restart budget (max_restarts "
+                           f"{self._max_attempts}) is spent, no respawn having run "
+                           f"{self._reset_after_s:g} s (restart_reset_ms) before failing again")
             # Blast radius: the whole process stops; its reason and detail remain.
             run.stopped = True
             run.refusal_reason = reason
@@ -559,7 +714,7 @@ class Supervisor:
             log.error("%s: %s: %s (failing closed)" if reason else "%s: %s: %s",
                       run.plan.application_id, reason.name if reason else kind.value, detail)
             self._changed.notify_all()
-        self._helper(self._stop_tasks, run, self._stop_deadline_s)
+        self._helper(self._stop_siblings, run)
 
     def _delay(self, attempt: int) -> float:
         return float(min(self._backoff_cap_s, self._backoff_s * (2 ** attempt)))
@@ -634,17 +789,62 @@ class Supervisor:
 
     # --- stopping --------------------------------------------------------
 
+    def _stop_siblings(self, run: _Run) -> None:
+        """The blast radius: stop the process's other tasks and log what became of each."""
+        with self._lock:
+            names = ", ".join(f"{run.plan.name}/{t.index} (pid {t.pid})"
+                              for t in sorted(run.tasks.values(), key=lambda t: t.index)
+                              if t.exit_code is None)
+        report = self._stop_tasks(run, self._stop_deadline_s)
+        if not names:
+            return
+        if report.clean:
+            log.info("%s: stopped its other tasks: %s; %s", run.plan.application_id, names,
+                     report.summary())
+        else:
+            log.error("%s: stopped its other tasks: %s; %s", run.plan.application_id, names,
+                      report.summary())
+
     def _stop_tasks(self, run: _Run, deadline_s: float) -> ShutdownReport:
         with self._lock:
-            tasks = [t for t in run.tasks.values() if t.exited_at is None]
-        report = _terminate(run.plan.name, tasks, deadline_s)
+            tasks = [t for t in run.tasks.values() if t.exit_code is None]
+        report = self._terminate(run.plan.name, tasks, deadline_s)
         with self._changed:
             for t in tasks:
-                if t.proc.exitcode is not None:
-                    t.exited_at = t.exited_at or time.monotonic()
-                    run.tasks.pop(t.index, None)
+                if t.exit_code is not None and run.tasks.get(t.index) is t:
+                    run.tasks.pop(t.index)
             self._changed.notify_all()
         return report
+
+    def _terminate(self, process: str, tasks: list[_Task], deadline_s: float
+                   ) -> ShutdownReport:
+        """SIGTERM every live worker, wait ``deadline_s``, SIGKILL the rest, confirm exits.
+
+        Exits are the reaper's record (:meth:`_await_exit`); signals go only to
+        workers not yet reaped (:meth:`_signal`).
+        """
+        alive = [t for t in tasks if not t.exited.is_set()]
+        for t in alive:
+            self._signal(t, signal.SIGTERM)
+        deadline = time.monotonic() + deadline_s
+        for t in alive:
+            self._await_exit(t, deadline - time.monotonic())
+        late = [t for t in alive if not t.exited.is_set()]
+        for t in late:
+            self._signal(t, signal.SIGKILL)
+        kill_deadline = time.monotonic() + KILL_WAIT_S
+        for t in late:
+            self._await_exit(t, kill_deadline - time.monotonic())
+        stopped = tuple(f"{process}/{t.index}" for t in tasks if t not in late)
+        killed = tuple(StoppedWorker(process, t.index, t.pid, "killed") for t in late
+                       if t.exited.is_set())
+        survived = tuple(StoppedWorker(process, t.index, t.pid, "not_stopped") for t in late
+                         if not t.exited.is_set())
+        if killed or survived:
+            log.error("%s: workers did not stop within %g s: killed %s, not stopped %s",
+                      process, deadline_s, [w.pid for w in killed],
+                      [w.pid for w in survived])
+        return ShutdownReport(stopped, killed, survived, deadline_s)
 
     def _terminate_all(self, deadline_s: float) -> ShutdownReport:
         report = ShutdownReport(deadline_s=deadline_s)
@@ -709,29 +909,3 @@ class Supervisor:
                     os.unlink(self._endpoint[len("ipc://"):])
         return report
 
-
-def _terminate(process: str, tasks: list[_Task], deadline_s: float) -> ShutdownReport:
-    """SIGTERM every live worker, wait ``deadline_s``, SIGKILL the rest, confirm exits."""
-    alive = [t for t in tasks if t.proc.exitcode is None]
-    for t in alive:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            t.proc.terminate()
-    deadline = time.monotonic() + deadline_s
-    for t in alive:
-        t.proc.join(max(0.0, deadline - time.monotonic()))
-    late = [t for t in alive if t.proc.exitcode is None]
-    for t in late:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            t.proc.kill()
-    kill_deadline = time.monotonic() + KILL_WAIT_S
-    for t in late:
-        t.proc.join(max(0.0, kill_deadline - time.monotonic()))
-    stopped = tuple(f"{process}/{t.index}" for t in tasks if t not in late)
-    killed = tuple(StoppedWorker(process, t.index, t.pid, "killed") for t in late
-                   if t.proc.exitcode is not None)
-    survived = tuple(StoppedWorker(process, t.index, t.pid, "not_stopped") for t in late
-                     if t.proc.exitcode is None)
-    if killed or survived:
-        log.error("%s: workers did not stop within %g s: killed %s, not stopped %s", process,
-                  deadline_s, [w.pid for w in killed], [w.pid for w in survived])
-    return ShutdownReport(stopped, killed, survived, deadline_s)
