@@ -149,3 +149,38 @@ def test_owned_property_error_names_its_source(tmp_path: Path) -> None:
     origins = ParsleyConfig.property_origins(path, {"PARSLEY_KAFKA_LINGER_MS": "5"})
     assert origins == {"isolation.level": f"config file {path} [kafka_properties]",
                        "linger.ms": "set by PARSLEY_KAFKA_LINGER_MS"}
+
+
+def test_supervision_settings_layer_file_env_flags_and_show_their_defaults(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    c = ParsleyConfig("h:1", "shop")
+    assert (c.stale_task_ms, c.max_restarts, c.restart_backoff_ms, c.restart_reset_ms) == \
+        (60_000, 5, 1_000, 60_000)
+    path = tmp_path / "sup.toml"
+    path.write_text('bootstrap_servers = "h:1"\napplication_id_prefix = "p"\n'
+                    "max_restarts = 9\nrestart_backoff_ms = 250\nrestart_reset_ms = 5000\n"
+                    "stale_task_ms = 20000\n")
+    env = {"PARSLEY_MAX_RESTARTS": "7", "PARSLEY_STALE_TASK_MS": "30000"}
+    c = ParsleyConfig.load(path, environ=env, restart_reset_ms=8000)
+    assert (c.max_restarts, c.restart_backoff_ms, c.restart_reset_ms, c.stale_task_ms) == \
+        (7, 250, 8000, 30000), "file, then environment, then flags"
+    assert ParsleyConfig("h:1", "p", max_restarts=0, restart_backoff_ms=0).max_restarts == 0
+    for bad, message in [({"max_restarts": -1}, "max_restarts"),
+                         ({"restart_reset_ms": 0}, "restart_reset_ms"),
+                         ({"stale_task_ms": 1000}, "must exceed status_interval_ms")]:
+        with pytest.raises(ValueError, match=message):
+            ParsleyConfig("h:1", "p", **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="PARSLEY_MAX_RESTARTS='lots' is not an integer"):
+        ParsleyConfig.load(environ={"PARSLEY_BOOTSTRAP_SERVERS": "h:1",
+                                    "PARSLEY_APPLICATION_ID_PREFIX": "p",
+                                    "PARSLEY_MAX_RESTARTS": "lots"})
+    res = subprocess.run([sys.executable, "-m", "coordinator.cli", "run", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    text = " ".join(res.stdout.split())
+    for flag, default in [("--max-restarts", "5"), ("--restart-backoff", "1"),
+                          ("--restart-reset", "60"), ("--stale-after", "60")]:
+        assert re.search(rf"{flag} .*?\[default: \(?{default}\)?;", text), (flag, text)

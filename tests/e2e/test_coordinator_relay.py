@@ -151,8 +151,10 @@ def test_a_second_coordinator_on_the_same_control_socket_is_refused(tmp_path: Pa
     config = ParsleyConfig("127.0.0.1:1", "twin", state_dir=str(tmp_path))
     first = ControlServer(default_endpoint(config), {"ping": lambda req: {"pid": 4242}})
     try:
-        with pytest.raises(StartError, match=r"another coordinator \(pid 4242\)"):
+        with pytest.raises(StartError, match=r"a coordinator \(pid 4242\) already runs prefix "
+                           r"'twin'") as refused:
             Parsley.start(config, relay("p", "a", "b"))
+        assert "another state" not in str(refused.value), "never advise a harmful step"
         assert request(first.endpoint, {"op": "ping"})["pid"] == 4242, "the first still serves"
     finally:
         first.close()
@@ -190,3 +192,20 @@ def test_transient_respawns_a_killed_worker_which_resumes_exactly_once(
         values = sorted(r.value for r in read_committed(kafka_bootstrap, out.name, (0, 1)))
         assert values == [b"relayed:p0-0", b"relayed:p0-1", b"relayed:p1-0", b"relayed:p1-1"]
         assert parsley.healthy()
+
+
+def test_a_coordinator_listening_on_tcp_is_found_through_its_recorded_endpoint(
+    tmp_path: Path,
+) -> None:
+    from coordinator.status_socket import ControlServer, endpoint_file
+
+    config = ParsleyConfig("127.0.0.1:1", "twin-tcp", state_dir=str(tmp_path))
+    first = ControlServer("tcp://127.0.0.1:*", {"ping": lambda req: {"pid": 4343}},
+                          record_to=endpoint_file(config))
+    try:
+        with pytest.raises(StartError, match=r"a coordinator \(pid 4343\) already runs prefix "
+                           r"'twin-tcp': it serves tcp://127\.0\.0\.1:"):
+            Parsley.start(config, relay("p", "a", "b"))
+    finally:
+        first.close()
+    assert _children() == []
