@@ -523,3 +523,37 @@ def test_a_malformed_report_is_logged_once(
     logged = [r for r in caplog.records if "malformed status report" in r.getMessage()]
     assert len(logged) == 1, [r.getMessage() for r in logged]
     assert "task 0" in logged[0].getMessage() and "KeyError" in logged[0].getMessage()
+
+
+def fake_refuses_on_last_task(spec: TaskSpec) -> int:
+    r = _Reporter(spec)
+    if spec.task == spec.task_count - 1:
+        r.status()
+        time.sleep(1.0)
+        return r.final(StopKind.REFUSAL, "UNDECODABLE_METADATA", "b@3: truncated causes header")
+    return _run_until_term(r)
+
+
+def test_a_blast_radius_stop_never_reports_exited_siblings_as_not_stopped(
+    tmp_path: Path, supervisors: list[Supervisor], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Siblings that exit on SIGTERM at once, several rounds: the stop's record of each
+    exit comes from the one reaper, so none is reported killed or not stopped."""
+    caplog.set_level(logging.INFO, logger="parsley.coordinator.supervisor")
+    for round_no in range(4):
+        sup = Supervisor(_config(tmp_path / str(round_no)), {"p": _plan("p", 6)},
+                         target=fake_refuses_on_last_task)
+        supervisors.append(sup)
+        sup.start()
+        _wait(lambda sup=sup: len(sup.status()["p"].tasks) == 6, what="six tasks reporting")
+        pids = {t.task: t.pid for t in sup.status()["p"].tasks}
+        assert sup.wait_any_stopped(30)
+        _wait(lambda: "stopped its other tasks" in caplog.text, what="the sibling stop's report")
+        line = next(r.getMessage() for r in caplog.records
+                    if "stopped its other tasks" in r.getMessage())
+        for task in range(5):
+            assert f"p/{task} (pid {pids[task]})" in line, line
+        assert "5 worker(s) stopped within 10 s" in line, line
+        assert "did not stop" not in caplog.text and "not stopped" not in caplog.text, \
+            caplog.text
+        caplog.clear()
