@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -184,3 +185,12 @@ def test_supervision_settings_layer_file_env_flags_and_show_their_defaults(
     for flag, default in [("--max-restarts", "5"), ("--restart-backoff", "1"),
                           ("--restart-reset", "60"), ("--stale-after", "60")]:
         assert re.search(rf"{flag} .*?\[default: \(?{default}\)?;", text), (flag, text)
+    (tmp_path / "noapp.py").write_text("from parsley import Process\nP = Process('p')\n")
+    flagged = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "run", "noapp:P", "--bootstrap-servers",
+         "127.0.0.1:1", "--prefix", "p", "--state-dir", str(tmp_path), "--stale-after", "0.5"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "PARSLEY_STALE_TASK_MS": "90000"})
+    assert flagged.returncode == 2, flagged.stderr
+    assert "stale_task_ms (500) must exceed status_interval_ms (1000)" in flagged.stderr, \
+        "the flag reaches the config and wins over the environment"
