@@ -96,6 +96,7 @@ from workers.positions import (
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.status import StatusReporter, cached_lag, status_fields
 from workers.step import TaskStep
+from workers.store_changelogs import check_task_store_changelogs
 from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
 
@@ -265,7 +266,8 @@ class Worker:
 
         Raises:
             ParsleyFailClosedError: the engine's restore refusals, CHANNEL_IDENTITY_CHANGED,
-                CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES.
+                CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES; ORDERING_STATE_LOST or
+                TASK_WIDTH_CHANGED for a store changelog (workers.store_changelogs).
             SubstrateError: a changelog read failed or stalled.
         """
         self.state = TaskState.RESTORING
@@ -291,17 +293,21 @@ class Worker:
             on_progress=self._progress)))
         if read == 0:
             self._check_state_not_lost()
-        self.stores = TaskStores(self.dir, self.store_topics)
-        for name, topic in self.store_topics.items():
-            self.stores.rebuild(name, read_partition(
-                self.restore_consumer, self.admin, topic, self.task, on_progress=self._progress))
         engine = ProcessEngine(
             self.store, received=self.channels.values(),
             budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning,
             cross_partition=cross_partition_policy(
                 {t: spec.partitions[t] for t in self.received},
                 refuse=spec.refuse_cross_partition_causes))
-        engine.bind_names({t: spec.topic_ids[t] for t in self.channels})
+        # A store changelog the state binds must still hold what was written (ORDERING_STATE_LOST).
+        store_ids = check_task_store_changelogs(
+            self.admin, list(self.store_topics.values()), engine.names(), self.task,
+            spec.task_count, app_id=self.app_id)
+        self.stores = TaskStores(self.dir, self.store_topics)
+        for name, topic in self.store_topics.items():
+            self.stores.rebuild(name, read_partition(
+                self.restore_consumer, self.admin, topic, self.task, on_progress=self._progress))
+        engine.bind_names({t: spec.topic_ids[t] for t in self.channels} | store_ids)
         ids = engine.known_topic_ids()
         bindings = {n: i for n, i in engine.names().items() if i in ids}
         result = self.identity.check(bindings)

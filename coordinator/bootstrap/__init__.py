@@ -13,7 +13,10 @@ Per process, in the Java implementation's order (``JAVA-PARSLEY-FACTS.md`` §5,
    reads of the changelog"); with prior state, refuse
    ``CHANNEL_IDENTITY_CHANGED`` and ``CHANNEL_REMOVED_WITH_HELD_MESSAGES``;
    then ``TASK_WIDTH_CHANGED``; corrupt state is
-   ``UNKNOWN_ORDERING_STATE_FORMAT``;
+   ``UNKNOWN_ORDERING_STATE_FORMAT``; each declared store's changelog is judged
+   (:mod:`~coordinator.bootstrap.stores`): one the state binds but found absent,
+   recreated or purged is ``ORDERING_STATE_LOST``, one of another width
+   ``TASK_WIDTH_CHANGED``;
 4. list the committed read positions (stable), refuse ``ORDERING_STATE_LOST``
    for a commit the bootstrap did not write over an empty changelog partition,
    and ``SUBSTRATE_MISCONFIGURED`` for a commit beyond the state's coverage + 1
@@ -103,6 +106,7 @@ from coordinator.bootstrap.resolve import (
     kafka_topic_id,
     resolve_topics,
 )
+from coordinator.bootstrap.stores import check_store_changelogs
 from coordinator.config import ParsleyConfig
 from parsley.declarations import (
     Process,
@@ -297,6 +301,11 @@ def bootstrap_process(
                 f"{changelog_name}). Restore the declaration, or reset if partitions were "
                 "added to the widest topic.",
             )
+
+        # Step 3.5 (stores): a store changelog the state binds must still hold what was
+        # written, and have one partition per task; judged before step 5 creates any.
+        check_store_changelogs(admin, prefix, process, width, states, answers=answers,
+                               spacing_s=spacing_s, sleep=sleep)
 
         # Step 3.6: start positions, once the previous members have left the group (a
         # stopped run's static members leave at their session timeout; a member that

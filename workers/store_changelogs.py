@@ -1,0 +1,218 @@
+"""The store-changelog rule: a declared store's changelog must still hold what was written.
+
+Every committed step writes the declared stores, the ordering state and the read
+positions in one transaction, so a store changelog that was deleted, recreated or
+purged under committed positions loses application state with nothing to replay it
+from. Restoring it empty would silently reset the store (docs/failing-closed.md,
+``ORDERING_STATE_LOST``; docs/runbooks.md, "Never delete a store's changelog").
+
+The record of what was written is the ordering state's name binding of the store
+changelog's topic name to its topic id: a task binds every declared store's changelog
+when it builds its state, and the binding is committed with the task's next step. The
+rule, judged at the bootstrap (before any changelog is created) and at every rebuild of
+a task's state (a respawn, an abort-and-rebuild, a rebalance):
+
+* the ordering state binds the changelog's name and the topic is absent (three answers
+  500 ms apart), or resolves to another topic id, or a task partition's log start
+  offset is above 0 (records purged by ``kafka-delete-records``, or a
+  ``cleanup.policy`` changed away from ``compact`` so retention aged them out):
+  ``ORDERING_STATE_LOST`` naming the changelog;
+* the changelog exists with a partition count other than the task count:
+  ``TASK_WIDTH_CHANGED``, as for the ordering changelog;
+* no binding (a store newly added to the declaration, or state from a build that did
+  not bind store changelogs): nothing to judge; the changelog is created where absent
+  and bound from then on.
+
+:func:`judge_store_changelog` is the pure rule; :func:`describe_store_changelog` and
+:func:`log_starts` are the admin calls that feed it.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+from uuid import UUID
+
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, describe_topic
+from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
+
+__all__ = [
+    "ABSENT_ANSWERS",
+    "check_task_store_changelogs",
+    "describe_store_changelog",
+    "judge_store_changelog",
+    "kafka_topic_id",
+    "log_starts",
+]
+
+ABSENT_ANSWERS: Final = 3
+"""Unknown answers, 500 ms apart, before a store changelog counts as absent (as for the
+ordering changelog and the identity check, docs/failing-closed.md)."""
+ANSWER_SPACING_S: Final = 0.5
+"""Seconds between those answers."""
+
+
+def kafka_topic_id(topic_id: UUID) -> str:
+    """A topic id as Kafka's tools print it (``kafka-topics --describe``'s ``TopicId``:
+    URL-safe base64 without padding)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def judge_store_changelog(
+    name: str,
+    bound: UUID | None,
+    found: TopicInfo | None,
+    task_count: int,
+    starts: Mapping[int, int],
+    *,
+    app_id: str,
+) -> ParsleyFailClosedError | None:
+    """The refusal a store changelog's state calls for, or ``None`` (pure).
+
+    Args:
+        name: the store changelog ``<prefix>-<process>-<store>-changelog``.
+        bound: the topic id the ordering state binds ``name`` to, or ``None``.
+        found: the topic as described now, or ``None`` when absent (after
+            :data:`ABSENT_ANSWERS` answers).
+        task_count: the process's task count (one changelog partition per task).
+        starts: log start offset per partition judged (the partitions whose
+            state is being restored); partitions not given are not judged.
+        app_id: ``<prefix>-<process>``, named in the remedy.
+
+    Returns:
+        ``TASK_WIDTH_CHANGED`` when ``found`` has a partition count other than
+        ``task_count``; ``ORDERING_STATE_LOST`` when ``bound`` is set and the
+        topic is absent, has another id, or a judged partition's log start is
+        above 0; else ``None``. The detail names the changelog, its topic id as
+        ``kafka-topics`` prints it, and the remedy (docs/runbooks.md).
+    """
+    remedy = (" If the changelog's records can be restored from a backup, restore them and "
+              "start; otherwise reset the process (docs/runbooks.md, \"Resetting a process\": "
+              f"kafka-consumer-groups --delete --group {app_id}, then delete its changelogs).")
+    if found is not None and found.partitions != task_count:
+        return ParsleyFailClosedError(
+            Reason.TASK_WIDTH_CHANGED,
+            f"store changelog {name} (TopicId {kafka_topic_id(found.topic_id)}) has "
+            f"{found.partitions} partition(s) but the process runs {task_count} task(s), one "
+            "changelog partition each. Restore the declaration, or reset if partitions were "
+            "added to the widest received topic.")
+    if bound is None:
+        return None
+    was = f"TopicId {kafka_topic_id(bound)}"
+    if found is None:
+        what = f"this process's store changelog {name} ({was}) does not exist"
+    elif found.topic_id != bound:
+        what = (f"this process's store changelog {name} was deleted and recreated: it is "
+                f"TopicId {kafka_topic_id(found.topic_id)} now, the state was written to {was}")
+    else:
+        purged = sorted((p, s) for p, s in starts.items() if s > 0)
+        if not purged:
+            return None
+        p, start = purged[0]
+        what = (f"partition {p} of this process's store changelog {name} ({was}) starts at "
+                f"offset {start}: its records below it were purged (kafka-delete-records, or "
+                "a cleanup.policy other than compact)")
+    return ParsleyFailClosedError(
+        Reason.ORDERING_STATE_LOST,
+        f"committed steps wrote application state to a declared store, but {what}; "
+        "restoring it would silently reset the store." + remedy)
+
+
+def describe_store_changelog(
+    admin: AdminClient,
+    name: str,
+    *,
+    answers: int = ABSENT_ANSWERS,
+    spacing_s: float = ANSWER_SPACING_S,
+    timeout_s: float = ADMIN_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TopicInfo | None:
+    """Describe ``name``; ``None`` only after ``answers`` unknown answers ``spacing_s`` apart.
+
+    Raises:
+        SubstrateError: a describe failed otherwise (classified).
+    """
+    for attempt in range(answers):
+        if attempt:
+            sleep(spacing_s)
+        info = describe_topic(admin, name, timeout_s=timeout_s)
+        if info is not None:
+            return info
+    return None
+
+
+def log_starts(
+    admin: AdminClient, name: str, partitions: Sequence[int],
+    *, timeout_s: float = ADMIN_TIMEOUT_S,
+) -> dict[int, int]:
+    """Log start offset per partition of ``name`` (``ListOffsets`` earliest).
+
+    Raises:
+        SubstrateError: the listing failed (classified).
+    """
+    if not partitions:
+        return {}
+    spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    with map_kafka_errors(f"listing the log start of store changelog {name}"):
+        futures = admin.list_offsets(
+            {TopicPartition(name, p): spec for p in partitions},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
+        return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+
+
+def check_task_store_changelogs(
+    admin: AdminClient,
+    changelogs: Sequence[str],
+    bound: Mapping[str, UUID],
+    task: int,
+    task_count: int,
+    *,
+    app_id: str,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, UUID]:
+    """Judge a task's store changelogs before its stores are restored from them.
+
+    Called at every build of a task's state — the first, a respawn's, an
+    abort-and-rebuild's, a rebalance's — so a changelog lost under a running
+    process is refused there, as at the bootstrap.
+
+    Args:
+        admin: an AdminClient.
+        changelogs: the declared stores' changelog topic names.
+        bound: the ordering state's name bindings (topic name -> topic id).
+        task: the task (= the changelog partition judged).
+        task_count: the process's task count.
+        app_id: ``<prefix>-<process>``.
+        sleep: sleeps between the answers that establish absence.
+
+    Returns:
+        changelog name -> its topic id now, to bind in the ordering state.
+
+    Raises:
+        ParsleyFailClosedError: ``ORDERING_STATE_LOST`` or ``TASK_WIDTH_CHANGED``
+            (:func:`judge_store_changelog`).
+        SubstrateError: an admin call failed (classified); an unbound changelog
+            that is absent (a store declared since the bootstrap created them).
+    """
+    ids: dict[str, UUID] = {}
+    for name in changelogs:
+        found = describe_store_changelog(admin, name, sleep=sleep)
+        starts = ({} if found is None or name not in bound or task >= found.partitions
+                  else log_starts(admin, name, [task]))
+        refusal = judge_store_changelog(name, bound.get(name), found, task_count, starts,
+                                        app_id=app_id)
+        if refusal is not None:
+            raise refusal
+        if found is None:
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"store changelog {name} does not exist; the start creates it (restart the "
+                "process)")
+        ids[name] = found.topic_id
+    return ids
