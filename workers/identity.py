@@ -18,8 +18,16 @@ Java's ``AdminTopicIdentitySource`` does with its by-id describe, and the engine
 persists it. confluent-kafka cannot describe a topic by id, so the names come
 from listing the cluster's topics and describing those not yet bound.
 
-The pure core is :func:`judge` (answers -> verdict) and :class:`Backoff`;
-:class:`IdentityChecker` does the I/O.
+While a task runs, the same check is made of its received topics every
+:data:`RECEIVED_CHECK_INTERVAL_S` from the status punctuation (and at once when the
+consumer reports a received topic unknown), so a received topic deleted while the
+process runs is noticed within a minute (docs/failing-closed.md,
+``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``): :func:`apply_received_verdicts` lets
+the engine refuse it while messages from it are held, and otherwise settles its
+channel to its end and names it (:func:`settled_detail`) for the worker's stop.
+
+The pure core is :func:`judge` (answers -> verdict), :class:`Backoff` and
+:func:`settled_detail`; :class:`IdentityChecker` does the I/O.
 """
 
 from __future__ import annotations
@@ -35,15 +43,19 @@ from uuid import UUID
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from parsley.engine.engine import TopicVerdict
+from parsley.engine.channel import ChannelId, describe_channel
+from parsley.engine.engine import ProcessEngine, TopicVerdict
 
 __all__ = [
     "ANSWERS_NEEDED",
+    "RECEIVED_CHECK_INTERVAL_S",
     "Answer",
     "Backoff",
     "IdentityChecker",
     "IdentityResult",
+    "apply_received_verdicts",
     "judge",
+    "settled_detail",
 ]
 
 log = logging.getLogger("parsley.worker.identity")
@@ -58,6 +70,55 @@ RETRY_CAP_S: Final = 60.0
 """Identity retry backoff cap, s (facts §5, ``IDENTITY_RETRY_CAP``)."""
 DESCRIBE_BATCH: Final = 500
 """Topic names per describe request while learning names."""
+RECEIVED_CHECK_INTERVAL_S: Final = 10.0
+"""How often a running task checks its received topics' identities, s. With the
+corroboration (three answers 500 ms apart) a deletion is judged within about 12 s, well
+inside the minute docs/failing-closed.md promises."""
+
+_RUNBOOK: Final = "docs/runbooks.md, CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES"
+
+
+def settled_detail(verdicts: Mapping[UUID, TopicVerdict],
+                   channels: Mapping[str, ChannelId]) -> str | None:
+    """The stop's detail when received topics were deleted with nothing held, or ``None``
+    (pure; docs/failing-closed.md, "A received topic deleted while the process runs")."""
+    gone = [name for name in sorted(channels)
+            if verdicts.get(channels[name].topic_id) is TopicVerdict.DELETED]
+    if not gone:
+        return None
+    named = ", ".join(describe_channel(channels[n], {channels[n].topic_id: n}) for n in gone)
+    return (f"received {named} was deleted while the process ran; nothing was held on "
+            "it, so its channel settled to its end and what waited on it was delivered and "
+            "committed. The process cannot run with a received topic missing: remove the "
+            "channel from the declaration and restart (a start refuses a missing received "
+            "topic); a topic recreated under its name is refused CHANNEL_IDENTITY_CHANGED "
+            f"and needs a reset ({_RUNBOOK}).")
+
+
+def apply_received_verdicts(
+    engine: ProcessEngine,
+    verdicts: Mapping[UUID, TopicVerdict],
+    channels: Mapping[str, ChannelId],
+) -> str | None:
+    """Apply an identity check's verdicts to ``engine``; name the settled deletions.
+
+    Args:
+        engine: the task's engine.
+        verdicts: topic id -> verdict (pending ids omitted).
+        channels: received topic name -> the task's channel on it.
+
+    Returns:
+        :func:`settled_detail` for received topics deleted with nothing held (their
+        channels are now settled to their end), or ``None``.
+
+    Raises:
+        ParsleyFailClosedError: the engine's ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``
+            for a deleted received topic with held messages ("<n> received message(s)
+            from topic '<name>' partition <p> (topic id <id>) remain undelivered ..."),
+            ``CHANNEL_IDENTITY_CHANGED`` for a recreated one.
+    """
+    engine.apply_identity(verdicts)
+    return settled_detail(verdicts, channels)
 
 
 class Answer(enum.Enum):

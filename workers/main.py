@@ -70,7 +70,12 @@ from parsley.engine.engine import ProcessEngine, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import RestoreProgress, read_partition
 from workers.frame import HandlerFailure, HandlerFrame
-from workers.identity import Backoff, IdentityChecker
+from workers.identity import (
+    RECEIVED_CHECK_INTERVAL_S,
+    Backoff,
+    IdentityChecker,
+    apply_received_verdicts,
+)
 from workers.kafka import (
     TRANSACTION_TIMEOUT_MS,
     ErrorKind,
@@ -221,6 +226,7 @@ class Worker:
         self.commits_before = 0
         self.abortable_in_a_row = 0
         self.next_shape_check = 0.0
+        self.next_received_check = 0.0
         self.start_positions: dict[tuple[str, int], int] = {}
         self.read_positions: dict[tuple[str, int], int] = {}
         self.restores = 0
@@ -311,7 +317,7 @@ class Worker:
         ids = engine.known_topic_ids()
         bindings = {n: i for n, i in engine.names().items() if i in ids}
         result = self.identity.check(bindings)
-        engine.apply_identity(result.verdicts)
+        apply_received_verdicts(engine, result.verdicts, self.channels)
         unnamed = engine.unnamed_topic_ids()
         if unnamed:
             # Names of upstream ids are learned while alive, so that their deletion can
@@ -500,6 +506,9 @@ class Worker:
                                  f"{verdict.name}: {verdict.text}", code)
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                     KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            if self.state is TaskState.RUNNING and self.step is not None:
+                self._before_blocking("deletion check")
+                self._check_received()  # a deletion is named, and refused if messages wait
             raise SubstrateError(
                 ErrorKind.SUBSTRATE_TRANSIENT,
                 f"a received topic is missing or unreadable ({err.name()}: {err.str()}); "
@@ -595,6 +604,10 @@ class Worker:
                                               self.spec.status_interval_ms / 1000.0)
             self._before_blocking("group check")
             self._check_group(now)
+        if running and now >= self.next_received_check:
+            self.next_received_check = now + RECEIVED_CHECK_INTERVAL_S
+            self._before_blocking("deletion check")
+            self._check_received()
         if running and self.pending_identity and self.backoff.due(now):
             assert self.engine is not None and step is not None
             self._before_blocking("identity check")
@@ -610,10 +623,29 @@ class Worker:
             self._commit_past_markers()
         self._maybe_status()
 
+    def _check_received(self) -> None:
+        """The running task's identity check of its received topics (workers.identity).
+
+        Raises:
+            ParsleyFailClosedError: CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES for a
+                deleted received topic whose messages are held; CHANNEL_IDENTITY_CHANGED
+                for one recreated under its name.
+            Stop: SUBSTRATE, after committing what settling a deleted received topic
+                with nothing held released (docs/failing-closed.md).
+        """
+        assert self.engine is not None and self.step is not None
+        result = self.identity.check({t: ch.topic_id for t, ch in self.channels.items()})
+        gone = apply_received_verdicts(self.engine, result.verdicts, self.channels)
+        if gone is not None:
+            self.step.touch()
+            self.step.drain()
+            self._commit()
+            raise Stop(StopKind.SUBSTRATE, None, gone)
+
     on_blocking: Callable[[str, bool], None] | None = None
     """A seam for tests: called as ``(what, transaction_open)`` right before each blocking
-    admin call of the punctuation (``what``: ``"shape check"``, ``"group check"`` or
-    ``"identity check"``)."""
+    admin call of the punctuation (``what``: ``"shape check"``, ``"group check"``,
+    ``"deletion check"`` or ``"identity check"``)."""
 
     def _before_blocking(self, what: str) -> None:
         """Commit the open transaction, if any, before a blocking call named ``what``.

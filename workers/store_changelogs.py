@@ -29,7 +29,6 @@ a task's state (a respawn, an abort-and-rebuild, a rebalance):
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
@@ -38,6 +37,7 @@ from uuid import UUID
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, describe_topic
 from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
@@ -47,7 +47,6 @@ __all__ = [
     "check_task_store_changelogs",
     "describe_store_changelog",
     "judge_store_changelog",
-    "kafka_topic_id",
     "log_starts",
 ]
 
@@ -56,12 +55,6 @@ ABSENT_ANSWERS: Final = 3
 ordering changelog and the identity check, docs/failing-closed.md)."""
 ANSWER_SPACING_S: Final = 0.5
 """Seconds between those answers."""
-
-
-def kafka_topic_id(topic_id: UUID) -> str:
-    """A topic id as Kafka's tools print it (``kafka-topics --describe``'s ``TopicId``:
-    URL-safe base64 without padding)."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
 
 
 def judge_store_changelog(

@@ -59,15 +59,18 @@ def test_no_shape_or_identity_check_runs_with_a_transaction_open(
             feeding.set()
             threading.Thread(target=feed, daemon=True).start()
         if feeding.is_set():
-            # Every punctuation runs both checks: the shape check and an identity
-            # question for the received topic (answered ALIVE after corroboration).
+            # Every punctuation runs the four checks: the shape check, the group check,
+            # the received topics' deletion check and an identity question for the
+            # received topic (answered ALIVE after corroboration).
             worker.next_shape_check = 0.0
             worker.next_group_check = 0.0
+            worker.next_received_check = 0.0
             if not worker.pending_identity:
                 worker.pending_identity = {inp.name: inp.topic_id}
                 worker.backoff = Backoff(first_s=0.0)
         checks = {what for what, _ in calls}
-        return (len(calls) >= 12 and checks == {"shape check", "group check", "identity check"}
+        return (len(calls) >= 12
+                and checks == {"shape check", "group check", "deletion check", "identity check"}
                 and open_at_punctuation >= 3) or time.monotonic() > deadline
 
     worker = Worker(spec, None, should_stop)
@@ -91,7 +94,8 @@ def test_no_shape_or_identity_check_runs_with_a_transaction_open(
 
     # The punctuation was reached with a transaction open, and made the checks each time.
     assert open_at_punctuation >= 3, open_at_punctuation
-    assert {what for what, _ in calls} == {"shape check", "group check", "identity check"}, calls
+    assert {what for what, _ in calls} == {"shape check", "group check", "deletion check",
+                                           "identity check"}, calls
     assert len(calls) >= 12, calls
     # Not one of them ran with the transaction open: it was committed first.
     assert [c for c in calls if c[1]] == []

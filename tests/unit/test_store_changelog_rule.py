@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 
+from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import Reason
 from workers.changelog import TopicInfo
-from workers.store_changelogs import judge_store_changelog, kafka_topic_id
+from workers.store_changelogs import judge_store_changelog
 
 NAME = "shop-counter-counts-changelog"
 OLD = uuid.UUID(int=0x1234)

@@ -39,3 +39,21 @@ def test_backoff_starts_at_the_status_interval_doubles_and_caps_at_a_minute() ->
         assert b.due(now + b.delay_s)
         now += b.delay_s
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+
+
+
+def test_a_deleted_received_topic_with_nothing_held_is_named_for_the_stop() -> None:
+    import uuid
+
+    from parsley.engine.channel import ChannelId, kafka_topic_id
+    from workers.identity import settled_detail
+
+    a, b = ChannelId(uuid.UUID(int=1), 0), ChannelId(uuid.UUID(int=2), 3)
+    channels = {"a": a, "b": b}
+    detail = settled_detail({b.topic_id: TopicVerdict.DELETED, a.topic_id: TopicVerdict.ALIVE},
+                            channels)
+    assert detail is not None and detail.startswith(
+        f"received topic 'b' partition 3 (topic id {kafka_topic_id(b.topic_id)}) was deleted "
+        "while the process ran; nothing was held on it")
+    assert "docs/runbooks.md" in detail
+    assert settled_detail({a.topic_id: TopicVerdict.ALIVE}, channels) is None
