@@ -32,12 +32,22 @@ The host keeps the SPEC's host obligations (facts §8):
 The handler is a deterministic function of the delivered record and the
 process (SPEC assumption 16): it sends 0-2 records to declared outputs, each
 stamped with ``causes_header()`` taken right after its delivery.
+
+Each task also keeps a declared store, as a worker does: it counts the task's
+committed deliveries, and every commit writes the count to the task's store
+changelog (:class:`StoreChangelog`) in the same transaction. Every execution
+judges the store changelog before restoring from it, with the worker's rule
+(``workers.store_changelogs.judge_store_changelog``), and binds its name to its
+topic id; a restored count other than the committed deliveries is ``S1``, a
+store silently reset. A world may lose the changelog (``world.run``'s
+``store_loss``); with ``store_guard`` off (the sabotage) the rule is skipped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +57,7 @@ from parsley.engine.engine import FeedOutcome, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError
 from parsley.wire import CAUSES_HEADER, decode_causes
+from workers.changelog import TopicInfo
 from workers.offsets import offset_reset_refusal, positions_past_markers
 from workers.positions import (
     BOOTSTRAP_METADATA,
@@ -57,12 +68,55 @@ from workers.positions import (
     skipped_positions_refusal,
     unaccounted_positions,
 )
+from workers.store_changelogs import judge_store_changelog
 
 from .broker import Broker, Outgoing, at
 from .generator import Scenario, TaskSpec
 from .oracle import V2_DUP, X1, Body, Delivered, Oracle, Sent, Violation
 
-__all__ = ["Clock", "TaskHost", "handler_sends"]
+__all__ = ["S1", "Clock", "StoreChangelog", "TaskHost", "handler_sends"]
+
+S1 = "S1 store state kept"
+"""A restored store holds every committed step's writes (docs/failing-closed.md,
+"Store changelogs")."""
+_COUNT = b"count"
+
+
+@dataclass(slots=True)
+class StoreChangelog:
+    """A task's store changelog partition: its topic id, latest value per key, log start.
+
+    ``exists`` is False once deleted; a start recreates it (a new incarnation).
+    """
+
+    name: str
+    incarnation: int = 0
+    exists: bool = True
+    log_start: int = 0
+    log_end: int = 0
+    records: dict[bytes, bytes] = field(default_factory=dict)
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        """The incarnation's topic id (deterministic: the same seed replays exactly)."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"{self.name}/{self.incarnation}")
+
+    def write(self, key: bytes, value: bytes) -> None:
+        """Append one record (in the committing transaction)."""
+        self.records[key] = value
+        self.log_end += 1
+
+    def lose(self, how: str) -> None:
+        """``delete`` (absent), ``recreate`` (empty, another id) or ``purge`` (records
+        deleted below the log end: the log start moves)."""
+        self.records.clear()
+        if how == "delete":
+            self.exists = False
+        elif how == "recreate":
+            self.incarnation += 1
+            self.log_start = self.log_end = 0
+        else:
+            self.log_start = self.log_end
 
 
 @dataclass(slots=True)
@@ -172,6 +226,8 @@ class TaskHost:
         self.cross_expected = 0  # this execution's records with a cross-partition cause
         self.cross_seen = 0  # figures only: over every execution
         self.upstream_deleted_verdicts = 0  # executions told an upstream topic is gone
+        self.store = StoreChangelog(f"sim-{spec.name}-counts-changelog")
+        self.store_guard = True
 
     @property
     def name(self) -> str:
@@ -191,7 +247,9 @@ class TaskHost:
                                  on_warning=self.warnings.append, **budget)
         wanted = set(self.inputs) | set(self.spec.outputs)
         live = self.broker.live_names()
-        engine.bind_names({n: live[n] for n in sorted(wanted) if n in live})
+        self._restore_store(engine.names())
+        engine.bind_names({n: live[n] for n in sorted(wanted) if n in live}
+                          | {self.store.name: self.store.topic_id})
         named = set(engine.names().values())
         verdicts = {}
         for topic_id in engine.known_topic_ids():
@@ -268,6 +326,31 @@ class TaskHost:
                                                start, self.broker.end_offset(ch))
                 assert isinstance(refusal, ParsleyFailClosedError)
                 raise refusal
+
+    def _restore_store(self, bound: Any) -> None:
+        """Judge the store changelog (the worker's rule), then restore the count from it.
+
+        Raises:
+            ParsleyFailClosedError: ``ORDERING_STATE_LOST`` for a bound changelog found
+                absent, recreated or purged (unless the guard is sabotaged).
+        """
+        store = self.store
+        found = (TopicInfo(store.name, store.topic_id, 1, "compact", 1 << 20)
+                 if store.exists else None)
+        if self.store_guard:
+            refusal = judge_store_changelog(store.name, bound.get(store.name), found, 1,
+                                            {0: store.log_start}, app_id=self.spec.process)
+            if refusal is not None:
+                raise refusal
+        if not store.exists:  # the start creates it where absent
+            store.exists, store.incarnation = True, store.incarnation + 1
+            store.log_start = store.log_end = 0
+        restored = int(store.records.get(_COUNT, b"0"))
+        if restored != self.delivered:
+            self.violations.append(Violation(
+                S1, f"{self.name}: the store restored count={restored} from {store.name} "
+                    f"(incarnation {store.incarnation}, log start {store.log_start}) but "
+                    f"{self.delivered} deliveries were committed: the store was silently reset"))
 
     def _bootstrap(self) -> None:
         # Java's bootstrap commits the start positions before the first
@@ -444,6 +527,8 @@ class TaskHost:
                               decode_causes(raw)))
         self.oracle.on_commit(self.name, step.deliveries, sends)
         self.delivered += len(step.deliveries)
+        if step.deliveries:
+            self.store.write(_COUNT, b"%d" % self.delivered)
         self.log(f"{self.name} commit delivered="
                  f"{[at(d.channel, d.position) for d in step.deliveries]} "
                  f"sent={[at(r.channel, r.offset) for r in records]} "

@@ -164,7 +164,8 @@ def _inject(fault: str, hosts: list[TaskHost], broker: Broker, rng: random.Rando
 
 def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_000,
         max_deliveries: int = 20_000, guards: bool = True, markers: bool = True,
-        fault: str | None = None) -> SimResult:
+        fault: str | None = None, store_loss: str | None = None,
+        store_guard: bool = True) -> SimResult:
     """Simulate the world of ``seed`` with ``engine_cls`` and judge it with the oracle.
 
     Args:
@@ -181,6 +182,13 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
         fault: one of :data:`FAULTS`, injected once into a task that has
             committed (``stats["faults"]`` says whether it was); the world is then
             no longer legal, and the guards must refuse it by name.
+        store_loss: ``None`` (a legal world), or how one task's store changelog
+            is lost once that task has committed a delivery: ``"delete"``,
+            ``"recreate"`` or ``"purge"`` (:meth:`tests.sim.host.StoreChangelog.lose`).
+            The task is stopped at once, so its next step rebuilds from it; the
+            right outcome is ``ORDERING_STATE_LOST`` (a ``refused`` violation).
+        store_guard: ``False`` skips the store-changelog rule (the sabotage:
+            the loss must then show as ``S1``).
 
     Returns:
         A :class:`SimResult`; an engine refusal or exception is a violation
@@ -198,6 +206,9 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                       guards=guards, markers=markers)
              for t in scenario.tasks]
     injected = 0
+    for h in hosts:
+        h.store_guard = store_guard
+    store_lost = store_loss is None
     sources = [_Source(s, scenario, broker, oracle, clock, trace.append)
                for s in scenario.sources]
     pending_deletes = list(scenario.deletable)
@@ -289,6 +300,8 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             actions += [("source", s) for s in sources if s.remaining]
             actions += [("task", h) for h in hosts if h.needs_step()]
             actions += [("delete", t) for t in pending_deletes if eligible(t)]
+            if not store_lost and rng.random() < 0.05:
+                actions += [("lose", h) for h in hosts if h.delivered > 0]
             if rng.random() < 0.05:
                 actions += [("truncate", ch) for ch in truncatable()]
                 actions += [("empty", ch) for ch in sorted(broker.logs) if quiet(ch)]
@@ -317,6 +330,13 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                     truncate(actor)
                 elif kind == "empty":
                     empty(actor)
+                elif kind == "lose":
+                    assert store_loss is not None
+                    actor.store.lose(store_loss)
+                    actor.stop()
+                    store_lost = True
+                    trace.append(f"LOSE store changelog of {actor.name} ({store_loss}) after "
+                                 f"{actor.delivered} committed deliveries")
                 elif kind == "join":
                     for h in actor:
                         h.join()
@@ -360,6 +380,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["deleted_verdicts"] = sum(h.deleted_verdicts for h in hosts)
     stats["upstream_deleted_verdicts"] = sum(h.upstream_deleted_verdicts for h in hosts)
     stats["cross_partition_causes"] = sum(h.cross_seen for h in hosts)
+    stats["store_losses"] = sum(1 for line in trace if line.startswith("LOSE"))
     found = oracle.violations + [v for h in hosts for v in h.violations] + extra
     digest = hashlib.sha1("\n".join(trace).encode()).hexdigest()
     return SimResult(scenario, tuple(found), stats, tuple(trace[-TRACE_TAIL:]), digest)
