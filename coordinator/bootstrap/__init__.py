@@ -371,8 +371,13 @@ def bootstrap_process(
                     "(ORDERING_STATE_LOST or a state without its version entry)",
                     app_id, changelog_name, info.cleanup_policy)
             for store in process.declared_stores:
-                ensure_changelog_topic(admin, store_changelog(prefix, process.name, store.name),
-                                       width)
+                name = store_changelog(prefix, process.name, store.name)
+                store_info, _created = ensure_changelog_topic(admin, name, width)
+                if store_info.cleanup_policy != "compact":
+                    log.warning(
+                        "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
+                        "or its records age out and the next start refuses "
+                        "ORDERING_STATE_LOST", app_id, name, store_info.cleanup_policy)
         except SubstrateError as exc:
             raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
 

@@ -134,3 +134,63 @@ def test_store_changelog_deleted_while_running_refuses_at_the_rebuild(
     # Independent verdict: counts run 1..n once each; nothing restarted from an empty store.
     assert counts == list(range(1, len(counts) + 1)), counts
     assert len(counts) >= 10
+
+
+def test_store_changelog_purged_or_of_another_width_refuses_the_start(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
+) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        ResourceType,
+    )
+
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    config = _config(kafka_bootstrap, tmp_path)
+    process = _counting(src.name, out.name)
+    changelog = store_changelog(config.application_id_prefix, "counter", "counts")
+    _produce(kafka_bootstrap, src.name, 0, 5)
+    with Parsley.start(config, process) as parsley:
+        _wait(lambda: len(_counts(kafka_bootstrap, out.name)) == 5, 90, "five counts")
+        assert parsley.close(deadline_s=20).clean
+    # cleanup.policy changed away from compact (a compacted topic refuses DeleteRecords),
+    # then records deleted up to the log end: the partition's log start moves past 0.
+    resource = ConfigResource(ResourceType.TOPIC, changelog, incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete",
+                    incremental_operation=AlterConfigOpType.SET)])
+    for f in kafka_admin.incremental_alter_configs([resource]).values():
+        f.result(timeout=35)
+    _low, high = _watermarks(kafka_bootstrap, changelog)
+    done = kafka_admin.delete_records([TopicPartition(changelog, 0, high)], request_timeout=30)
+    for f in done.values():
+        f.result(timeout=35)
+    with pytest.raises(ParsleyFailClosedError) as excinfo:
+        Parsley.start(config, process).close(deadline_s=20)
+    assert excinfo.value.reason is Reason.ORDERING_STATE_LOST, excinfo.value
+    assert f"partition 0 of this process's store changelog {changelog}" in \
+        excinfo.value.detail, excinfo.value.detail
+    assert f"starts at offset {high}" in excinfo.value.detail, excinfo.value.detail
+    # A store changelog with a partition per task too many: TASK_WIDTH_CHANGED.
+    kafka_admin.create_partitions([NewPartitions(changelog, 2)])[changelog].result(timeout=35)
+    _wait(lambda: describe_topic(kafka_admin, changelog).partitions == 2, 30, "two partitions")
+    with pytest.raises(ParsleyFailClosedError) as excinfo:
+        Parsley.start(config, process).close(deadline_s=20)
+    assert excinfo.value.reason is Reason.TASK_WIDTH_CHANGED, excinfo.value
+    assert changelog in excinfo.value.detail and "2 partition(s)" in excinfo.value.detail
+    # Independent verdict: the five counts, once each.
+    assert _counts(kafka_bootstrap, out.name) == list(range(1, 6))
+
+
+def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks-unused", **QUIET})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return int(low), int(high)
+    finally:
+        consumer.close()
