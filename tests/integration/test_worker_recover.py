@@ -3,7 +3,7 @@
 An abortable error aborts the open transaction, rebuilds the state from the
 changelogs and rewinds to the committed offsets: the aborted transaction's
 deliveries are made again. An in-process worker on the real broker delivers N
-records in one open transaction (commit interval of a minute, no shape check),
+records in one open transaction (commit interval of a minute, no shape or deletion check),
 is sent through :meth:`workers.main.Worker._recover` as an abortable error would,
 delivers them again and stops cleanly: its status counts N deliveries, not 2N,
 and the output holds each record once.
@@ -48,6 +48,7 @@ def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
         nonlocal recovered
         worker.next_shape_check = float("inf")  # no commit before a shape check
         worker.next_group_check = float("inf")  # nor before a group check
+        worker.next_received_check = float("inf")  # nor before a deletion check
         step = worker.step
         if step is None or step.delivered < N:
             return time.monotonic() > deadline
