@@ -8,7 +8,8 @@ The worker (issue 4; DESIGN.md, "Architecture"):
    fences any zombie of the task and aborts its open transaction;
 2. restores (``RESTORING``) the ordering store from partition ``i`` of
    ``<app-id>-__parsley.ordering-changelog`` and each declared store from
-   partition ``i`` of its changelog, ``read_committed`` to the end;
+   partition ``i`` of its changelog, ``read_committed`` to the end, after
+   judging the store changelog (:mod:`workers.store_changelogs`);
 3. refuses ``ORDERING_STATE_LOST`` when its ordering-changelog partition held no
    records while the group has positions the bootstrap did not write (at every
    rebuild, not only the first); builds the engine over it, binds the received
@@ -23,9 +24,10 @@ The worker (issue 4; DESIGN.md, "Architecture"):
    interval (read positions past trailing transaction markers once a partition
    is consumed to its end, with the metadata ``parsley.task``); every status
    interval it drains, retries a pending identity check, checks partition
-   counts, refuses a member of the group that is not one of the process's tasks
-   (``SUBSTRATE_MISCONFIGURED``), commits positions that moved past markers
-   since the last commit, and pushes status over ZeroMQ.
+   counts (every 2 s) and its received topics' identities (every 10 s,
+   :mod:`workers.identity`), refuses a member of the group that is not one of
+   the process's tasks (``SUBSTRATE_MISCONFIGURED``), commits positions that
+   moved past markers since the last commit, and pushes status over ZeroMQ.
 
 It stops on SIGTERM (commits what it has, exit 0), on a refusal (aborts,
 logs ERROR ``... (failing closed)``, exit ``64 + index of the reason``, so the
