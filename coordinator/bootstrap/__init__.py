@@ -52,6 +52,8 @@ public names):
 - :mod:`~coordinator.bootstrap.resolve`: step 2, topic resolution and describes;
 - :mod:`~coordinator.bootstrap.changelog`: step 3, reading the ordering state,
   with progress;
+- :mod:`~coordinator.bootstrap.stores`: step 3, judging each declared store's
+  changelog before step 5 creates any;
 - :mod:`~coordinator.bootstrap.positions`: the pure ``ORDERING_STATE_LOST``
   check and pre-commit rule, and the committed/list-offsets calls;
 - :mod:`~coordinator.bootstrap.group`: group members, the bounded wait for
