@@ -41,6 +41,12 @@ judges the store changelog before restoring from it, with the worker's rule
 topic id; a restored count other than the committed deliveries is ``S1``, a
 store silently reset. A world may lose the changelog (``world.run``'s
 ``store_loss``); with ``store_guard`` off (the sabotage) the rule is skipped.
+
+With ``running_check`` on (``world.run``'s ``illegal_delete``), every step of a
+running execution first makes the worker's running identity check of the
+received topics (``workers.identity.apply_received_verdicts``), as the worker's
+status punctuation does: a received topic deleted while messages from it are held
+is refused ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` there, not at a later start.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError
 from parsley.wire import CAUSES_HEADER, decode_causes
 from workers.changelog import TopicInfo
+from workers.identity import apply_received_verdicts
 from workers.offsets import offset_reset_refusal, positions_past_markers
 from workers.positions import (
     BOOTSTRAP_METADATA,
@@ -228,6 +235,7 @@ class TaskHost:
         self.upstream_deleted_verdicts = 0  # executions told an upstream topic is gone
         self.store = StoreChangelog(f"sim-{spec.name}-counts-changelog")
         self.store_guard = True
+        self.running_check = False
 
     @property
     def name(self) -> str:
@@ -352,6 +360,22 @@ class TaskHost:
                     f"(incarnation {store.incarnation}, log start {store.log_start}) but "
                     f"{self.delivered} deliveries were committed: the store was silently reset"))
 
+    def _check_received(self) -> bool:
+        """The running identity check of the received topics; True when it stopped the
+        execution (a deleted topic with nothing held: settled, and the worker stops).
+
+        Raises:
+            ParsleyFailClosedError: ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``.
+        """
+        names = {t.topic_id: n for n, t in self.scenario.topics.items()}
+        channels = {f"{names[ch.topic_id]}/{ch.partition}": ch for ch in self.received}
+        verdicts = {ch.topic_id: (TopicVerdict.ALIVE if self.broker.exists(ch.topic_id)
+                                  else TopicVerdict.DELETED) for ch in self.received}
+        if apply_received_verdicts(self.engine, verdicts, channels) is None:
+            return False
+        self.stop()
+        return True
+
     def _bootstrap(self) -> None:
         # Java's bootstrap commits the start positions before the first
         # execution: the log start (EARLIEST), or the log end for a late process (LATEST).
@@ -429,6 +453,8 @@ class TaskHost:
             self.start_execution()
             if rng.random() < 0.2:
                 self.rewind(rng)
+        elif self.running_check and self._check_received():
+            return
         self._check_retained()
         engine = self.engine
         epoch = self.epoch

@@ -32,6 +32,9 @@ from .oracle import Body, Oracle, Violation
 __all__ = ["SimResult", "run"]
 
 REFUSED = "refused in a legal world"
+D1 = "D1 deletion noticed while running"
+"""A received topic deleted while a running task holds messages from it is refused at
+the task's next punctuation (docs/failing-closed.md)."""
 ENGINE_ERROR = "engine error"
 NO_QUIESCENCE = "V5 liveness (no quiescence)"
 TRACE_TAIL = 200
@@ -165,7 +168,8 @@ def _inject(fault: str, hosts: list[TaskHost], broker: Broker, rng: random.Rando
 def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_000,
         max_deliveries: int = 20_000, guards: bool = True, markers: bool = True,
         fault: str | None = None, store_loss: str | None = None,
-        store_guard: bool = True) -> SimResult:
+        store_guard: bool = True, illegal_delete: bool = False,
+        deletion_check: bool = True) -> SimResult:
     """Simulate the world of ``seed`` with ``engine_cls`` and judge it with the oracle.
 
     Args:
@@ -189,6 +193,12 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             right outcome is ``ORDERING_STATE_LOST`` (a ``refused`` violation).
         store_guard: ``False`` skips the store-changelog rule (the sabotage:
             the loss must then show as ``S1``).
+        illegal_delete: once, delete a received topic from which a running task
+            holds messages (breaching the deletion hygiene), then step that task
+            at once (its next punctuation); the right outcome is
+            ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` at that step.
+        deletion_check: ``False`` skips the running check (the sabotage: the
+            step after the deletion runs on and is reported ``D1``).
 
     Returns:
         A :class:`SimResult`; an engine refusal or exception is a violation
@@ -208,7 +218,9 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     injected = 0
     for h in hosts:
         h.store_guard = store_guard
+        h.running_check = illegal_delete and deletion_check
     store_lost = store_loss is None
+    illegally_deleted = not illegal_delete
     sources = [_Source(s, scenario, broker, oracle, clock, trace.append)
                for s in scenario.sources]
     pending_deletes = list(scenario.deletable)
@@ -302,6 +314,10 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             actions += [("delete", t) for t in pending_deletes if eligible(t)]
             if not store_lost and rng.random() < 0.05:
                 actions += [("lose", h) for h in hosts if h.delivered > 0]
+            if not illegally_deleted and rng.random() < 0.05:
+                actions += [("illegal_delete", (h, ch)) for h in hosts if h.engine is not None
+                            for ch in h.received if h.engine.held_count(ch) > 0
+                            and ch.topic_id not in broker.deleted]
             if rng.random() < 0.05:
                 actions += [("truncate", ch) for ch in truncatable()]
                 actions += [("empty", ch) for ch in sorted(broker.logs) if quiet(ch)]
@@ -319,6 +335,20 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
                 weights = [speed[actor.name] if kind == "task" else 1.0
                            for kind, actor in actions]
                 kind, actor = rng.choices(actions, weights)[0]
+                if kind == "illegal_delete":
+                    host, ch = actor
+                    name = next(n for n, t in scenario.topics.items()
+                                if t.topic_id == ch.topic_id)
+                    held = host.engine.held_count(ch)
+                    broker.delete_topic(name)
+                    oracle.on_delete(ch.topic_id)
+                    illegally_deleted = True
+                    trace.append(f"ILLEGAL DELETE topic {name} while {host.name} holds {held} "
+                                 f"on {ch}")
+                    host.step(rng)  # its next punctuation: must refuse here
+                    extra.append(Violation(D1, f"{host.name} stepped on after {name} was deleted "
+                                               f"while it held {held} message(s) from {ch}"))
+                    continue
                 if kind == "source":
                     actor.step(rng)
                 elif kind == "task":
@@ -381,6 +411,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["upstream_deleted_verdicts"] = sum(h.upstream_deleted_verdicts for h in hosts)
     stats["cross_partition_causes"] = sum(h.cross_seen for h in hosts)
     stats["store_losses"] = sum(1 for line in trace if line.startswith("LOSE"))
+    stats["illegal_deletes"] = sum(1 for line in trace if line.startswith("ILLEGAL DELETE"))
     found = oracle.violations + [v for h in hosts for v in h.violations] + extra
     digest = hashlib.sha1("\n".join(trace).encode()).hexdigest()
     return SimResult(scenario, tuple(found), stats, tuple(trace[-TRACE_TAIL:]), digest)
