@@ -68,7 +68,7 @@ from parsley.declarations import (
     store_changelog,
 )
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import ProcessEngine, cross_partition_policy
+from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import RestoreProgress, read_partition
 from workers.frame import HandlerFailure, HandlerFrame
@@ -77,6 +77,7 @@ from workers.identity import (
     Backoff,
     IdentityChecker,
     apply_received_verdicts,
+    settled_detail,
 )
 from workers.kafka import (
     TRANSACTION_TIMEOUT_MS,
@@ -606,7 +607,7 @@ class Worker:
                                               self.spec.status_interval_ms / 1000.0)
             self._before_blocking("group check")
             self._check_group(now)
-        if running and now >= self.next_received_check:
+        if step is not None and self.engine is not None and now >= self.next_received_check:
             self.next_received_check = now + RECEIVED_CHECK_INTERVAL_S
             self._before_blocking("deletion check")
             self._check_received()
@@ -637,6 +638,15 @@ class Worker:
         """
         assert self.engine is not None and self.step is not None
         result = self.identity.check({t: ch.topic_id for t, ch in self.channels.items()})
+        if self.state is not TaskState.RUNNING:
+            # Between assignments (a deletion can revoke the topic's partitions first) the
+            # engine may hold aborted feeds: judge the committed state, as initialisation does.
+            if any(v is not TopicVerdict.ALIVE for v in result.verdicts.values()):
+                self.build_state()
+                detail = settled_detail(result.verdicts, self.channels)
+                if detail is not None:
+                    raise Stop(StopKind.SUBSTRATE, None, detail)
+            return
         gone = apply_received_verdicts(self.engine, result.verdicts, self.channels)
         if gone is not None:
             self.step.touch()

@@ -211,3 +211,56 @@ def test_frontier_entries_of_deleted_upstream_topics_are_pruned_from_later_heade
     gone = {u.topic_id for u in upstream}
     assert gone <= carried[0], "the first relay carries the four upstream causes"
     assert not gone & carried[1], f"deleted upstream topics still carried: {carried[1]}"
+
+
+def test_a_deletion_noticed_between_assignments_is_judged_on_the_committed_state(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
+    tmp_path: Path,
+) -> None:
+    """The running check also runs while the task is between assignments (a deletion can
+    revoke the topic's partitions before the check): it rebuilds from the committed state,
+    whose identity check refuses the held message's deleted topic by name."""
+    from parsley.refusals import ParsleyFailClosedError
+    from workers.main import Worker
+    from workers.protocol import TaskState
+
+    a = create_topic(kafka_admin, unique_names.topic("a"))
+    b = create_topic(kafka_admin, unique_names.topic("b"))
+    out = create_topic(kafka_admin, unique_names.topic("out"))
+    process = relay_process("ident", [a.name, b.name], out.name)
+    topics = {a.name: a, b.name: b, out.name: out}
+    prefix = unique_names.group("app")
+    bootstrap(kafka_admin, prefix, process, topics)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+    producer.produce(a.name, value=b"x", partition=0,
+                     headers=[(CAUSES_HEADER, encode_causes({ChannelId(b.topic_id, 0): 5}))])
+    assert producer.flush(30) == 0
+    spec = make_spec(process, prefix, kafka_bootstrap, "tcp://127.0.0.1:1", str(tmp_path),
+                     topics, status_interval_ms=200)
+    deadline = time.monotonic() + 60
+    revoked = False
+    worker: Worker
+
+    def should_stop() -> bool:
+        nonlocal revoked
+        engine = worker.engine
+        if (not revoked and worker.state is TaskState.RUNNING and engine is not None
+                and engine.held_count() == 1 and worker.txn.commits >= 1):
+            worker._on_revoke(worker.consumer, [])  # as a rebalance would
+            delete_topic(kafka_admin, a.name)
+            worker.next_received_check = 0.0
+            revoked = True
+        return time.monotonic() > deadline
+
+    worker = Worker(spec, None, should_stop)
+    try:
+        with pytest.raises(ParsleyFailClosedError) as excinfo:
+            worker.run()
+        assert worker.state is not TaskState.RUNNING
+    finally:
+        worker.close(False)
+        kafka_admin.delete_topics([b.name, out.name])
+    assert revoked
+    assert excinfo.value.reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES
+    assert (f"1 received message(s) from topic '{a.name}' partition 0 (topic id "
+            f"{kafka_topic_id(a.topic_id)}) remain undelivered" in excinfo.value.detail)
