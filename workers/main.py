@@ -127,6 +127,10 @@ ADMIN_CALL_BOUND_S: Final = 10.0
 """Our own bound on a punctuation's or a rebuild's admin call (its future), s."""
 STABLE_OFFSETS_DEADLINE_S: Final = 15.0
 """How long a rebuild waits for the group's committed offsets to be stable, s."""
+SETTLED_STOP_GRACE_S: Final = 20.0
+"""How long a task runs on after settling a deleted received topic it held nothing from,
+s: longer than a sibling task's check interval plus its corroboration (10 s + 1.5 s), so
+a sibling holding messages from the topic refuses first (docs/failing-closed.md)."""
 
 
 class Stop(Exception):
@@ -230,6 +234,7 @@ class Worker:
         self.abortable_in_a_row = 0
         self.next_shape_check = 0.0
         self.next_received_check = 0.0
+        self.settled: tuple[float, str] | None = None  # (when, detail): a deletion settled
         self.start_positions: dict[tuple[str, int], int] = {}
         self.read_positions: dict[tuple[str, int], int] = {}
         self.restores = 0
@@ -509,9 +514,11 @@ class Worker:
                                  f"{verdict.name}: {verdict.text}", code)
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                     KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_AUTHORIZATION_FAILED):
-            if self.state is TaskState.RUNNING and self.step is not None:
+            if self.engine is not None and self.step is not None:
                 self._before_blocking("deletion check")
                 self._check_received()  # a deletion is named, and refused if messages wait
+                if self.settled is not None:
+                    return  # settled: the check's grace decides the stop
             raise SubstrateError(
                 ErrorKind.SUBSTRATE_TRANSIENT,
                 f"a received topic is missing or unreadable ({err.name()}: {err.str()}); "
@@ -633,26 +640,37 @@ class Worker:
             ParsleyFailClosedError: CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES for a
                 deleted received topic whose messages are held; CHANNEL_IDENTITY_CHANGED
                 for one recreated under its name.
-            Stop: SUBSTRATE, after committing what settling a deleted received topic
-                with nothing held released (docs/failing-closed.md).
+            Stop: SUBSTRATE, :data:`SETTLED_STOP_GRACE_S` after a deleted received topic
+                with nothing held was settled and what that released committed
+                (docs/failing-closed.md).
         """
         assert self.engine is not None and self.step is not None
+        if self.settled is not None:
+            since, detail = self.settled
+            if time.monotonic() - since >= SETTLED_STOP_GRACE_S:
+                raise Stop(StopKind.SUBSTRATE, None, detail)
+            return
         result = self.identity.check({t: ch.topic_id for t, ch in self.channels.items()})
         if self.state is not TaskState.RUNNING:
             # Between assignments (a deletion can revoke the topic's partitions first) the
             # engine may hold aborted feeds: judge the committed state, as initialisation does.
+            gone = None
             if any(v is not TopicVerdict.ALIVE for v in result.verdicts.values()):
                 self.build_state()
-                detail = settled_detail(result.verdicts, self.channels)
-                if detail is not None:
-                    raise Stop(StopKind.SUBSTRATE, None, detail)
-            return
-        gone = apply_received_verdicts(self.engine, result.verdicts, self.channels)
+                gone = settled_detail(result.verdicts, self.channels)
+        else:
+            gone = apply_received_verdicts(self.engine, result.verdicts, self.channels)
+            if gone is not None:
+                self.step.touch()
+                self.step.drain()
+                self._commit()
         if gone is not None:
-            self.step.touch()
-            self.step.drain()
-            self._commit()
-            raise Stop(StopKind.SUBSTRATE, None, gone)
+            # A sibling task may hold messages from the topic: its refusal, within one
+            # check interval, must be what the process reports, not this stop.
+            self.settled = (time.monotonic(), gone)
+            self.next_received_check = time.monotonic() + SETTLED_STOP_GRACE_S
+            log.warning("%s task %d: %s Stopping in %g s.", self.app_id, self.task, gone,
+                        SETTLED_STOP_GRACE_S)
 
     on_blocking: Callable[[str, bool], None] | None = None
     """A seam for tests: called as ``(what, transaction_open)`` right before each blocking
