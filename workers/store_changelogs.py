@@ -91,18 +91,18 @@ def judge_store_changelog(
     if found is not None and found.partitions != task_count:
         return ParsleyFailClosedError(
             Reason.TASK_WIDTH_CHANGED,
-            f"store changelog {name} (TopicId {kafka_topic_id(found.topic_id)}) has "
+            f"store changelog {name} (topic id {kafka_topic_id(found.topic_id)}) has "
             f"{found.partitions} partition(s) but the process runs {task_count} task(s), one "
             "changelog partition each. Restore the declaration, or reset if partitions were "
             "added to the widest received topic.")
     if bound is None:
         return None
-    was = f"TopicId {kafka_topic_id(bound)}"
+    was = f"topic id {kafka_topic_id(bound)}"
     if found is None:
         what = f"this process's store changelog {name} ({was}) does not exist"
     elif found.topic_id != bound:
         what = (f"this process's store changelog {name} was deleted and recreated: it is "
-                f"TopicId {kafka_topic_id(found.topic_id)} now, the state was written to {was}")
+                f"topic id {kafka_topic_id(found.topic_id)} now, the state was written to {was}")
     else:
         purged = sorted((p, s) for p, s in starts.items() if s > 0)
         if not purged:
