@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, describe_topic
+from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, _answer, describe_topic
 from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
 
 __all__ = [
@@ -147,7 +147,8 @@ def log_starts(
     """Log start offset per partition of ``name`` (``ListOffsets`` earliest).
 
     Raises:
-        SubstrateError: the listing failed (classified).
+        SubstrateError: the listing failed (classified), or no answer came within
+            ``timeout_s`` + 5 s.
     """
     if not partitions:
         return {}
@@ -156,7 +157,8 @@ def log_starts(
         futures = admin.list_offsets(
             {TopicPartition(name, p): spec for p in partitions},
             isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
-        return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+        return {tp.partition: int(_answer(f, timeout_s, f"listing the log start of {name}").offset)
+                for tp, f in futures.items()}
 
 
 def check_task_store_changelogs(
