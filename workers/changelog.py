@@ -46,6 +46,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
+from workers.watchdog import bounded
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
@@ -132,7 +133,8 @@ def read_partition(
         topic: the changelog topic.
         partition: the partition to read (the task index).
         on_progress: called with a :class:`RestoreProgress` after the listing,
-            after every batch that advanced, and once with ``done=True``.
+            after every ``consume`` round (advanced or not: the worker pushes its status
+            from it, so a stalled read still reports), and once with ``done=True``.
         stall_timeout_s: s without any advance of the position before failing.
         poll_timeout_s: s each ``consume`` call waits.
         batch_size: records per ``consume`` call.
@@ -149,7 +151,8 @@ def read_partition(
     """
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"
-    start, end = _list_bounds(admin, tp, where, stall_timeout_s, now)
+    with bounded("list_offsets"):
+        start, end = _list_bounds(admin, tp, where, stall_timeout_s, now)
     position = start
     records = 0
 
@@ -165,7 +168,7 @@ def read_partition(
     try:
         last_advance = now()
         while position < end:
-            with map_kafka_errors(f"reading {where}"):
+            with map_kafka_errors(f"reading {where}"), bounded("restore consume"):
                 messages = consumer.consume(num_messages=batch_size, timeout=poll_timeout_s)
             before = position
             for msg in messages:
@@ -209,6 +212,8 @@ def read_partition(
                     f"{position} of end {end} (start {start}), {records} records read; "
                     "an open transaction on the changelog or an unavailable leader holds it",
                 )
+            else:
+                report(False)  # no advance: still report, so the task's status stays fresh
     finally:
         # Best effort: the read may have been abandoned by an exception.
         with contextlib.suppress(KafkaException):

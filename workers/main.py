@@ -41,10 +41,11 @@ offsets, then goes on.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -102,11 +103,18 @@ from workers.positions import (
     ordering_state_lost,
 )
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
-from workers.status import StatusReporter, cached_lag, status_fields
+from workers.status import (
+    StatusReporter,
+    cached_lag,
+    final_message,
+    push_final,
+    status_fields,
+)
 from workers.step import TaskStep
 from workers.store_changelogs import check_task_store_changelogs
 from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
+from workers.watchdog import Action, ActionKind, Watchdog, bounded, install
 
 __all__ = ["Stop", "Worker", "run"]
 
@@ -324,7 +332,8 @@ class Worker:
         engine.bind_names({t: spec.topic_ids[t] for t in self.channels} | store_ids)
         ids = engine.known_topic_ids()
         bindings = {n: i for n, i in engine.names().items() if i in ids}
-        result = self.identity.check(bindings)
+        with bounded("describe_topics"):
+            result = self.identity.check(bindings)
         apply_received_verdicts(engine, result.verdicts, self.channels)
         unnamed = engine.unnamed_topic_ids()
         if unnamed:
@@ -425,7 +434,8 @@ class Worker:
         assert self.consumer is not None
         tps = [TopicPartition(t, p) for t, p in sorted(self.expected)]
         try:
-            got = self.consumer.committed(tps, timeout=30)
+            with bounded("committed"):
+                got = self.consumer.committed(tps, timeout=30)
         except KafkaException as exc:
             raise to_exception(exc, "reading the group's committed offsets") from exc
         return {(tp.topic, tp.partition): tp.offset for tp in got}
@@ -505,7 +515,10 @@ class Worker:
             if topic is None or partition is None or partition < 0:
                 topic, partition = sorted(self.expected)[0]
             assert self.consumer is not None
-            raise resolve_offset_reset(self.consumer, topic, partition, group_id=self.app_id)
+            with bounded("offset reset check"):
+                refusal = resolve_offset_reset(self.consumer, topic, partition,
+                                               group_id=self.app_id, timeout_s=15.0)
+            raise refusal
         if code == KafkaError._PARTITION_EOF:
             return
         verdict = classify(err)  # a fenced static member: _FATAL, fatal() false -> FATAL
@@ -543,7 +556,8 @@ class Worker:
         """
         for topic in self.received:
             try:
-                meta = self.admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+                with bounded("list_topics"):
+                    meta = self.admin.list_topics(topic=topic, timeout=5).topics.get(topic)
             except KafkaException:
                 return  # an unreachable cluster is not a shape change
             if meta is None or meta.error is not None:
@@ -621,7 +635,8 @@ class Worker:
         if running and self.pending_identity and self.backoff.due(now):
             assert self.engine is not None and step is not None
             self._before_blocking("identity check")
-            result = self.identity.check(self.pending_identity)
+            with bounded("describe_topics"):
+                result = self.identity.check(self.pending_identity)
             if result.verdicts:
                 self.engine.apply_identity(result.verdicts)
                 step.touch()
@@ -803,7 +818,8 @@ class Worker:
             timeout = max(0.0, min(0.1, txn.opened_at + interval - time.monotonic()))
         else:
             timeout = 0.1
-        messages = consumer.consume(num_messages=BATCH, timeout=timeout)
+        with bounded("consume"):
+            messages = consumer.consume(num_messages=BATCH, timeout=timeout)
         if self.callback_error is not None:
             failure, self.callback_error = self.callback_error, None
             raise failure
@@ -831,15 +847,18 @@ class Worker:
         times out), the producer (flushed when ``clean``) and the admin client."""
         if self.consumer is not None:
             try:
-                self.consumer.close()
+                with bounded("close"):
+                    self.consumer.close()
             except Exception:  # best effort: the worker is ending
                 log.debug("consumer close failed", exc_info=True)
         try:
-            self.restore_consumer.close()
+            with bounded("close"):
+                self.restore_consumer.close()
         except Exception:
             log.debug("restore consumer close failed", exc_info=True)
         if clean:
-            self.producer.flush(5)
+            with bounded("close"):
+                self.producer.flush(5)
         self._close_state()
 
 
@@ -874,12 +893,42 @@ def _configure_logging(spec: TaskSpec) -> None:
 
 
 def _in_spawned_child() -> bool:
+    return _spawning_parent_pid() is not None
+
+
+def _spawning_parent_pid() -> int | None:
+    """The pid of the coordinator that spawned this worker, or ``None`` when not spawned."""
     try:
         import multiprocess  # type: ignore[import-untyped]
 
-        return multiprocess.parent_process() is not None
+        parent = multiprocess.parent_process()
     except Exception:
-        return False
+        return None
+    return None if parent is None else parent.pid
+
+
+def _start_watchdog(spec: TaskSpec, main_thread: bool) -> Watchdog:
+    """Start and install the task's :class:`workers.watchdog.Watchdog`.
+
+    On a call past its bound, or a stop blocked in one, it pushes the task's final
+    report (SUBSTRATE, the detail naming the call) on its own socket and exits with the
+    SUBSTRATE code; on the coordinator's death it exits at once, reporting to no one.
+    """
+    code = exit_code_for(StopKind.SUBSTRATE)
+
+    def on_fatal(action: Action) -> None:
+        name = f"{spec.prefix}-{spec.process.name} task {spec.task}"
+        if action.kind is ActionKind.PARENT_GONE:
+            log.error("%s exiting: %s", name, action.detail)
+            return
+        log.error("%s stopped (%s): %s", name, StopKind.SUBSTRATE.value, action.detail)
+        push_final(spec.status_endpoint, final_message(
+            spec.process.name, spec.task, os.getpid(), StopKind.SUBSTRATE, None, action.detail))
+
+    dog = Watchdog(on_fatal, code, _spawning_parent_pid())
+    dog.start(signals=main_thread)
+    install(dog)
+    return dog
 
 
 def run(spec: TaskSpec) -> int:
@@ -905,8 +954,10 @@ def run(spec: TaskSpec) -> int:
         nonlocal stop_asked
         stop_asked = True
 
-    with contextlib.suppress(ValueError):  # not the main thread: no signal handling
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
         signal.signal(signal.SIGTERM, on_term)
+    _start_watchdog(spec, main_thread)
     reporter = StatusReporter(spec.status_endpoint, spec.process.name, spec.task)
     worker: Worker | None = None
     outcome: Stop

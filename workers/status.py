@@ -25,7 +25,7 @@ from workers.protocol import FINAL, STATUS, StopKind, TaskState
 if TYPE_CHECKING:
     from parsley.engine.engine import ProcessEngine
 
-__all__ = ["StatusReporter", "cached_lag", "status_fields"]
+__all__ = ["StatusReporter", "cached_lag", "final_message", "push_final", "status_fields"]
 
 _LINGER_MS = 3000
 """How long closing the socket waits to deliver queued messages (the final one), ms."""
@@ -95,16 +95,7 @@ class StatusReporter:
         self, stop_kind: StopKind, reason: Reason | None, detail: str | None
     ) -> dict[str, Any]:
         """Push the ``final`` message (the worker's last)."""
-        message = {
-            "kind": FINAL,
-            "process": self.process,
-            "task": self.task,
-            "pid": self.pid,
-            "sent_ms": _now_ms(),
-            "stop_kind": stop_kind.value,
-            "refusal_reason": None if reason is None else reason.name,
-            "failure_detail": detail,
-        }
+        message = final_message(self.process, self.task, self.pid, stop_kind, reason, detail)
         self._send(message, block=True)
         return message
 
@@ -112,6 +103,38 @@ class StatusReporter:
         """Close the socket (waiting up to 3 s for queued messages) and the context."""
         self._sock.close()
         self._ctx.term()
+
+
+def final_message(process: str, task: int, pid: int, stop_kind: StopKind,
+                  reason: Reason | None, detail: str | None) -> dict[str, Any]:
+    """The ``final`` message's shape (:mod:`workers.protocol`)."""
+    return {
+        "kind": FINAL,
+        "process": process,
+        "task": task,
+        "pid": pid,
+        "sent_ms": _now_ms(),
+        "stop_kind": stop_kind.value,
+        "refusal_reason": None if reason is None else reason.name,
+        "failure_detail": detail,
+    }
+
+
+def push_final(endpoint: str, message: dict[str, Any], linger_ms: int = 2000) -> None:
+    """Push one ``final`` message on a socket of its own, waiting up to ``linger_ms`` for it
+    to leave; for the worker's watchdog thread (a ZeroMQ socket is never shared between
+    threads, so it cannot use the task loop's :class:`StatusReporter`)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    try:
+        sock.setsockopt(zmq.LINGER, linger_ms)
+        sock.setsockopt(zmq.SNDTIMEO, linger_ms)
+        sock.connect(endpoint)
+        with contextlib.suppress(zmq.Again):
+            sock.send(orjson.dumps(message))
+    finally:
+        sock.close()
+        ctx.term()
 
 
 def cached_lag(consumer: Consumer, partitions: Iterable[tuple[str, int]],

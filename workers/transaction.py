@@ -27,6 +27,7 @@ from workers.changelog import write_records
 from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
 from workers.positions import TASK_METADATA
+from workers.watchdog import bounded
 
 __all__ = ["TaskTransaction"]
 
@@ -42,7 +43,11 @@ class TaskTransaction:
         producer: built from :func:`workers.kafka.producer_config`; this
             object calls ``init_transactions`` (which fences any zombie with the
             same ``transactional.id``).
-        timeout_s: bound on ``init``/``send_offsets``/``commit``/``abort`` calls, s.
+        timeout_s: the client's timeout argument on ``send_offsets``/``flush``/``commit``/
+            ``abort``, s; ``init_transactions`` gets ``init_timeout_s``. Each call is also
+            bounded by the worker's watchdog (:mod:`workers.watchdog`), which does not
+            trust the client to honour these (docs/operations.md, "Bounded client calls").
+        init_timeout_s: the client's timeout argument on ``init_transactions``, s.
 
     Attributes:
         open: whether a transaction is open.
@@ -50,9 +55,11 @@ class TaskTransaction:
         last_commit_ms: duration of the last commit (offsets + flush + commit), ms.
     """
 
-    def __init__(self, producer: Producer, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, producer: Producer, *, timeout_s: float = 20.0,
+                 init_timeout_s: float = 30.0) -> None:
         self.producer = producer
         self.timeout_s = timeout_s
+        self.init_timeout_s = init_timeout_s
         self.ledger = DeliveryLedger()
         self._produce = producer.produce
         self._on_delivery = self.ledger.on_delivery
@@ -68,8 +75,9 @@ class TaskTransaction:
         Raises:
             SubstrateError: classified failure.
         """
-        with map_kafka_errors("initialising the task's transactions"):
-            self.producer.init_transactions(self.timeout_s)
+        with map_kafka_errors("initialising the task's transactions"), \
+                bounded("init_transactions"):
+            self.producer.init_transactions(self.init_timeout_s)
 
     def begin(self) -> None:
         """Open a transaction unless one is open (lazy: none while idle)."""
@@ -202,8 +210,10 @@ class TaskTransaction:
         try:
             with map_kafka_errors("sending the read positions to the transaction"):
                 if tps:
-                    self.producer.send_offsets_to_transaction(tps, group_metadata, self.timeout_s)
-            with map_kafka_errors("flushing the transaction's records"):
+                    with bounded("send_offsets_to_transaction"):
+                        self.producer.send_offsets_to_transaction(tps, group_metadata,
+                                                                  self.timeout_s)
+            with map_kafka_errors("flushing the transaction's records"), bounded("flush"):
                 remaining = self.producer.flush(self.timeout_s)
         except SubstrateError:
             self._delivery_failure_first()
@@ -215,7 +225,8 @@ class TaskTransaction:
             )
         self.ledger.check("committing the task's transaction")
         try:
-            with map_kafka_errors("committing the task's transaction"):
+            with map_kafka_errors("committing the task's transaction"), \
+                    bounded("commit_transaction"):
                 self.producer.commit_transaction(self.timeout_s)
         except SubstrateError:
             self._delivery_failure_first()
@@ -234,7 +245,8 @@ class TaskTransaction:
         """
         if not self.open:
             return
-        with map_kafka_errors("aborting the task's transaction"):
+        with map_kafka_errors("aborting the task's transaction"), \
+                bounded("abort_transaction"):
             self.producer.abort_transaction(self.timeout_s)
         self.open = False
         self.ledger.reset()
