@@ -915,15 +915,28 @@ def _start_watchdog(spec: TaskSpec, main_thread: bool) -> Watchdog:
     SUBSTRATE code; on the coordinator's death it exits at once, reporting to no one.
     """
     code = exit_code_for(StopKind.SUBSTRATE)
+    dog: Watchdog
 
     def on_fatal(action: Action) -> None:
         name = f"{spec.prefix}-{spec.process.name} task {spec.task}"
         if action.kind is ActionKind.PARENT_GONE:
             log.error("%s exiting: %s", name, action.detail)
             return
-        log.error("%s stopped (%s): %s", name, StopKind.SUBSTRATE.value, action.detail)
+        kind: StopKind = StopKind.SUBSTRATE
+        reason: Reason | None = None
+        detail: str | None = action.detail
+        decided = dog.outcome
+        if decided is not None:
+            # The worker had already stopped (a clean stop had committed); only its closing
+            # blocked: report why it stopped, naming what then blocked.
+            kind, reason = decided.kind, decided.reason
+            blocked = action.detail.split(";")[0]
+            detail = None if kind is StopKind.CLEAN else f"{decided.detail}; then {blocked}"
+            log.warning("%s: %s while closing", name, blocked)
+            dog.exit_code = exit_code_for(kind, reason)
+        log.error("%s stopped (%s): %s", name, kind.value, detail)
         push_final(spec.status_endpoint, final_message(
-            spec.process.name, spec.task, os.getpid(), StopKind.SUBSTRATE, None, action.detail))
+            spec.process.name, spec.task, os.getpid(), kind, reason, detail))
 
     dog = Watchdog(on_fatal, code, _spawning_parent_pid())
     dog.start(signals=main_thread)
@@ -957,7 +970,7 @@ def run(spec: TaskSpec) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         signal.signal(signal.SIGTERM, on_term)
-    _start_watchdog(spec, main_thread)
+    dog = _start_watchdog(spec, main_thread)
     reporter = StatusReporter(spec.status_endpoint, spec.process.name, spec.task)
     worker: Worker | None = None
     outcome: Stop
@@ -969,6 +982,7 @@ def run(spec: TaskSpec) -> int:
         outcome = stop_of(exc)
         if outcome.kind is StopKind.FATAL and worker is not None:
             outcome = _timed_out(outcome, worker.txn)
+        dog.outcome = outcome
         if outcome.kind is not StopKind.CLEAN and worker is not None:
             try:
                 worker.txn.abort()

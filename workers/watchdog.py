@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "CALL_BOUNDS_S",
@@ -209,7 +209,8 @@ class Watchdog:
         on_fatal: called from the watchdog thread with the :class:`Action`; pushes the
             final report and hard-exits (it must not return; if it does, the thread
             calls ``os._exit`` itself with ``exit_code``).
-        exit_code: the exit status after ``on_fatal`` (the SUBSTRATE code).
+        exit_code: the exit status after ``on_fatal`` (the SUBSTRATE code; ``on_fatal`` may
+            change :attr:`exit_code`).
         parent_pid: the coordinator's pid, or ``None`` for no parent watch.
         clock: monotonic clock, s.
     """
@@ -222,7 +223,10 @@ class Watchdog:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._on_fatal = on_fatal
-        self._exit_code = exit_code
+        self.exit_code = exit_code
+        self.outcome: Any = None
+        """How the worker decided to stop, once it has (set by the main thread): ``on_fatal``
+        reports that rather than the call that then blocked its closing."""
         self._parent_pid = parent_pid
         self._clock = clock
         self._lock = threading.RLock()
@@ -287,7 +291,7 @@ class Watchdog:
         try:
             self._on_fatal(action)
         finally:
-            os._exit(self._exit_code)
+            os._exit(self.exit_code)
 
     def _loop(self) -> None:
         while True:
