@@ -95,6 +95,7 @@ from workers.kafka import (
 )
 from workers.offsets import positions_past_markers, resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
+from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
 from workers.positions import (
     Member,
     foreign_member_refusal,
@@ -120,8 +121,8 @@ __all__ = ["Stop", "Worker", "run"]
 
 log = logging.getLogger("parsley.worker")
 
-BATCH: Final = 500
-"""Records per ``consume`` call."""
+BATCH: Final = MAX_BATCH
+"""Most records per ``consume`` call (fewer for a slow handler: :class:`BatchSizer`)."""
 MAX_ABORTABLE_RETRIES: Final = 5
 """Consecutive abortable failures (without a commit between) before the worker gives up."""
 SHAPE_CHECK_INTERVAL_S: Final = 2.0
@@ -250,6 +251,7 @@ class Worker:
         self.own_members = frozenset(
             group_instance_id(spec.prefix, process.name, t, W) for t in range(W))
         self.foreign_seen: dict[str, float] = {}
+        self.sizer = BatchSizer(close_after_s(TRANSACTION_TIMEOUT_MS) * BATCH_TARGET_FRACTION)
 
     # -- state -------------------------------------------------------------------
 
@@ -353,7 +355,8 @@ class Worker:
         self.step = TaskStep(
             task=self.task, engine=engine, frame=frame, stores=self.stores, txn=self.txn,
             channels=self.channels, ordering_topic=self.ordering_topic,
-            store_topics=self.store_topics)
+            store_topics=self.store_topics,
+            close_after_s=close_after_s(TRANSACTION_TIMEOUT_MS), close=self._commit)
         self.needs_rebuild = False
         self.state = TaskState.REBALANCING
 
@@ -819,7 +822,7 @@ class Worker:
         else:
             timeout = 0.1
         with bounded("consume"):
-            messages = consumer.consume(num_messages=BATCH, timeout=timeout)
+            messages = consumer.consume(num_messages=self.sizer.size(), timeout=timeout)
         if self.callback_error is not None:
             failure, self.callback_error = self.callback_error, None
             raise failure
@@ -835,8 +838,9 @@ class Worker:
                     good.append(msg)
             if good and self.state is TaskState.RUNNING:
                 assert self.step is not None
+                began = time.monotonic()
                 self.step.feed(good)
-                self.step.drain()
+                self.sizer.observe(self.step.drain(), time.monotonic() - began)
         if txn.open and time.monotonic() - txn.opened_at >= interval:
             self._commit()
         if time.monotonic() >= self._next_status:

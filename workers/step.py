@@ -23,7 +23,8 @@ delivery) and none exists while idle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Message
@@ -50,6 +51,10 @@ class TaskStep:
         channels: received topic name -> its channel (topic id, partition ``i``).
         ordering_topic: the ordering changelog topic.
         store_topics: store name -> its changelog topic.
+        close_after_s: how long a transaction may stay open before :meth:`drain`
+            commits it between two deliveries, s (:func:`workers.pacing.close_after_s`).
+        close: commits the open transaction (the worker's commit, which has the
+            consumer's group metadata); ``None``: :meth:`drain` never commits.
 
     Attributes:
         fed: messages fed; duplicates: of them, dropped as duplicates.
@@ -68,6 +73,8 @@ class TaskStep:
         channels: Mapping[str, ChannelId],
         ordering_topic: str,
         store_topics: Mapping[str, str],
+        close_after_s: float | None = None,
+        close: Callable[[], Any] | None = None,
     ) -> None:
         self.task = task
         self.engine = engine
@@ -78,6 +85,8 @@ class TaskStep:
         self._topics = {ch.topic_id: name for name, ch in channels.items()}
         self._ordering_topic = ordering_topic
         self._store_topics = dict(store_topics)
+        self.close_after_s = close_after_s
+        self.close = close
         self._positions: dict[tuple[str, int], int] = {}
         self.fed = 0
         self.delivered = 0
@@ -135,6 +144,12 @@ class TaskStep:
     def drain(self) -> int:
         """Deliver every deliverable head; write its effects into the open transaction.
 
+        A transaction open for ``close_after_s`` is committed between two deliveries
+        (through ``close``), so one long drain spans several transactions, each well
+        inside ``transaction.timeout.ms`` (docs/operations.md, "Transaction time bound").
+        Committing there is sound: every fed message not yet delivered is still held,
+        and the commit persists it with the read positions.
+
         Returns:
             How many messages were delivered.
 
@@ -151,9 +166,23 @@ class TaskStep:
         txn = self.txn
         send = txn.send_counted
         topics = self._topics
-        count = sent = 0
+        close = self.close
+        close_after = self.close_after_s if close is not None else None
+        clock = time.monotonic
+        count = sent = total = 0
         try:
             while True:
+                # Before taking the next head: a head taken counts as delivered in the
+                # engine's deltas, so a commit must never fall between taking and handling it.
+                if close_after is not None and txn.open \
+                        and clock() - txn.opened_at >= close_after:
+                    txn.ledger.sent(sent)
+                    self.delivered += count
+                    self._delivered_open += count
+                    total += count
+                    count = sent = 0
+                    assert close is not None
+                    close()
                 msg = deliver_next()
                 if msg is None:
                     break
@@ -176,7 +205,7 @@ class TaskStep:
             txn.ledger.sent(sent)
             self.delivered += count
             self._delivered_open += count
-        return count
+        return total + count
 
     def commit(self, group_metadata: Any) -> bool:
         """Write the merged changelog records, send the read positions, commit.
