@@ -81,6 +81,7 @@ from workers.identity import (
     settled_detail,
 )
 from workers.kafka import (
+    DEFAULT_SESSION_TIMEOUT_MS,
     TRANSACTION_TIMEOUT_MS,
     ErrorKind,
     SubstrateError,
@@ -125,6 +126,9 @@ BATCH: Final = MAX_BATCH
 """Most records per ``consume`` call (fewer for a slow handler: :class:`BatchSizer`)."""
 MAX_ABORTABLE_RETRIES: Final = 5
 """Consecutive abortable failures (without a commit between) before the worker gives up."""
+SUCCESSOR_WAIT_S: Final = 2 * DEFAULT_SESSION_TIMEOUT_MS / 1000.0
+"""How long a worker fenced after a long transaction looks for a successor in the group, s:
+a successor joins after its ``init_transactions`` and its restore."""
 SHAPE_CHECK_INTERVAL_S: Final = 2.0
 """How often the received topics' partition counts are compared with the bootstrap's, s."""
 GROUP_CHECK_INTERVAL_S: Final = 2.0
@@ -846,6 +850,40 @@ class Worker:
         if time.monotonic() >= self._next_status:
             self._punctuate()
 
+    def successor_member(self, wait_s: float) -> str | None:
+        """Another live member of the group with this task's ``group.instance.id``, if any.
+
+        Asks the group (a fresh AdminClient: after a fence the old one may be stale) every
+        0.5 s for up to ``wait_s`` s; each ask is bounded (``describe_consumer_groups``).
+
+        Returns:
+            That member's id, or ``None`` when none appeared (or the group could not be
+            described) within ``wait_s``.
+        """
+        instance = self.consumer_conf["group.instance.id"]
+        mine: str | None = None
+        if self.consumer is not None:
+            try:
+                mine = self.consumer.memberid()
+            except (KafkaException, RuntimeError):
+                mine = None
+        admin = AdminClient(admin_config(self.spec.bootstrap_servers,
+                                         dict(self.spec.kafka_properties)))
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                with bounded("describe_consumer_groups"):
+                    desc = admin.describe_consumer_groups(
+                        [self.app_id], request_timeout=5)[self.app_id].result(timeout=10)
+                for m in desc.members:
+                    if m.group_instance_id == instance and m.member_id != mine:
+                        return str(m.member_id)
+            except (KafkaException, TimeoutError) as exc:
+                log.debug("describing group %s: %s", self.app_id, exc)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.5)
+
     def close(self, clean: bool) -> None:
         """Close the clients: the consumer (static: it stays a member until its session
         times out), the producer (flushed when ``clean``) and the admin client."""
@@ -866,25 +904,43 @@ class Worker:
         self._close_state()
 
 
-def _timed_out(outcome: Stop, txn: TaskTransaction) -> Stop:
-    """A fenced producer whose own transaction outlived ``transaction.timeout.ms``.
+def _timed_out(outcome: Stop, worker: Worker) -> Stop:
+    """A fenced producer: its own transaction timed out (SUBSTRATE), or a successor (FATAL).
 
-    The broker aborts such a transaction and bumps the producer epoch, and the
-    client then reports ``_FENCED`` exactly as for a newer worker of the task.
-    When the open transaction is older than the timeout, the timeout explains
-    the fencing: a substrate stop that a restart resolves (seed 001, "The
-    cluster was unreachable": "a transaction timeout"), not a fatal one.
+    The broker aborts a transaction open past ``transaction.timeout.ms`` and bumps the
+    producer epoch, and the client then reports ``_FENCED`` exactly as for a newer
+    worker of the task (librdkafka folds the broker's fencing errors into one code).
+    The open transaction's age alone cannot tell them apart: a live successor may
+    fence a worker whose transaction is old too, and calling that restartable would
+    let two owners of a task fence each other in a restart loop. So:
+
+    * transaction not open, or open no longer than the timeout: a successor; as it was
+      (FATAL);
+    * older: the consumer group is asked (:meth:`Worker.successor_member`) whether
+      another live member holds this task's ``group.instance.id``: if so, FATAL,
+      naming it; if not, the timeout explains the fencing: a substrate stop that a
+      restart resolves (seed 001, "The cluster was unreachable": "a transaction
+      timeout"; docs/operations.md, "Fenced: a successor or a timeout").
     """
+    txn = worker.txn
     if not txn.open:
         return outcome
     age_s = time.monotonic() - txn.opened_at
     if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
         return outcome
+    successor = worker.successor_member(SUCCESSOR_WAIT_S)
+    if successor is not None:
+        return Stop(
+            StopKind.FATAL, None,
+            f"fenced by a live successor: member {successor} of group {worker.app_id} holds "
+            f"this task's group.instance.id (the transaction was open {age_s:.1f} s); "
+            f"another worker owns the task, so this one is not restarted: {outcome.detail}")
     return Stop(
         StopKind.SUBSTRATE, None,
         f"the task's transaction was open {age_s:.1f} s, past transaction.timeout.ms="
         f"{TRANSACTION_TIMEOUT_MS}, and the broker aborted it (a stalled handler or loop); "
-        f"nothing of it was committed; restart: {outcome.detail}")
+        f"no other member holds the task's group.instance.id; nothing of it was committed; "
+        f"restart: {outcome.detail}")
 
 
 def _configure_logging(spec: TaskSpec) -> None:
@@ -985,7 +1041,7 @@ def run(spec: TaskSpec) -> int:
     except BaseException as exc:  # every end is classified and reported
         outcome = stop_of(exc)
         if outcome.kind is StopKind.FATAL and worker is not None:
-            outcome = _timed_out(outcome, worker.txn)
+            outcome = _timed_out(outcome, worker)
         dog.outcome = outcome
         if outcome.kind is not StopKind.CLEAN and worker is not None:
             try:

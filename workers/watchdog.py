@@ -93,6 +93,7 @@ CALL_BOUNDS_S: Final = {
     "committed": 35.0,
     "list_topics": 10.0,
     "describe_topics": 30.0,
+    "describe_consumer_groups": 15.0,
     "list_offsets": 40.0,
     "restore consume": 10.0,
     "offset reset check": 40.0,
