@@ -1,0 +1,78 @@
+"""The pure rules of the worker's liveness: the watchdog's verdict and the transaction pacing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from workers.pacing import MAX_BATCH, BatchSizer, close_after_s
+from workers.watchdog import (
+    CALL_BOUNDS_S,
+    STOP_GRACE_S,
+    ActionKind,
+    Armed,
+    Watchdog,
+    bound_of,
+    decide,
+)
+
+
+def test_no_action_while_calls_are_within_their_bounds() -> None:
+    armed = (Armed("consume", 0.0, 30.0), Armed("abort_transaction", 1.0, 25.0))
+    assert decide(20.0, armed, stop_asked_at=None, parent_alive=True) is None
+
+
+def test_the_innermost_expired_call_is_named_with_its_duration_and_bound() -> None:
+    armed = (Armed("consume", 0.0, 30.0), Armed("abort_transaction", 1.0, 25.0))
+    action = decide(26.5, armed, stop_asked_at=None, parent_alive=True)
+    assert action is not None and action.kind is ActionKind.CALL_EXPIRED
+    assert action.detail.startswith("abort_transaction blocked 25.5 s (bound 25 s)")
+
+
+def test_a_stop_waits_the_grace_for_a_blocked_call_and_not_for_an_idle_loop() -> None:
+    armed = (Armed("send_offsets_to_transaction", 0.0, 25.0),)
+    assert decide(4.0, armed, stop_asked_at=0.0, parent_alive=True) is None
+    action = decide(STOP_GRACE_S, armed, stop_asked_at=0.0, parent_alive=True)
+    assert action is not None and action.kind is ActionKind.STOP_BLOCKED
+    assert "send_offsets_to_transaction" in action.detail
+    assert decide(100.0, (), stop_asked_at=0.0, parent_alive=True) is None
+
+
+def test_the_parent_gone_comes_first() -> None:
+    action = decide(0.0, (Armed("consume", 0.0, 30.0),), stop_asked_at=None,
+                    parent_alive=False)
+    assert action is not None and action.kind is ActionKind.PARENT_GONE
+
+
+def test_every_bound_is_well_below_the_coordinators_60_s_backstop() -> None:
+    assert all(0 < b <= 40 for b in CALL_BOUNDS_S.values())
+    with pytest.raises(KeyError):
+        bound_of("not a call")
+
+
+def test_a_watchdog_refuses_to_begin_a_call_once_its_parent_changed() -> None:
+    fired: list[ActionKind] = []
+    dog = Watchdog(lambda a: fired.append(a.kind), 12, parent_pid=os.getppid() + 1_000_000)
+    dog._fatal = lambda action: fired.append(action.kind)  # type: ignore[assignment,method-assign,union-attr]
+    with dog.bounded("consume"):
+        pass
+    assert fired == [ActionKind.PARENT_GONE]
+
+
+def test_a_transaction_closes_at_half_the_timeout() -> None:
+    assert close_after_s(10_000) == 5.0
+
+
+def test_batches_follow_the_measured_handler_cost() -> None:
+    sizer = BatchSizer(target_s=1.25)
+    assert sizer.size() == MAX_BATCH
+    sizer.observe(100, 6.0)  # 60 ms per message
+    assert sizer.size() == 20
+    sizer.observe(0, 3.0)  # nothing delivered: no measure
+    assert sizer.size() == 20
+    for _ in range(30):
+        sizer.observe(500, 0.05)  # cheap again
+    assert sizer.size() == MAX_BATCH
+    sizer.observe(1, 10.0)  # one very slow message
+    assert sizer.size() >= 1
