@@ -20,14 +20,22 @@ The worker (issue 4; DESIGN.md, "Architecture"):
    received topic with more than ``i`` partitions it processes nothing and
    reports ``REBALANCING``; on the exact assignment it starts the engine at the
    group's committed offsets (``RUNNING``);
-5. loops: consume a batch (up to 500), feed, drain, commit once per commit
-   interval (read positions past trailing transaction markers once a partition
-   is consumed to its end, with the metadata ``parsley.task``); every status
-   interval it drains, retries a pending identity check, checks partition
-   counts (every 2 s) and its received topics' identities (every 10 s,
-   :mod:`workers.identity`), refuses a member of the group that is not one of
-   the process's tasks (``SUBSTRATE_MISCONFIGURED``), commits positions that
-   moved past markers since the last commit, and pushes status over ZeroMQ.
+5. loops: consume a batch (up to 500, sized to the handler's measured cost:
+   :mod:`workers.pacing`), feed, drain, commit once per commit interval and
+   whenever the transaction has been open half of ``transaction.timeout.ms``
+   (also between two deliveries of one drain) (read positions past trailing
+   transaction markers once a partition is consumed to its end, with the
+   metadata ``parsley.task``); every status interval it drains, retries a
+   pending identity check, checks partition counts (every 2 s) and its received
+   topics' identities (every 10 s, :mod:`workers.identity`), refuses a member of
+   the group that is not one of the process's tasks (``SUBSTRATE_MISCONFIGURED``),
+   commits positions that moved past markers since the last commit, and pushes
+   status over ZeroMQ.
+
+Every blocking client call runs under the watchdog (:mod:`workers.watchdog`):
+past its bound, or still blocked 5 s after SIGTERM, the task reports SUBSTRATE
+naming the call and exits; on the coordinator's death it exits at once without
+committing (docs/operations.md, "Bounded client calls", "When the coordinator dies").
 
 It stops on SIGTERM (commits what it has, exit 0), on a refusal (aborts,
 logs ERROR ``... (failing closed)``, exit ``64 + index of the reason``, so the
