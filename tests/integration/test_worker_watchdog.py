@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from coordinator import devbroker
@@ -131,7 +131,15 @@ def test_a_commit_blocked_past_its_bound_stops_the_worker_naming_the_call(
 
 
 def _values(broker: BrokerState, out: str) -> list[bytes | None]:
-    return [r.value for r in read_committed(broker.bootstrap, out)]
+    """The committed values of ``out``; retried while a thawed broker's metadata settles."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return [r.value for r in read_committed(broker.bootstrap, out)]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def test_sigterm_ends_a_worker_blocked_in_a_commit(
