@@ -263,6 +263,9 @@ class Worker:
         self.own_members = frozenset(
             group_instance_id(spec.prefix, process.name, t, W) for t in range(W))
         self.foreign_seen: dict[str, float] = {}
+        self.member_fenced = False
+        """Whether the consumer reported its static member fenced or failed (see
+        :func:`_timed_out`)."""
         self.sizer = BatchSizer(close_after_s(TRANSACTION_TIMEOUT_MS) * BATCH_TARGET_FRACTION)
 
     # -- state -------------------------------------------------------------------
@@ -538,6 +541,7 @@ class Worker:
             return
         verdict = classify(err)  # a fenced static member: _FATAL, fatal() false -> FATAL
         if stop_kind(verdict) is StopKind.FATAL:
+            self.member_fenced = True
             raise SubstrateError(verdict.kind, f"the task's group member was fenced or failed: "
                                  f"{verdict.name}: {verdict.text}", code)
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
@@ -862,13 +866,21 @@ class Worker:
         """Another live member of the group with this task's ``group.instance.id``, if any.
 
         Asks the group (a fresh AdminClient: after a fence the old one may be stale) every
-        0.5 s for up to ``wait_s`` s; each ask is bounded (``describe_consumer_groups``).
+        0.5 s; each ask is bounded (``describe_consumer_groups``). A member counts as live
+        only once it is still there one session timeout (plus 1 s) after it was first
+        seen: a member left behind by this worker's own consumer expires by then, a
+        successor heart-beats.
+
+        Args:
+            wait_s: how long to look for a candidate, s (a candidate found late is
+                still given its session timeout to prove live).
 
         Returns:
-            That member's id, or ``None`` when none appeared (or the group could not be
-            described) within ``wait_s``.
+            That member's id, or ``None`` when none proved live.
         """
         instance = self.consumer_conf["group.instance.id"]
+        session_s = int(self.consumer_conf.get("session.timeout.ms",
+                                               DEFAULT_SESSION_TIMEOUT_MS)) / 1000.0
         mine: str | None = None
         if self.consumer is not None:
             try:
@@ -878,17 +890,24 @@ class Worker:
         admin = AdminClient(admin_config(self.spec.bootstrap_servers,
                                          dict(self.spec.kafka_properties)))
         deadline = time.monotonic() + wait_s
+        seen: dict[str, float] = {}
         while True:
+            now = time.monotonic()
             try:
                 with bounded("describe_consumer_groups"):
                     desc = admin.describe_consumer_groups(
                         [self.app_id], request_timeout=5)[self.app_id].result(timeout=10)
-                for m in desc.members:
-                    if m.group_instance_id == instance and m.member_id != mine:
-                        return str(m.member_id)
+                present = {str(m.member_id) for m in desc.members
+                           if m.group_instance_id == instance and m.member_id != mine}
+                seen = {m: seen.get(m, now) for m in present}
+                for member, first in seen.items():
+                    if now - first >= session_s + 1.0:
+                        return member
             except (KafkaException, TimeoutError) as exc:
                 log.debug("describing group %s: %s", self.app_id, exc)
-            if time.monotonic() >= deadline:
+            if now >= deadline and not seen:
+                return None
+            if seen and now >= max(deadline, min(seen.values()) + session_s + 5.0):
                 return None
             time.sleep(0.5)
 
@@ -930,6 +949,8 @@ def _timed_out(outcome: Stop, worker: Worker) -> Stop:
       restart resolves (seed 001, "The cluster was unreachable": "a transaction
       timeout"; docs/operations.md, "Fenced: a successor or a timeout").
     """
+    if worker.member_fenced:
+        return _member_fenced(outcome, worker)
     txn = worker.txn
     if not txn.open:
         return outcome
@@ -949,6 +970,31 @@ def _timed_out(outcome: Stop, worker: Worker) -> Stop:
         f"{TRANSACTION_TIMEOUT_MS}, and the broker aborted it (a stalled handler or loop); "
         f"no other member holds the task's group.instance.id; nothing of it was committed; "
         f"restart: {outcome.detail}")
+
+
+def _member_fenced(outcome: Stop, worker: Worker) -> Stop:
+    """The task's static consumer member was fenced: by a successor (FATAL) or by the
+    broker itself (SUBSTRATE).
+
+    A successor fences a static member by joining with its ``group.instance.id``
+    (KIP-345), so it is then a live member of the group. After a broker restart the
+    broker was also seen to fence a worker's own member with no other worker running
+    ("Static consumer fenced by other consumer with same group.instance.id"): when no
+    other live member holds the id within :data:`SUCCESSOR_WAIT_S`, a restart resolves
+    it (docs/operations.md, "Fenced: a successor or a timeout").
+    """
+    successor = worker.successor_member(SUCCESSOR_WAIT_S)
+    if successor is not None:
+        return Stop(
+            StopKind.FATAL, None,
+            f"fenced by a live successor: member {successor} of group {worker.app_id} holds "
+            f"this task's group.instance.id; another worker owns the task, so this one is "
+            f"not restarted: {outcome.detail}")
+    return Stop(
+        StopKind.SUBSTRATE, None,
+        f"the task's static group member was fenced, but no other live member holds its "
+        f"group.instance.id (the broker re-registered it, as after a broker restart); "
+        f"nothing more was committed; restart: {outcome.detail}")
 
 
 def _configure_logging(spec: TaskSpec) -> None:
