@@ -684,7 +684,8 @@ class Worker:
             if time.monotonic() - since >= SETTLED_STOP_GRACE_S:
                 raise Stop(StopKind.SUBSTRATE, None, detail)
             return
-        result = self.identity.check({t: ch.topic_id for t, ch in self.channels.items()})
+        with bounded("describe_topics"):
+            result = self.identity.check({t: ch.topic_id for t, ch in self.channels.items()})
         if self.state is not TaskState.RUNNING:
             # Between assignments (a deletion can revoke the topic's partitions first) the
             # engine may hold aborted feeds: judge the committed state, as initialisation does.
