@@ -166,7 +166,11 @@ def test_sigterm_ends_a_worker_blocked_in_a_commit(
     print(f"exited {took:.1f} s after SIGTERM: {final['failure_detail']}")
     assert took < STOP_GRACE_S + 5
     assert final["stop_kind"] == StopKind.SUBSTRATE.value
-    assert final["failure_detail"].startswith("asked to stop while blocked in "), final
+    detail = final["failure_detail"] or ""
+    # After a broker restart the broker may fence the worker's own static member while
+    # the commit is blocked; that ends the worker as SUBSTRATE too (docs/operations.md,
+    # "Fenced: a successor or a timeout"). Either way it ended within the stop bound.
+    assert detail.startswith(("asked to stop while blocked in ", SELF_FENCED)), final
     assert _values(broker, out) == [b"relayed:first"]
 
 
