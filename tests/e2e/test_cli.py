@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -23,26 +22,10 @@ from confluent_kafka import Producer
 from coordinator.bootstrap import kafka_topic_id
 from coordinator.cli import ExitCode
 from parsley.declarations import ordering_changelog
+from tests.cli_support import CLI, RELAY_APP
 from tests.kafka_support import QUIET
 from tests.worker_support import read_committed
 from workers.changelog import ensure_changelog_topic
-
-CLI = [sys.executable, "-m", "coordinator.cli"]
-APP = '''
-import os
-from parsley import Channel, Effects, Process
-from parsley.serdes import BYTES
-
-OUT = Channel(os.environ["CLI_OUT"], BYTES, BYTES)
-
-
-def handle(delivery, state):
-    return Effects.builder().send(OUT, delivery.key, b"cli:" + delivery.value).build()
-
-
-processes = [Process("relay").receives(Channel(os.environ["CLI_SRC"], BYTES, BYTES), handle)
-             .sends(OUT)]
-'''
 
 
 def _env(src: str, out: str) -> dict[str, str]:
@@ -85,7 +68,7 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
     src = create_topic(partitions=1)
     out = create_topic(partitions=1)
     _produce(kafka_bootstrap, src.name, [b"one", b"two"])
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     env = _env(src.name, out.name)
     prefix = f"cli-{uuid.uuid4().hex[:8]}"
     where = ["--prefix", prefix, "--state-dir", str(tmp_path / "state")]
@@ -150,7 +133,7 @@ def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
 ) -> None:
     src = create_topic(partitions=1)
     out = create_topic(partitions=1)
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     env = _env(src.name, out.name)
     prefix = f"cli-{uuid.uuid4().hex[:8]}"
     changelog = ordering_changelog(prefix, "relay")
@@ -228,7 +211,7 @@ def test_refusal_after_start_exits_3_and_status_is_logged(
 ) -> None:
     src = create_topic(partitions=1)
     out = create_topic(partitions=1)
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     env = _env(src.name, out.name)
     where = ["--prefix", f"cli-{uuid.uuid4().hex[:8]}", "--state-dir", str(tmp_path / "s")]
     run = subprocess.Popen([*CLI, "run", "cliapp:processes", "--bootstrap-servers",
@@ -259,7 +242,7 @@ def test_refusal_after_start_exits_3_and_status_is_logged(
 
 
 def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) -> None:
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     res = _cli(["run", "cliapp:processes", "--bootstrap-servers", "127.0.0.1:9", "--prefix",
                 "nobody", "--state-dir", str(tmp_path)], tmp_path,
                _env("cli-unreach-src", "cli-unreach-out"), timeout=60)
@@ -273,7 +256,7 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
 def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
     kafka_bootstrap: str, tmp_path: Path,
 ) -> None:
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     (tmp_path / "bad.toml").write_text(
         f'bootstrap_servers = "{kafka_bootstrap}"\napplication_id_prefix = "cli-badprop"\n'
         '[kafka_properties]\n"linger.msx" = 5\n')

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,25 +23,10 @@ import psutil
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from tests.cli_support import CLI, RELAY_APP
 from tests.kafka_support import QUIET
 from tests.worker_support import read_committed
 
-CLI = [sys.executable, "-m", "coordinator.cli"]
-APP = '''
-import os
-from parsley import Channel, Effects, Process
-from parsley.serdes import BYTES
-
-OUT = Channel(os.environ["CLI_OUT"], BYTES, BYTES)
-
-
-def handle(delivery, state):
-    return Effects.builder().send(OUT, delivery.key, b"cli:" + delivery.value).build()
-
-
-processes = [Process("relay").receives(Channel(os.environ["CLI_SRC"], BYTES, BYTES), handle)
-             .sends(OUT)]
-'''
 EXIT_BOUND_S = 5.0
 """Generous bound on "both workers gone after the coordinator's death", s (promised: 2 s)."""
 
@@ -94,7 +78,7 @@ def test_workers_exit_when_their_coordinator_is_killed(
 ) -> None:
     src = create_topic(partitions=2)
     out = create_topic(partitions=2)
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     env = dict(os.environ)
     env.update({"CLI_SRC": src.name, "CLI_OUT": out.name,
                 "PYTHONPATH": os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])})

@@ -37,6 +37,7 @@ from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
+from tests.cli_support import RELAY_APP
 from tests.kafka_support import QUIET
 from tests.worker_support import read_committed
 
@@ -271,21 +272,6 @@ def test_a_blast_radius_stop_reports_its_siblings_stopped_and_nothing_false(
 # --- a second coordinator on one prefix --------------------------------------------------
 
 
-APP = '''
-import os
-from parsley import Channel, Effects, Process
-from parsley.serdes import BYTES
-
-OUT = Channel(os.environ["CLI_OUT"], BYTES, BYTES)
-
-
-def handle(delivery, state):
-    return Effects.builder().send(OUT, delivery.key, b"cli:" + delivery.value).build()
-
-
-processes = [Process("relay").receives(Channel(os.environ["CLI_SRC"], BYTES, BYTES), handle)
-             .sends(OUT)]
-'''
 
 
 def test_a_second_run_on_a_prefix_is_refused_advising_nothing_harmful(
@@ -295,7 +281,7 @@ def test_a_second_run_on_a_prefix_is_refused_advising_nothing_harmful(
     out = create_topic(partitions=1)
     config = _config(kafka_bootstrap, tmp_path / "state")
     prefix = config.application_id_prefix
-    (tmp_path / "cliapp.py").write_text(APP)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
     env = dict(os.environ)
     env.update({"CLI_SRC": src.name, "CLI_OUT": out.name,
                 "PYTHONPATH": os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])})
