@@ -6,8 +6,8 @@ dataclasses) that pickle with ``dill``. Names must be legal Kafka topic name
 parts and may not contain Parsley's reserved namespace
 :data:`RESERVED_NAME_PREFIX`.
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §11 (``Topic``, ``Store``), §5 "Names on
-the cluster". Re-exported by :mod:`parsley.declarations`.
+Source: README.md, "Write your own process" (``Topic``, ``Store``);
+docs/operations.md, "Names on the cluster". Re-exported by :mod:`parsley.declarations`.
 """
 
 from __future__ import annotations
@@ -77,10 +77,12 @@ def check_name(kind: str, name: object) -> str:
 
 
 class InitialPosition(enum.Enum):
-    """Where a channel is first read when a process has never run (facts §11).
+    """Where a channel is first read when a process has never run (README.md, "Write your own
+    process").
 
     Applies on a process's first ever start only; with prior state the
-    bootstrap forces EARLIEST for a newly named topic (facts §5 step 3.6).
+    bootstrap forces EARLIEST for a newly named topic (docs/operations.md, "Running", bootstrap
+    step 5).
     """
 
     EARLIEST = "EARLIEST"
@@ -133,7 +135,7 @@ class Store(Generic[K, V]):
     Java matches stores by instance; an instance does not survive pickling
     into a worker, so here a store is matched by :func:`same_store`: the same
     name and equivalent serdes. A look-alike with other serdes is refused as
-    "a Store instance other than the declared one" (seed 001,
+    "a Store instance other than the declared one" (docs/runbooks.md, "The application must change",
     STATE_ACCESS_TO_UNDECLARED_STORE).
 
     Attributes:

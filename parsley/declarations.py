@@ -22,12 +22,12 @@ step returns a new ``Process``. Declarations pickle with ``dill`` (the
 ``multiprocess`` package's pickler), closures included, so the coordinator can
 hand them to a spawned worker.
 
-Names on the cluster are composed here (``JAVA-PARSLEY-FACTS.md`` §5, "Names
-on the cluster"; DESIGN.md), and :func:`validate_declarations` is the check the
-coordinator runs at start (facts §5, bootstrap step 1).
+Names on the cluster are composed here (docs/operations.md, "Names on the
+cluster"), and :func:`validate_declarations` is the check the
+coordinator runs at start (docs/operations.md, "Running", bootstrap step 1).
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §11 (``Process``, ``Topic``, ``Store``,
-``Handler``, ``Delivery``, ``State``, ``Effects``), issue 4 item 0.
+Source: README.md, "Write your own process" (``Process``, ``Topic``, ``Store``,
+``Handler``, ``Delivery``, ``State``, ``Effects``).
 
 The declarations live by responsibility in :mod:`parsley.channels` (Channel,
 Store, InitialPosition), :mod:`parsley.effects` (Delivery, State, Send,

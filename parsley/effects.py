@@ -5,9 +5,9 @@ A handler gets a :class:`Delivery` and a :class:`State` and returns
 writes of one step. A reserved header refused while effects are built is
 latched into the handler frame (:class:`RefusalLatch`).
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §11 (``Delivery``, ``State``, ``Effects``,
-``Handler``), seed 000 (RESERVED_HEADER_USED, HANDLER_RETURNED_NULL_EFFECTS),
-seed 001. Re-exported by :mod:`parsley.declarations`.
+Source: README.md, "Write your own process" (``Delivery``, ``State``, ``Effects``,
+``Handler``), docs/failing-closed.md (RESERVED_HEADER_USED, HANDLER_RETURNED_NULL_EFFECTS),
+docs/runbooks.md, "The application must change". Re-exported by :mod:`parsley.declarations`.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ class RefusalLatch:
     Args:
         latch: remembers a refusal (the first one wins) and returns it.
 
-    Source: seed 001, "Every refusal raised inside the handler frame is
-    latched and rethrown at the frame's boundary"; Java ``ParsleyProcessor``.
+    Source: docs/runbooks.md, "Do not": "Every refusal raised inside the handler frame is
+    latched and re-raised at the frame's boundary"; Java ``ParsleyProcessor``.
     """
 
     __slots__ = ("_latch", "_token")
@@ -151,7 +151,7 @@ class Send:
 
     Attributes:
         channel: carries the topic name only; the bytes are made by the serdes
-            of the channel of that name the process declared (seed 000,
+            of the channel of that name the process declared (docs/failing-closed.md,
             EMISSION_TO_UNDECLARED_CHANNEL).
         key: the key, or ``None`` for a null key.
         value: the value, or ``None`` for a tombstone.
@@ -206,7 +206,7 @@ class Effects:
     """What one delivery does: emissions and store writes, each in the order given.
 
     Build with :meth:`none` or :meth:`builder`. A handler must return one;
-    ``None`` is refused (seed 000, HANDLER_RETURNED_NULL_EFFECTS).
+    ``None`` is refused (docs/failing-closed.md, HANDLER_RETURNED_NULL_EFFECTS).
     """
 
     sends: tuple[Send, ...] = ()

@@ -7,7 +7,7 @@ messages, how far each channel is covered, which topic id each topic name was
 bound to, and which names now resolve to a different id. Records arrive as raw
 bytes; no Kafka import here.
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §3, "Start-time reads of the changelog"
+Source: docs/model.md, "The stored form" ("Start-time reads of the changelog")
 (Java ``OrderingStateInspector`` / ``OrderingStateCodec`` readers). Key layout
 in :mod:`parsley.engine.state_codec`.
 """
@@ -131,7 +131,7 @@ class OrderingStateInspector:
         """Names whose recorded topic id differs from the one they resolve to now.
 
         A topic deleted and recreated under its name resolves to a new id, and
-        every position stored for the old one is meaningless (seed 000,
+        every position stored for the old one is meaningless (docs/runbooks.md,
         ``CHANNEL_IDENTITY_CHANGED``).
 
         Args:

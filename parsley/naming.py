@@ -2,9 +2,9 @@
 
 Composes the application id, changelog topics, transactional and group
 instance ids of a process; :func:`validate_declarations` is the check the
-coordinator runs at start (facts §5, bootstrap step 1).
+coordinator runs at start (docs/operations.md, "Running", bootstrap step 1).
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §5 "Names on the cluster"; DESIGN.md.
+Source: docs/operations.md, "Names on the cluster".
 Re-exported by :mod:`parsley.declarations`.
 """
 
@@ -61,7 +61,8 @@ def transactional_id(prefix: str, process: str, task: int, task_count: int | Non
     """``<prefix>-<process>-task-<i>``, ``<i>`` zero-padded (``task-007``).
 
     The producer's ``transactional.id`` for task ``i``; ``init_transactions``
-    with it fences any zombie of the same task (DESIGN.md, issue 4 item 1).
+    with it fences any zombie of the same task (docs/operations.md, "Fenced: a successor or a
+    timeout").
 
     Args:
         prefix: the application id prefix.
@@ -81,7 +82,8 @@ def group_instance_id(prefix: str, process: str, task: int, task_count: int | No
     """The consumer's static ``group.instance.id`` for task ``i``: same form as the
     transactional id, ``<prefix>-<process>-task-<i>`` zero-padded, so that the
     range assignor, which orders static members by instance id, hands
-    partition ``i`` to task ``i`` (issue 4 item 1). Arguments and errors as
+    partition ``i`` to task ``i`` (docs/operations.md, "Names on the
+    cluster"). Arguments and errors as
     :func:`transactional_id`.
     """
     return f"{application_id(prefix, process)}-{_task_suffix(task, task_count)}"
@@ -91,7 +93,8 @@ def task_width(partition_counts: Mapping[str, int] | Iterable[int]) -> int:
     """W, a process's task count: the widest received topic's partition count.
 
     Task ``i`` receives partition ``i`` of every received topic with more than
-    ``i`` partitions (DESIGN.md; seed 000, TASK_WIDTH_CHANGED).
+    ``i`` partitions (docs/operations.md, "Broker outage"; docs/failing-closed.md,
+    TASK_WIDTH_CHANGED).
 
     Args:
         partition_counts: partition count per received topic (a mapping by
@@ -110,7 +113,8 @@ def task_width(partition_counts: Mapping[str, int] | Iterable[int]) -> int:
 
 
 def validate_declarations(prefix: str, processes: Iterable[Process]) -> None:
-    """The start-time check of a set of declarations (facts §5, bootstrap step 1).
+    """The start-time check of a set of declarations (docs/operations.md, "Running", bootstrap step
+    1).
 
     Checks: a legal, unreserved prefix; at least one process; unique process
     names; every process receives something; every composed cluster name is a

@@ -3,7 +3,7 @@
 ``Process("tally").receives(ch, handler).sends(out).stores(counts)``; each
 step returns a new, immutable Process.
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §11 (``Process``). Re-exported by
+Source: README.md, "Write your own process" (``Process``). Re-exported by
 :mod:`parsley.declarations`.
 """
 

@@ -4,9 +4,10 @@ A refusal is Parsley stopping a process on purpose because its guarantee
 (causal order, exactly once) could not be upheld past this point. Callers
 branch on :attr:`ParsleyFailClosedError.reason`, never on message text.
 
-Source: seed 000 ("Failing closed", the Triggers table) for the reasons and
-their conditions; seed 001 ("Runbooks") for the detail shapes and what an
-operator does about each. The names are the seeds' names, kept verbatim so
+Source: docs/failing-closed.md ("Where each refusal is raised") for the reasons and
+their conditions; docs/runbooks.md ("Runbooks by reason") for the detail shapes and what an
+operator does about each. The names are the Java implementation's (``FailClosedException.java``),
+kept verbatim so
 that a Java and a Python process report the same refusal the same way.
 """
 
@@ -18,7 +19,8 @@ __all__ = ["ParsleyFailClosedError", "Reason"]
 
 
 class Reason(enum.Enum):
-    """Why a process stopped to preserve the guarantee (seed 000, Triggers).
+    """Why a process stopped to preserve the guarantee (docs/failing-closed.md, "Where each refusal
+    is raised").
 
     Each member's value is its own name, so ``Reason(name)`` parses a reason
     read from status JSON or a log line.
@@ -64,18 +66,18 @@ class Reason(enum.Enum):
     """A received record names a cause on a partition of a received topic that another
     task reads, while the received topics are co-partitioned (equal partition counts) or
     the configuration refuses such causes: a keying or partitioner mistake upstream
-    (docs/failing-closed.md). Not one of the seed's reasons; added after it, so the
-    exit codes of the seed's reasons (64 + index) keep their values."""
+    (docs/failing-closed.md). Not one of the Java implementation's reasons; added after
+    them, so the exit codes of those reasons (64 + index) keep their values."""
 
 
 _FIND_IN_DEPTH = 64
 
 
 class ParsleyFailClosedError(Exception):
-    """The process stopped to preserve its guarantee (seed 000).
+    """The process stopped to preserve its guarantee (docs/failing-closed.md).
 
     The message is ``"<REASON>: <detail>"``, as the Java implementation's
-    ``FailClosedException`` prints it; the detail follows the shape seed 001
+    ``FailClosedException`` prints it; the detail follows the shape docs/runbooks.md
     gives for the reason (for example ``<channel>@<position>: truncated causes
     header`` for ``UNDECODABLE_METADATA``).
 

@@ -12,17 +12,17 @@ nothing needs to subclass anything. Three are built in:
 or tombstone value). The handler frame never calls a serde with a ``None``
 payload of a delivery or an emission, as Java's frame does not; it does call
 the key serde of a state write or read, so a key that serializes to ``None``
-is refused there (seed 001, APPLICATION_PAYLOAD_UNSERIALIZABLE).
+is refused there (docs/runbooks.md, "The application must change").
 
 A serializer may also see and add record headers, as Kafka's
 ``Serializer.serialize(topic, headers, data)`` can: a serde that defines
 ``serialize_with_headers(value, headers)`` (the :class:`HeadersAwareSerde`
 protocol) is called that way for emissions, with the emission's headers as a
 mutable ``list`` of ``(key, value)`` pairs. The frame re-checks the headers
-afterwards and refuses a reserved one (seed 001, RESERVED_HEADER_USED).
+afterwards and refuses a reserved one (docs/runbooks.md, "The application must change").
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §11 (``Topic.of(name, keySerde, valueSerde)``),
-issue 4 item 0 (``BYTES``, ``STRING``, ``JSON``).
+Source: README.md, "Write your own process" (``Topic.of(name, keySerde, valueSerde)``),
+which uses the serdes ``STRING`` and ``JSON`` (``BYTES`` is the third).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Serde(Protocol[T]):
     """Encodes values of one type to record bytes and decodes them back.
 
     Implementations raise any exception to signal failure; the handler frame
-    turns it into the refusal the seeds name for the site
+    turns it into the refusal docs/failing-closed.md names for the site
     (APPLICATION_PAYLOAD_UNDECODABLE or APPLICATION_PAYLOAD_UNSERIALIZABLE).
     Returning ``None`` from ``serialize`` means a null key or value.
     """
@@ -77,7 +77,7 @@ class HeadersAwareSerde(Protocol[T_contra]):
     ``headers`` is the emission's header list, mutable, as Kafka's
     ``Serializer.serialize(topic, headers, data)`` receives it. Whatever the
     hook leaves in it is sent; a key starting with ``parsley.`` is refused
-    after the call (seed 001, RESERVED_HEADER_USED:
+    after the call (docs/runbooks.md, "The application must change":
     ``serializer for <topic> wrote reserved header '<name>'``).
     """
 

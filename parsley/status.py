@@ -1,4 +1,4 @@
-"""Held-message diagnosis: what a task is waiting for (seed 000, "Diagnosis").
+"""Held-message diagnosis: what a task is waiting for (docs/failing-closed.md, "Diagnosis").
 
 A held message is not a failure: it waits for a cause. A task reports, per
 channel with held messages, how many are held, the position of the head,
@@ -8,7 +8,7 @@ channels and bytes against the metadata budget. A head with no blockers is
 deliverable and goes on the next drain.
 
 These values are produced by :meth:`parsley.engine.engine.ProcessEngine.diagnose`;
-their :meth:`to_json` forms use the field names of the status JSON (issue 5):
+their :meth:`to_json` forms use the field names of the status JSON (docs/operations.md, "Status"):
 ``held[{topic, partition, count, head, blockers[{topic, partition, required,
 settled}]}], frontier_channels, frontier_bytes, budget_bytes,
 cross_partition_causes``.
@@ -32,7 +32,8 @@ class Blocker:
         partition: the partition of the cause's channel.
         required: the cause's position (inclusive offset).
         settled: the position the channel has settled to (inclusive offset),
-            or ``None`` when it has settled nothing yet (seed 000: "a channel
+            or ``None`` when it has settled nothing yet (docs/failing-closed.md, "Diagnosis": "a
+            channel
             the task starts at position 0 and has received nothing on yet").
     """
 
@@ -73,7 +74,7 @@ class HeldChannel:
 
     @property
     def deliverable(self) -> bool:
-        """``True`` when the head waits for nothing (seed 000)."""
+        """``True`` when the head waits for nothing (docs/failing-closed.md, "Diagnosis")."""
         return not self.blockers
 
     def to_json(self) -> dict[str, Any]:
@@ -89,7 +90,7 @@ class HeldChannel:
 
 @dataclass(frozen=True, slots=True)
 class TaskDiagnosis:
-    """One task's held messages and frontier size (seed 000, "Diagnosis").
+    """One task's held messages and frontier size (docs/failing-closed.md, "Diagnosis").
 
     Attributes:
         held: one entry per channel with held messages, in channel order.
@@ -115,7 +116,7 @@ class TaskDiagnosis:
         return sum(h.count for h in self.held)
 
     def to_json(self) -> dict[str, Any]:
-        """The status JSON fields of issue 5 for one task (without task, pid, lag, age)."""
+        """The status JSON fields for one task (without task, pid, lag, age)."""
         return {
             "held": [h.to_json() for h in self.held],
             "frontier_channels": self.frontier_channels,

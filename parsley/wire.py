@@ -3,7 +3,7 @@
 Every message a Parsley process sends carries exactly one ``parsley.causes``
 header naming, per channel, the highest position among its causes. The format
 is version 1 of the Java implementation's frozen grammar, byte for byte
-(``JAVA-PARSLEY-FACTS.md`` §1; Java ``CausesCodec``), so Java and Python
+(docs/wire-format.md; Java ``CausesCodec``), so Java and Python
 processes read each other's records::
 
     value          := version topicCount group*
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 CAUSES_HEADER: Final = "parsley.causes"
-"""The one header key carrying causes (facts §1, Placement)."""
+"""The one header key carrying causes (docs/wire-format.md, "Placement")."""
 
 RESERVED_PREFIX: Final = "parsley."
 """Header-key prefix reserved for Parsley; application headers may not use it."""
@@ -200,8 +200,8 @@ def decode_causes(value: bytes | None) -> dict[ChannelId, int]:
             non-negative int range`` for ``topic count``, ``partition count``
             and ``partition``.
 
-    Source: ``JAVA-PARSLEY-FACTS.md`` §1 (grammar, constraints 1-7, "Codec
-    details to mirror"). Constraint 8 (a position names a committed record)
+    Source: docs/wire-format.md ("Grammar", "Constraints" 1-7; Java
+    ``CausesCodec.decode``). Constraint 8 (a position names a committed record)
     cannot be decided from bytes and is not checked by any reader.
     """
     if value is None:
@@ -348,7 +348,7 @@ def encode_causes(causes: Mapping[ChannelId, int]) -> bytes:
         ValueError: a position outside 0..2^63-2 or a zero topic id: bytes
             every reader would refuse (constraints 5-7) are never written.
 
-    Source: ``JAVA-PARSLEY-FACTS.md`` §1, "Encoding".
+    Source: docs/wire-format.md, "Grammar".
     """
     if not causes:
         return EMPTY_CAUSES
@@ -387,7 +387,7 @@ def encoded_size(causes: Mapping[ChannelId, int]) -> int:
     Raises:
         ValueError: as :func:`encode_causes`.
 
-    Source: ``JAVA-PARSLEY-FACTS.md`` §1, "Encoded size" (Java
+    Source: docs/wire-format.md, "Size" (Java
     ``CausesCodec.encodedSize``).
     """
     groups = _group(causes)
@@ -402,7 +402,8 @@ def encoded_size(causes: Mapping[ChannelId, int]) -> int:
 
 
 def is_reserved(key: str) -> bool:
-    """Whether a header key uses the reserved ``parsley.`` prefix (facts §1, Placement)."""
+    """Whether a header key uses the reserved ``parsley.`` prefix (docs/wire-format.md,
+    "Placement")."""
     return key.startswith(RESERVED_PREFIX)
 
 
@@ -438,7 +439,7 @@ def split_causes_header(
         ParsleyFailClosedError: ``UNDECODABLE_METADATA``, ``duplicate
             parsley.causes headers``, when the key appears more than once.
 
-    Source: ``JAVA-PARSLEY-FACTS.md`` §1, Placement (Java
+    Source: docs/wire-format.md, "Placement" (Java
     ``ProcessEngine.extractCauses``, ``withoutReservedHeaders``). The caller
     prefixes ``<channel>@<position>: `` to the detail.
     """
@@ -491,7 +492,7 @@ def causes_from_headers(
             metadata; the configured budget is B bytes`` when the raw value is
             longer than ``budget_bytes`` (checked before decoding).
 
-    Source: ``JAVA-PARSLEY-FACTS.md`` §1, Placement (Java
+    Source: docs/wire-format.md, "Placement" (Java
     ``ProcessEngine.extractCauses``). The caller prefixes
     ``<channel>@<position>: `` to the detail.
     """

@@ -49,9 +49,9 @@ Header = tuple[str, bytes | None]
 
 @dataclass(frozen=True, slots=True, order=True)
 class ChannelId:
-    """One topic-partition, identified by topic id (seed terms: a channel).
+    """One topic-partition, identified by topic id (docs/model.md terms: a channel).
 
-    Ordered as on the wire (``JAVA-PARSLEY-FACTS.md`` §1, constraint 4): topic
+    Ordered as on the wire (docs/wire-format.md, "Constraints", 4): topic
     id compared as 16 unsigned bytes, then partition numerically.
     ``uuid.UUID`` compares by its 128-bit integer, which is exactly the
     unsigned big-endian byte order, so the dataclass ordering is the wire's.
@@ -88,7 +88,7 @@ class ChannelId:
     def to_bytes(self) -> bytes:
         """The 20-byte flat form: topic id (MSB 8, LSB 8), then int32 BE partition.
 
-        Source: ``JAVA-PARSLEY-FACTS.md`` §3 ("channel means 20 bytes").
+        Source: docs/model.md, "The stored form" (a channel is 20 bytes).
         """
         return self.topic_id.bytes + _PARTITION.pack(self.partition)
 
@@ -142,8 +142,8 @@ class DeliverableMessage:
         key: raw key bytes, or ``None``.
         value: raw value bytes, or ``None``.
         headers: application headers only, in arrival order; every header
-            whose key starts with ``parsley.`` is stripped (facts §1,
-            "Headers reaching application code").
+            whose key starts with ``parsley.`` is stripped (docs/wire-format.md,
+            "Placement").
         causes: the causes its ``parsley.causes`` header carried, as
             ``(channel, position)`` pairs in channel order; empty when the
             header was absent or empty.

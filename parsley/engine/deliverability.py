@@ -1,16 +1,16 @@
 """The delivery decision: may a message with these causes be delivered now?
 
 One pure function, :func:`decide`, whose verdict names every blocker, so the
-status a task reports is the engine's own reasoning (STYLE.md, "Pure core").
+status a task reports is the engine's own reasoning.
 
-The rule (``JAVA-PARSLEY-FACTS.md`` §4 "Decision rule", R:
+The rule (docs/model.md, "The decision rule", R:
 ``Deliverability.decide``): for each cause ``(c, p)`` of the message,
 
 * if ``c`` is not in the receiver's received-channel set, ignore it (it is
   still carried in the frontier, for processes downstream to enforce);
 * otherwise block unless ``settled(c)`` is known and ``>= p``.
 
-``settled(c)`` (facts §4 "Covered and settled") is the head of ``c``'s
+``settled(c)`` (docs/model.md, "Covered and settled") is the head of ``c``'s
 hold-back buffer minus one when anything is held on ``c``, else the covered
 position ``fedUpTo(c)``, else unknown. The engine applies the rule to the
 head of each channel's buffer only, which keeps per-channel FIFO.
@@ -38,7 +38,7 @@ class Blocker:
         required: the cause's position (inclusive): every position up to and
             including it must be delivered or known never to arrive.
         settled: how far ``channel`` has settled (inclusive), or ``None`` when
-            nothing is known about it yet (seed 000, "settled position empty":
+            nothing is known about it yet (docs/failing-closed.md, "Diagnosis":
             a channel started at position 0 that has received nothing).
     """
 
@@ -105,7 +105,8 @@ def decide(
         :data:`DELIVERABLE`, or :class:`Held` naming every blocker
         ``(channel, required, settled-or-None)``.
 
-    Source: ``JAVA-PARSLEY-FACTS.md`` §1 "Receiver rule" and §4 "Decision rule".
+    Source: docs/wire-format.md, "What a receiver does with the entries", and docs/model.md, "The
+    decision rule".
     """
     pairs = causes.items() if isinstance(causes, Mapping) else causes
     lookup: Callable[[ChannelId], int | None] = (

@@ -2,10 +2,11 @@
 
 The engine marks what changed (a set of channels per table, names, delivered
 holds) and keeps the bodies of holds not yet persisted; :func:`changed_rows`
-turns that into ordering-changelog rows in the layout of facts §3. It reads
+turns that into ordering-changelog rows in the layout of docs/model.md, "Restart" and "The stored
+form". It reads
 its arguments and changes none of them.
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §3 (key layout, held blob), §4 "Changelog".
+Source: docs/model.md, "Restart" and "The stored form".
 """
 
 from __future__ import annotations

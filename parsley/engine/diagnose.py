@@ -1,7 +1,7 @@
 """What a task holds and why: the diagnosis a host shows an operator.
 
-Source: seed 000, "Diagnosis"; ``JAVA-PARSLEY-FACTS.md`` §4 (settled, the
-blockers of a held head).
+Source: docs/failing-closed.md, "Diagnosis"; docs/model.md, "Covered and
+settled" and "The decision rule" (settled, the blockers of a held head).
 """
 
 from __future__ import annotations

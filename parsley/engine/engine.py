@@ -9,7 +9,7 @@ sends carry (:meth:`~ProcessEngine.causes_header`) and for the changelog rows
 its state changes produced (:meth:`~ProcessEngine.take_deltas`). It never
 polls, sleeps, logs or commits.
 
-State (``JAVA-PARSLEY-FACTS.md`` §4; ``docs/model.md``):
+State (docs/model.md):
 
 * received-channel set: fixed for the engine's life;
 * coverage ``fedUpTo(c)``: the highest position fed or known never to arrive,
@@ -142,7 +142,7 @@ def _refuse(reason: Reason, detail: str) -> ParsleyFailClosedError:
 
 
 class ProcessEngine:
-    """One task's ordering state and delivery decisions (facts §4).
+    """One task's ordering state and delivery decisions (docs/model.md, "Covered and settled").
 
     Not thread-safe: one host drives one engine from one thread.
 
@@ -153,7 +153,7 @@ class ProcessEngine:
     or restart is a new engine over a store rebuilt from the committed deltas.
 
     Args:
-        store: the task's ordering store (facts §3 layout), possibly holding a
+        store: the task's ordering store (layout: docs/model.md, "Restart"), possibly holding a
             previous execution's state. The engine reads it once here and then
             only for held bodies; it writes it in :meth:`take_deltas`.
         received: the task's received-channel set.
@@ -175,7 +175,7 @@ class ProcessEngine:
             outside ``received``.
         ValueError: ``budget_bytes`` not positive.
 
-    Source: Java ``ProcessEngine`` (R: @88710cf5), facts §3-§5.
+    Source: Java ``ProcessEngine`` (R: @88710cf5), docs/model.md, docs/operations.md "Running".
     """
 
     def __init__(
@@ -313,7 +313,7 @@ class ProcessEngine:
                 built against a previous incarnation ...") when the state
                 already binds a name to another id. Nothing is bound then.
 
-        Source: seed 001, CHANNEL_IDENTITY_CHANGED, task-initialisation site
+        Source: docs/runbooks.md, CHANNEL_IDENTITY_CHANGED, task-initialisation site
         (Java ``ProcessEngine`` constructor).
         """
         for name in new_bindings(self._names, bindings, self._by_rank):
@@ -362,7 +362,7 @@ class ProcessEngine:
         """Every topic id the state names: received, frontier and delivered past.
 
         These are what the identity check at task initialisation describes
-        (facts §5, "Identity check", step 1).
+        (docs/model.md, "Pruning").
         """
         ids = {ch.topic_id for ch in self._received}
         ids.update(ch.topic_id for ch in self._frontier)
@@ -370,7 +370,7 @@ class ProcessEngine:
         return frozenset(ids)
 
     def apply_identity(self, verdicts: Mapping[UUID, TopicVerdict]) -> None:
-        """Apply the identity check's verdicts (facts §5 "What the engine does").
+        """Apply the identity check's verdicts (docs/model.md, "Pruning").
 
         Args:
             verdicts: topic id -> verdict; ids whose check is still pending are
@@ -432,7 +432,8 @@ class ProcessEngine:
                 position). Channels outside the received set, and positions of
                 0, change nothing.
 
-        Effects, in Java's order (facts §4 "Session floor"): coverage is raised
+        Effects, in Java's order (docs/model.md, "The session floor: replays and feed order"):
+        coverage is raised
         to the delivered past on each received channel (the join clamp), then
         to ``start - 1``; coverage is never lowered and :data:`FED_TO_END`
         stays as it is. The session floor is coverage as it then stands.
@@ -482,7 +483,8 @@ class ProcessEngine:
     def receive(self, msg: ReceivedMessage) -> FeedOutcome:
         """Take one record from the host.
 
-        Checks, in order (facts §4 "Session floor", Java ``onReceive``):
+        Checks, in order (docs/model.md, "The session floor: replays and feed order", Java
+        ``onReceive``):
 
         1. the channel is received (else ``ValueError``, a host bug);
         2. the causes header: duplicate or null/empty/malformed ->
@@ -722,7 +724,8 @@ class ProcessEngine:
                 )
 
     def frontier_bytes(self) -> int:
-        """The frontier's encoded size in bytes, maintained incrementally (facts §1 formula)."""
+        """The frontier's encoded size in bytes, maintained incrementally (docs/wire-format.md,
+        "Size")."""
         return self._encoding.size()
 
     def frontier(self) -> Mapping[ChannelId, int]:
@@ -817,7 +820,7 @@ class ProcessEngine:
 
         The delivery is applied before returning: the head leaves its buffer,
         the frontier merges ``(channel, position)``, the delivered past merges
-        the message's causes (facts §4 "On delivery"), and a persisted hold's
+        the message's causes (docs/model.md, "Hold-back"), and a persisted hold's
         ``h`` row is tombstoned in the next deltas.
 
         Returns:
@@ -886,7 +889,7 @@ class ProcessEngine:
     def take_deltas(self) -> tuple[tuple[bytes, bytes | None], ...]:
         """The changelog writes since the last call, latest value per key.
 
-        Held messages still held are persisted first as ``h`` rows (facts §3
+        Held messages still held are persisted first as ``h`` rows (docs/model.md, "The stored form"
         held blob) and their bodies leave memory; a message received and
         delivered since the last call never produces an ``h`` row. Then
         tombstones for delivered persisted holds, and ``f``, ``c``, ``p``,
@@ -943,7 +946,8 @@ class ProcessEngine:
         return self._fed.get(ch)
 
     def settled(self, ch: ChannelId) -> int | None:
-        """``settled(ch)`` (facts §4): head - 1 if anything is held, else covered, else ``None``."""
+        """``settled(ch)`` (docs/model.md, "Covered and settled"): head - 1 if anything is held,
+        else covered, else ``None``."""
         queue = self._queues.get(ch)
         if queue:
             return queue[0] - 1
@@ -979,7 +983,7 @@ class ProcessEngine:
         return self._budget
 
     def diagnose(self) -> TaskDiagnosis:
-        """What the task holds and why (seed 000, "Diagnosis").
+        """What the task holds and why (docs/failing-closed.md, "Diagnosis").
 
         Returns:
             Per channel with held messages (channel order): topic (bound name,

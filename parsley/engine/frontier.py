@@ -6,7 +6,7 @@ dominate the hot path, so this keeps both up to date at the frontier's
 mutation sites instead (Java ``ProcessEngine.frontierSizeAdd`` does the same
 for the size):
 
-* **size**: the facts §1 formula
+* **size**: the formula of docs/wire-format.md, "Size"
   ``1 + v(T) + Σ_topics [16 + v(n_t) + Σ_partitions (v(p) + 8)]`` with
   per-topic partition counts, updated when a channel is added or removed;
   moving a position never changes it;

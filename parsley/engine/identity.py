@@ -5,8 +5,8 @@ built (``n`` rows) and, at task initialisation, is told for each topic id it
 knows whether that id is still alive. These functions decide, from plain data,
 what a new binding or a set of verdicts means; the engine applies the result.
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §5, "Identity check" and "What the engine
-does"; seed 001, CHANNEL_IDENTITY_CHANGED and
+Source: docs/model.md, "Pruning" (the identity check and what it
+decides); docs/runbooks.md, CHANNEL_IDENTITY_CHANGED and
 CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES.
 """
 
@@ -26,7 +26,7 @@ _RESET = ("Reset the process's state and group offsets deliberately to proceed "
 
 
 class TopicVerdict(enum.Enum):
-    """The identity check's answer for one topic id (facts §5, "Identity check")."""
+    """The identity check's answer for one topic id (docs/model.md, "Pruning")."""
 
     ALIVE = "ALIVE"
     """The id resolves (or the describe was denied): nothing changes."""
@@ -56,7 +56,7 @@ def new_bindings(
             against a previous incarnation (<old id>); ...") for the first name
             bound to another id. Checked before anything is returned.
 
-    Source: seed 001, CHANNEL_IDENTITY_CHANGED, task-initialisation site (Java
+    Source: docs/runbooks.md, CHANNEL_IDENTITY_CHANGED, task-initialisation site (Java
     ``ProcessEngine`` constructor).
     """
     for name, topic_id in bindings.items():
@@ -100,7 +100,7 @@ def deleted_channels(
             the channel's topic no longer exists; ...") for a deleted received
             topic that holds messages.
 
-    Source: facts §5 "What the engine does"; seed 001.
+    Source: docs/model.md, "Pruning"; docs/runbooks.md, CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES.
     """
     names = names or {}
     for ch in received:

@@ -1,7 +1,7 @@
 """Deliberately broken engines, for the meta-tests that prove the harness can fail.
 
 A verification kit that passes against a broken engine proves nothing
-(STYLE.md, "Tests"; issue 3 item 5). Each :class:`Sabotage` mode names one
+(the simulator in ``tests/sim/``, docs/model.md "Restart"). Each :class:`Sabotage` mode names one
 fault; :func:`engine_class` returns a :class:`ProcessEngine` subclass with
 that fault and nothing else changed. The simulator's oracle must catch every
 mode. Java Parsley keeps the same idea as ``Sabotage.Mode``.

@@ -22,7 +22,7 @@ Held blob (version 1)::
 Every corruption raises ``ParsleyFailClosedError(UNKNOWN_ORDERING_STATE_FORMAT,
 diagnosis)``; the engine may prefix ``process <name>: ``.
 
-Source: ``JAVA-PARSLEY-FACTS.md`` §3 (Java ``OrderingStateCodec`` @7d0e999d,
+Source: docs/model.md, "The stored form" (Java ``OrderingStateCodec`` @7d0e999d,
 ``ProcessEngine`` restore @88710cf5). Pure: standard library only.
 """
 
@@ -237,7 +237,7 @@ def encode_binding(topic_id: UUID) -> bytes:
 
 
 def decode_binding(value: bytes, topic: str = "") -> UUID:
-    """The topic id in an ``n`` value (readers use only the id, facts §3).
+    """The topic id in an ``n`` value (readers use only the id, docs/model.md, "The stored form").
 
     Raises:
         ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` when the value
@@ -282,7 +282,7 @@ def encode_held(m: HeldMessage) -> bytes:
     Raises:
         ValueError: a timestamp or cause position outside int64.
 
-    Source: facts §3 "Held blob"; the two examples there are byte-exact test vectors.
+    Source: docs/model.md, "The stored form"; the two examples there are byte-exact test vectors.
     """
     parts: list[bytes] = [bytes((HELD_BLOB_VERSION,))]
     try:
@@ -407,7 +407,7 @@ def decode_held(blob: bytes) -> HeldMessage:
             remaining`` (miscounted causes, trailing bytes), ``cause names
             negative partition P``, ``truncated at ...``.
 
-    Source: facts §3 "Held blob"; Java ``OrderingStateCodec.decodeHeld``.
+    Source: docs/model.md, "The stored form"; Java ``OrderingStateCodec.decodeHeld``.
     Unlike Java, unknown flag bits are refused rather than ignored: Java never
     writes them, so reading them means something else wrote the blob.
     """
@@ -508,7 +508,7 @@ def decode_coverage(ch: ChannelId, value: bytes) -> int:
             ``restored coverage names position P on <ch>, which no channel can
             assign; receipt refuses negative positions, ...`` for ``P < 0``.
 
-    Source: facts §3 "Checks when state is restored" (the range checks the
+    Source: docs/model.md, "The stored form" ("Checks when state is restored") (the range checks the
     frontier and delivered past get, applied to coverage minus the sentinel).
     """
     position = decode_long(value)
@@ -552,7 +552,7 @@ def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
             coverage would deliver ahead of lower positions fed later); any
             :func:`decode_held` diagnosis.
 
-    Source: facts §3 "Version entry", "Checks when state is restored"; Java
+    Source: docs/model.md, "The stored form" (version entry; "Checks when state is restored"); Java
     ``ProcessEngine`` constructor and ``OrderingStateCodec``.
     """
     # One pass, streaming: each held blob is validated as it arrives and only its

@@ -1,7 +1,7 @@
 """The ordering store seam: a byte-keyed, byte-valued map the engine restores from.
 
 One store holds one task's ordering state in the Java layout
-(``JAVA-PARSLEY-FACTS.md`` §3: one-byte tags ``v f c p n h``, 20-byte
+(docs/model.md, "The stored form": one-byte tags ``v f c p n h``, 20-byte
 channels, int64 big-endian numbers). The engine reads it once when it is
 built (a full scan) and afterwards only to fetch a held message's body when
 that message reaches the head of its channel's hold-back buffer. The engine
@@ -9,7 +9,7 @@ writes it in :meth:`~parsley.engine.engine.ProcessEngine.take_deltas`, the
 same rows it hands the caller for the changelog, so a store and the
 changelog records committed with it always agree.
 
-A store is a cache of the changelog (``DESIGN.md``, "Ordering state"): the
+A store is a cache of the changelog (docs/model.md, "Restart"): the
 worker's implementation replays the changelog partition into one; a
 simulator rebuilds one with :meth:`InMemoryOrderingStore.from_records` from
 the deltas it committed.
@@ -30,7 +30,7 @@ class OrderingStore(Protocol):
     """A byte map with ordered prefix scans (the Java ``OrderingStore`` seam).
 
     Keys and values are raw ``bytes`` exactly as they appear in the ordering
-    changelog's records (facts §3). Implementations need not be thread-safe:
+    changelog's records (docs/model.md, "The stored form"). Implementations need not be thread-safe:
     one engine drives one store from one thread.
     """
 
@@ -51,7 +51,7 @@ class OrderingStore(Protocol):
 
         Keys come in ascending unsigned byte order, so a scan of the ``h``
         prefix returns each channel's held messages in position order
-        (facts §3, "A prefix scan returns the channel's hold-back buffer in
+        (docs/model.md, "The stored form": "a prefix scan returns the channel's hold-back buffer in
         position order").
         """
         ...
