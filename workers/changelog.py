@@ -3,17 +3,17 @@
 * :func:`read_partition` reads partition ``i`` of a changelog topic
   ``read_committed`` from its start to the end listed when the read began,
   yielding ``(key, value-or-None)`` (``None`` is a tombstone), and reports
-  :class:`RestoreProgress` through a callback (issue 4: "reading
-  ``read_committed`` to the end with progress reported in status").
+  :class:`RestoreProgress` through a callback (docs/model.md, "The stored form":
+  read ``read_committed`` to the end; progress is reported in status).
 * :func:`write_records` produces a batch to partition ``i`` explicitly, inside
-  the caller's open transaction (issue 4: changelog writes go "to partition
-  ``i`` explicitly").
+  the caller's open transaction (each task's state lives in its own partition: docs/model.md, "The
+  stored form").
 * :func:`describe_topic` and :func:`ensure_changelog_topic` describe or
   create a compacted changelog topic with one partition per task.
 
-Sources: ``JAVA-PARSLEY-FACTS.md`` §3 ("Start-time reads of the changelog":
+Sources: docs/model.md, "The stored form" ("Start-time reads of the changelog":
 ``read_committed`` up to the ends listed read-uncommitted, fail loudly after
-30 s without progress) and §5 ("Other timeouts and bounds": admin calls 30 s).
+30 s without progress) and docs/operations.md, "Running" (admin calls 30 s).
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ __all__ = [
 ]
 
 DEFAULT_STALL_TIMEOUT_S: Final = 30.0
-"""A restore that makes no progress for this long fails (facts §3)."""
+"""A restore that makes no progress for this long fails (docs/model.md, "The stored form")."""
 
 ADMIN_TIMEOUT_S: Final = 30.0
-"""Bound on each admin call (facts §5, "Admin calls at start: 30 s")."""
+"""Bound on each admin call (docs/operations.md, "Running": each admin request 30 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ def read_partition(
     """Read one changelog partition from its start to its end, ``read_committed``.
 
     The end is the high watermark listed ``READ_UNCOMMITTED`` when the read
-    begins, as Java's reader lists it (facts §3): a transaction still open
+    begins, as Java's reader lists it (docs/model.md, "The stored form"): a transaction still open
     below it (its markers not yet written) holds the read until it is
     resolved, so the last committed transaction is never missed. Reading
     ``read_committed``, the last offsets below the end may be transaction
@@ -424,7 +424,7 @@ def ensure_changelog_topic(
     An existing topic is returned as it is, never altered: a partition count
     or cleanup policy that differs is for the caller to judge (the bootstrap
     refuses ``TASK_WIDTH_CHANGED``; a non-compacted ordering changelog loses
-    state, facts §5 "Topic requirements").
+    state, docs/operations.md, "Topic requirements").
 
     Args:
         admin: an AdminClient.

@@ -5,8 +5,9 @@ For each message the engine releases, the worker calls
 
 1. decodes key and value with the received channel's declared serdes
    (APPLICATION_PAYLOAD_UNDECODABLE ``<process>: <topic>@<offset> <key|value>
-   could not be decoded by the declared serde (partition <p>; <error>)``: seed
-   001's ``<topic>@<position>`` kept whole, the partition the runbook's
+   could not be decoded by the declared serde (partition <p>; <error>)``: the
+   ``<topic>@<position>`` of docs/failing-closed.md's detail shapes kept whole, the partition the
+   runbook's
    ``--partition`` needs added inside the parenthesis);
 2. calls the handler with a :class:`parsley.Delivery` (``parsley.*`` headers
    removed) and a :class:`parsley.State` reading the task's stores through a
@@ -26,12 +27,14 @@ from ``Send`` / ``EffectsBuilder.send``), raises inside application code is
 deserializers, after the handler, after planning) even if the application
 caught it, as Java's ``ParsleyProcessor.rethrowSeamViolation`` does.
 
-Details follow seed 001's shapes, prefixed ``<process>: `` as the Java
+Details follow the shapes of docs/failing-closed.md, "Detail shapes that differ from the
+seed", and docs/runbooks.md, prefixed ``<process>: `` as the Java
 implementation prints them (EMISSION_TO_UNDECLARED_CHANNEL is
 ``<process> emitted to undeclared channel <topic>``).
 
-Source: seed 000 (Triggers), seed 001 ("The application must change", "A
-handler that throws"), ``JAVA-PARSLEY-FACTS.md`` §11, issue 4 items 2-3.
+Source: docs/failing-closed.md ("Where each refusal is raised"),
+docs/runbooks.md ("The application must change", "A handler that throws"), README.md,
+"Write your own process".
 """
 
 from __future__ import annotations
@@ -127,7 +130,8 @@ class FrameResult:
 
 
 class HandlerFailure(Exception):
-    """A handler raised: an application failure, not a refusal (seed 001, "A handler that throws").
+    """A handler raised: an application failure, not a refusal (docs/runbooks.md, "The application
+    must change").
 
     The message is ``handler for <topic> failed at task <i>, <topic>-<p>@<offset>:
     <ExceptionType>: <message>``; the original exception is ``__cause__``
@@ -267,7 +271,8 @@ class HandlerFrame:
         Raises:
             ParsleyFailClosedError: STATE_ACCESS_TO_UNDECLARED_STORE, with
                 ``(a Store instance other than the declared one)`` when a store
-                of that name is declared with other serdes (seed 001).
+                of that name is declared with other serdes (docs/runbooks.md, "The application must
+                change").
             TypeError: ``store`` is not a Store.
         """
         if not isinstance(store, Store):

@@ -1,12 +1,12 @@
-"""The identity check at task initialisation (``JAVA-PARSLEY-FACTS.md`` §5; issue 4 item 4).
+"""The identity check at task initialisation (docs/model.md, "Pruning").
 
 Every topic id the task's state names and has a name for is checked by
 describing that name (confluent-kafka describes topics by name) and comparing
-ids. An id that was never bound to a name is never judged dead (facts §5
-step 3). A topic that does not answer with its own id is corroborated: three
+ids. An id that was never bound to a name is never judged dead (docs/model.md,
+"Pruning"). A topic that does not answer with its own id is corroborated: three
 answers 500 ms apart under one 10 s deadline; three non-alive answers mean
 dead — **recreated** if any of them resolved the name to another id, else
-**deleted**. A denied describe counts as alive (seed 001's log line). A check
+**deleted**. A denied describe counts as alive (docs/model.md, "Pruning"). A check
 that cannot be made leaves the ids *pending*; the worker asks again from the
 status punctuation with :class:`Backoff` (one status interval, doubling, capped
 at one minute).
@@ -61,13 +61,13 @@ __all__ = [
 log = logging.getLogger("parsley.worker.identity")
 
 ANSWERS_NEEDED: Final = 3
-"""Consistent non-alive answers that make a topic dead (facts §5)."""
+"""Consistent non-alive answers that make a topic dead (docs/model.md, "Pruning")."""
 ANSWER_SPACING_S: Final = 0.5
-"""Seconds between corroborating answers (facts §5)."""
+"""Seconds between corroborating answers (docs/model.md, "Pruning")."""
 CHECK_DEADLINE_S: Final = 10.0
-"""One deadline for a topic's corroboration, s (facts §5)."""
+"""One deadline for a topic's corroboration, s (docs/model.md, "Pruning")."""
 RETRY_CAP_S: Final = 60.0
-"""Identity retry backoff cap, s (facts §5, ``IDENTITY_RETRY_CAP``)."""
+"""Identity retry backoff cap, s (docs/model.md, "Pruning"; Java's ``IDENTITY_RETRY_CAP``)."""
 DESCRIBE_BATCH: Final = 500
 """Topic names per describe request while learning names."""
 RECEIVED_CHECK_INTERVAL_S: Final = 10.0
@@ -135,7 +135,7 @@ class Answer(enum.Enum):
 
 
 def judge(answers: Sequence[Answer]) -> TopicVerdict | None:
-    """The verdict from the answers gathered so far (facts §5, "Identity check", step 2).
+    """The verdict from the answers gathered so far (docs/model.md, "Pruning").
 
     Returns:
         ``ALIVE`` as soon as one answer is SAME or DENIED; ``RECREATED`` or
@@ -155,8 +155,8 @@ def judge(answers: Sequence[Answer]) -> TopicVerdict | None:
 class Backoff:
     """When to ask a pending identity question again: ``first_s``, doubling, capped at ``cap_s``.
 
-    Source: facts §5 ("starts at 1 s, doubles, and is capped at 1 min"); seed
-    001 ("backing off from one status interval to a minute").
+    Source: docs/model.md, "Pruning" ("starts at 1 s, doubles, and is capped at 1 min"); the
+    Python backoff starts at one status interval (1 s).
     """
 
     first_s: float = 1.0
@@ -201,7 +201,7 @@ class IdentityChecker:
 
     Args:
         admin: an AdminClient.
-        deadline_s: the one deadline of a check, s (facts §5: 10 s).
+        deadline_s: the one deadline of a check, s (docs/model.md, "Pruning": 10 s).
         sleep: ``time.sleep`` (tests pass a fake).
         now: monotonic clock, s.
     """
@@ -308,7 +308,7 @@ class IdentityChecker:
                 (only ids the state names; an id with no name is not passed).
 
         Returns:
-            The verdicts, and what stays pending. Logs seed 001's lines:
+            The verdicts, and what stays pending. Logs the lines of docs/model.md, "Pruning":
             ``describe denied for topic '<name>' (<id>); treating as denied, not dead``,
             ``topic identity could not be checked (<error>); continuing on the
             identities resolved at start, and asking again from the status

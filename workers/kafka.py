@@ -1,6 +1,6 @@
 """The worker's Kafka edge: client configurations and the one KafkaError classifier.
 
-Two jobs, both at the I/O edge (STYLE.md, "Errors"):
+Two jobs, both at the I/O edge:
 
 * **Configurations.** :func:`consumer_config`, :func:`producer_config`,
   :func:`restore_consumer_config` and :func:`admin_config` build the
@@ -81,13 +81,13 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 TRANSACTION_TIMEOUT_MS: Final = 10_000
-"""``transaction.timeout.ms`` of every worker producer (seed 001: an open
-transaction is aborted at ten seconds)."""
+"""``transaction.timeout.ms`` of every worker producer (docs/operations.md, "Transaction time
+bound": an open transaction is aborted at ten seconds)."""
 
 DEFAULT_SESSION_TIMEOUT_MS: Final = 6_000
 """Consumer ``session.timeout.ms``. Static members do not leave the group on
 close, so the group empties only when their sessions expire: keep it to
-seconds (issue 4, "Ownership"). 6 s is the broker's default
+seconds (docs/operations.md, "The consumer group at a start"). 6 s is the broker's default
 ``group.min.session.timeout.ms``, the shortest a stock broker accepts."""
 
 OWNED_PROPERTIES: Final = frozenset(
@@ -110,8 +110,8 @@ OWNED_PROPERTIES: Final = frozenset(
 )
 """librdkafka properties Parsley sets itself and refuses in user overrides.
 
-Source: issue 4 (consumer and producer settings), ``JAVA-PARSLEY-FACTS.md``
-§5 ("ParsleyConfig", forbidden keys and suffixes), seed 001
+Source: docs/operations.md, "Configuration" (forbidden keys and suffixes) and "Transaction
+time bound"; README.md, "Write your own process"
 (``transaction.timeout.ms=10000``; ``partitioner=murmur2_random`` keeps
 co-partitioning with Java producers).
 """
@@ -193,7 +193,7 @@ def consumer_config(
         ``group.instance.id = <prefix>-<process>-task-<NNN>``,
         classic group protocol with the range assignor, ``read_committed``,
         no auto commit, ``auto.offset.reset=error`` (a committed position
-        below the log start is refused, never skipped: seed 000,
+        below the log start is refused, never skipped: docs/failing-closed.md,
         ``POSITIONS_DISCARDED_UNREAD``), no topic auto-creation.
 
     Raises:
@@ -382,7 +382,7 @@ class ErrorKind(enum.Enum):
     """The client is unusable (``KafkaError.fatal()``): stop with a failure detail."""
     SUBSTRATE_TRANSIENT = "substrate_transient"
     """Any other broker, timeout, topic or partition condition: stop with no
-    reason; a restart once the cluster is healthy resumes (seed 001,
+    reason; a restart once the cluster is healthy resumes (docs/runbooks.md,
     "The cluster was unreachable")."""
     UNCLASSIFIED = "unclassified"
     """Not a Kafka error and not a refusal."""
@@ -477,7 +477,8 @@ def classify(exc_or_err: BaseException | KafkaError) -> Classification:
        ``REFUSAL``/``SUBSTRATE_MISCONFIGURED`` — checked before the abortable
        flag because an oversize produce inside a transaction surfaces as the
        transaction's abortable error, and aborting and retrying would meet it
-       again (facts §5: "the two failures that recur identically");
+       again (docs/failing-closed.md, "Diagnosis": "the two
+stops ... that recur identically");
     4. ``_AUTO_OFFSET_RESET``/``OFFSET_OUT_OF_RANGE`` → ``OFFSET_RESET``;
     5. fenced codes (``_FENCED``, ``PRODUCER_FENCED``,
        ``INVALID_PRODUCER_EPOCH``, ``FENCED_INSTANCE_ID``) → ``FENCED``;
@@ -560,7 +561,7 @@ RECORD_TOO_LARGE_DETAIL: Final = (
     "the ordering changelog's max.message.bytes; raise max.message.bytes on the topic "
     "named (or the producer's message.max.bytes if that is lower), then restart"
 )
-"""Seed 001, ``SUBSTRATE_MISCONFIGURED``, "A record exceeded a size limit"."""
+"""docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``, "A record exceeded a size limit"."""
 
 
 def to_exception(

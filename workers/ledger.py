@@ -1,4 +1,4 @@
-"""Delivery accounting: the producer delivered everything it was given (issue 4 item 2).
+"""Delivery accounting: the producer delivered everything it was given.
 
 :class:`DeliveryLedger` counts produce calls and delivery reports so a
 transaction's commit (and a changelog write) can check every record arrived;
@@ -30,7 +30,7 @@ oversize record's own report. They are consequences, never the cause to report.
 
 class DeliveryLedger:
     """Counts produce calls and delivery reports, so a commit can check that
-    the producer delivered everything it was given (issue 4, "The step loop").
+    the producer delivered everything it was given (docs/model.md, "Restart").
 
     Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` and
     call :meth:`sent` once per successful ``produce()``. Delivery reports
@@ -96,7 +96,7 @@ class DeliveryLedger:
 
         Raises:
             ParsleyFailClosedError: a delivery failed with a record too large
-                (``SUBSTRATE_MISCONFIGURED``, seed 000).
+                (``SUBSTRATE_MISCONFIGURED``, docs/failing-closed.md, "Diagnosis").
             SubstrateError: another delivery failure, or reports missing.
         """
         err, where_to = self.first_error, self.first_error_where

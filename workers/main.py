@@ -2,7 +2,7 @@
 
 The coordinator spawns one OS process per task with the ``multiprocess``
 spawn context, targeting :func:`run` with a :class:`workers.protocol.TaskSpec`.
-The worker (issue 4; DESIGN.md, "Architecture"):
+The worker (docs/operations.md, "Running"):
 
 1. builds a transactional producer and calls ``init_transactions`` first, which
    fences any zombie of the task and aborts its open transaction;
@@ -14,7 +14,7 @@ The worker (issue 4; DESIGN.md, "Architecture"):
    records while the group has positions the bootstrap did not write (at every
    rebuild, not only the first); builds the engine over it, binds the received
    topic names to the ids the bootstrap resolved, and runs the identity check
-   (facts §5);
+   (docs/model.md, "Pruning");
 4. joins group ``<app-id>`` as static member ``<app-id>-task-<i>`` with the
    range assignor; unless its assignment is exactly partition ``i`` of each
    received topic with more than ``i`` partitions it processes nothing and
@@ -571,7 +571,8 @@ class Worker:
         more often than the status interval).
 
         Raises:
-            Stop: a partition count changed (seed 001: a restart resolves it).
+            Stop: a partition count changed (docs/runbooks.md, "A partition was added while the
+                process ran").
         """
         for topic in self.received:
             try:
@@ -757,7 +758,7 @@ class Worker:
 
         The tasks are static members whose ``group.instance.id`` is the process's
         (:data:`own_members`); any other member takes partitions from them and may
-        commit positions they never read (seed 001's group-protocol conflict;
+        commit positions they never read (the group-protocol conflict of
         docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``). A member seen for
         :data:`FOREIGN_MEMBER_GRACE_S` is refused. The describe is bounded by
         :data:`ADMIN_CALL_BOUND_S`; a describe that fails or times out judges nothing.
@@ -947,7 +948,7 @@ def _timed_out(outcome: Stop, worker: Worker) -> Stop:
     * older: the consumer group is asked (:meth:`Worker.successor_member`) whether
       another live member holds this task's ``group.instance.id``: if so, FATAL,
       naming it; if not, the timeout explains the fencing: a substrate stop that a
-      restart resolves (seed 001, "The cluster was unreachable": "a transaction
+      restart resolves (docs/runbooks.md, "The cluster was unreachable": "a transaction
       timeout"; docs/operations.md, "Fenced: a successor or a timeout").
     """
     if worker.member_fenced:

@@ -10,7 +10,7 @@ a real broker in ``tests/integration/test_worker_kafka.py``.
 position past its trailing transaction markers, so that retention emptying a
 quiet partition is not mistaken for positions discarded unread.
 
-Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5; issue 4 item 3.
+Source: docs/failing-closed.md, "Read positions" and ``POSITIONS_DISCARDED_UNREAD``.
 (Moved out of :mod:`workers.kafka`, which still re-exports these names.)
 """
 
@@ -40,9 +40,10 @@ class OffsetResetVerdict(enum.Enum):
     """Committed position below the log start: ``POSITIONS_DISCARDED_UNREAD``."""
     BEYOND_LOG_END = "beyond_log_end"
     """Committed position above the log end (the topic was recreated shorter,
-    seed 001 "A received topic went missing"): ``POSITIONS_DISCARDED_UNREAD``."""
+    docs/runbooks.md, "A received topic went missing while the process ran"):
+    ``POSITIONS_DISCARDED_UNREAD``."""
     NO_COMMITTED_OFFSET = "no_committed_offset"
-    """No committed offset: transient, no reason (facts §5)."""
+    """No committed offset: transient, no reason (docs/failing-closed.md, "Not a refusal")."""
     WITHIN_LOG = "within_log"
     """Committed position inside the log now: transient (the log moved meanwhile)."""
 
@@ -51,7 +52,7 @@ def offset_reset_verdict(committed: int | None, log_start: int, log_end: int) ->
     """Tell a discarded position from a missing committed offset.
 
     librdkafka reports both with ``_AUTO_OFFSET_RESET``; only the numbers
-    separate them (issue 4, item 3).
+    separate them.
 
     Args:
         committed: the group's committed read position on the partition (the
@@ -61,8 +62,8 @@ def offset_reset_verdict(committed: int | None, log_start: int, log_end: int) ->
             watermark), inclusive.
         log_end: the high watermark (exclusive end).
 
-    Source: seed 000 ``POSITIONS_DISCARDED_UNREAD``; facts §5 ("a missing
-    committed offset stays transient").
+    Source: docs/failing-closed.md, ``POSITIONS_DISCARDED_UNREAD`` and "Not a refusal" (a
+    missing committed offset stays transient).
     """
     if committed is None or committed < 0:
         return OffsetResetVerdict.NO_COMMITTED_OFFSET
@@ -85,8 +86,9 @@ def offset_reset_refusal(
     """The exception for a refused offset reset, from :func:`offset_reset_verdict`.
 
     Returns:
-        ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with seed
-        001's detail shape (naming the partition, the committed position and
+        ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with the
+        detail shape of docs/runbooks.md, POSITIONS_DISCARDED_UNREAD (naming the partition, the
+        committed position and
         the log start, so the gap can be recorded), or a
         ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a missing committed
         offset or a committed position inside the log.

@@ -3,9 +3,9 @@
 The engine's :class:`~parsley.engine.store.OrderingStore` protocol (bytes
 keys and values; ``scan(prefix)`` in ascending unsigned byte order) over one
 sqlite file, so held message bodies live on disk rather than in Python
-memory (issue 4: a deep hold-back must not grow the worker without bound).
+memory (a deep hold-back must not grow the worker without bound).
 
-The changelog is the source of truth (DESIGN.md, "Ordering state": "a local
+The changelog is the source of truth (docs/model.md, "Restart"; "a local
 copy is a cache only"): :meth:`SqliteOrderingStore.create` always starts from
 an empty file, and :meth:`SqliteOrderingStore.rebuild` loads the changelog's
 latest value per key. Hence no durability is paid for: ``synchronous=OFF``
@@ -33,8 +33,8 @@ _LOAD_CHUNK: Final = 4096
 def task_state_dir(state_dir: str | Path, application_id: str, task: int) -> Path:
     """The task's local state directory, ``<state_dir>/<app-id>/<task>``.
 
-    Source: DESIGN.md, "Names on the cluster" ("local state:
-    ``<state.dir>/<prefix>-<process>/<task>``").
+    Source: docs/operations.md, "Names on the cluster" ("local state":
+    ``<state_dir>/<prefix>-<process>/<task>``).
 
     Raises:
         ValueError: blank application id, a path separator in it, or a negative task.
@@ -64,7 +64,7 @@ class SqliteOrderingStore:
     :meth:`delete`, :meth:`scan`. Not thread-safe; one per worker process.
 
     Shape: a single ordinary (rowid) table ``kv(k BLOB PRIMARY KEY, v BLOB NOT
-    NULL)``; keys and values are the changelog's raw bytes (facts §3). Not
+    NULL)``; keys and values are the changelog's raw bytes (docs/model.md, "The stored form"). Not
     ``WITHOUT ROWID``: SQLite advises against it for rows over ~1/20 of a page,
     and with 1 KiB held bodies the key B-tree carried the bodies (10^5 held rows
     of 1.25 KB: 446 MiB file and 1.52 s to write as ``WITHOUT ROWID``, 134 MiB and
@@ -85,7 +85,7 @@ class SqliteOrderingStore:
     def create(cls, directory: str | Path, name: str = "ordering") -> SqliteOrderingStore:
         """A fresh, empty store in ``directory``: any previous file is deleted first.
 
-        The local copy is a cache only (DESIGN.md, "Ordering state"), always
+        The local copy is a cache only (docs/model.md, "Restart"), always
         rebuilt from the changelog at task start, so an old or half-written
         file is never trusted or even read.
 

@@ -263,8 +263,8 @@ def foreign_members(members: Iterable[Member], own_instance_ids: Collection[str]
 def foreign_member_refusal(
     members: Sequence[Member], group: str, seen_s: float
 ) -> ParsleyFailClosedError:
-    """``SUBSTRATE_MISCONFIGURED`` naming the foreign members (seed 001's group-protocol
-    conflict; docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``).
+    """``SUBSTRATE_MISCONFIGURED`` naming the foreign members (the group-protocol
+    conflict of docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``).
 
     Args:
         members: the foreign members (non-empty).

@@ -8,12 +8,12 @@ connects a ``PUSH`` socket to ``spec.status_endpoint`` and sends orjson
 messages, a ``"status"`` message every status interval from its own loop and
 one ``"final"`` message when it stops. The coordinator never reads message
 text to decide anything: it branches on :class:`StopKind` and the refusal
-reason (seed 002's principle: outcomes classified by a kind).
+reason (docs/operations.md, "Supervision": keyed on the stop kind, never on message text).
 
 Message shapes (JSON objects; times in ms since the epoch, sizes in bytes):
 
 ``status`` — sent every ``status_interval_ms`` from the task's own loop, so a
-stalled loop shows as an ageing entry (seed 000, "Diagnosis")::
+stalled loop shows as an ageing entry (docs/failing-closed.md, "Diagnosis")::
 
     {"kind": "status", "process": str, "task": int, "pid": int, "sent_ms": int,
      "state": "STARTING" | "RESTORING" | "RUNNING" | "REBALANCING",
@@ -83,7 +83,7 @@ class TaskState(enum.Enum):
 
 
 class StopKind(enum.Enum):
-    """How a worker stopped; the restart rule keys on it (seed 001, "Fix the restart rule").
+    """How a worker stopped; the restart rule keys on it (docs/runbooks.md, "Fix the restart rule").
 
     Never derived from message text.
     """

@@ -1,8 +1,8 @@
 """Status over ZeroMQ: a PUSH socket, one ``status`` message per interval and one ``final``.
 
 The shapes are :mod:`workers.protocol`'s. Messages are pushed from the task's
-own loop (issue 4 item 5), so a stalled loop shows as an ageing entry at the
-coordinator (seed 000, "Diagnosis"). Resident memory and CPU come from psutil.
+own loop, so a stalled loop shows as an ageing entry at the
+coordinator (docs/failing-closed.md, "Diagnosis"). Resident memory and CPU come from psutil.
 """
 
 from __future__ import annotations
@@ -142,7 +142,8 @@ def cached_lag(consumer: Consumer, partitions: Iterable[tuple[str, int]],
     """Records on ``partitions`` past the consumer's positions, from cached watermarks only.
 
     Never a network call: the status may be pushed with a transaction open, where no
-    blocking call may run (``transaction.timeout.ms`` is 10 s; issue 4 item 1).
+    blocking call may run (``transaction.timeout.ms`` is 10 s; docs/operations.md, "Transaction
+    time bound").
 
     Args:
         consumer: the task's main consumer.

@@ -2,7 +2,7 @@
 
 :class:`TaskStep` owns the per-execution state of a running task — the
 engine, the handler frame, the stores and the open transaction's account —
-and does the exactly-once step of issue 4 item 2:
+and does the exactly-once step (docs/model.md, "Restart"):
 
 1. :meth:`TaskStep.feed` hands each fetched record to the engine
    (``ProcessEngine.receive``) and remembers the channel's committed read

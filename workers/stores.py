@@ -1,15 +1,15 @@
 """A task's declared stores: a sqlite cache of committed values plus this transaction's writes.
 
 Each declared store ``s`` of task ``i`` is changelogged to partition ``i`` of
-``<prefix>-<process>-<s>-changelog`` (DESIGN.md, "Names on the cluster"). The
+``<prefix>-<process>-<s>-changelog`` (docs/operations.md, "Names on the cluster"). The
 changelog is the truth; the local sqlite file is a cache rebuilt from it at
-every task start and after every abort (issue 4 item 1: "each declared store
-from partition ``i`` of ``<prefix>-<process>-<store>-changelog``").
+every task start and after every abort (each declared store from partition ``i`` of
+``<prefix>-<process>-<store>-changelog``: docs/operations.md, "Names on the cluster").
 
 :class:`TaskStores` is the handler frame's :class:`workers.frame.StoreView`:
 ``get`` sees the open transaction's writes first (a delete reads as absence),
 then the committed cache. :meth:`TaskStores.pending` gives the merged changelog
-writes of the open transaction (latest value per key, issue 4 item 2), and
+writes of the open transaction (latest value per key, docs/model.md, "Restart"), and
 :meth:`TaskStores.committed` folds them into the cache once the transaction
 commits; :meth:`TaskStores.discard` drops them on an abort.
 """

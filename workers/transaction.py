@@ -1,6 +1,6 @@
 """One task's transactional producer: begin lazily, write, send offsets, verify, commit or abort.
 
-One transaction per commit interval, none while idle (issue 4 item 2): the
+One transaction per commit interval, none while idle: the
 step calls :meth:`TaskTransaction.begin` whenever it is about to write, which
 opens a transaction only if none is open; :meth:`TaskTransaction.commit`
 sends the read positions with ``send_offsets_to_transaction(...,
@@ -70,7 +70,7 @@ class TaskTransaction:
 
     def init(self) -> None:
         """``init_transactions``: fences the previous producer of this task, aborting its
-        open transaction (facts §5; issue 4 item 1).
+        open transaction (docs/operations.md, "Fenced: a successor or a timeout").
 
         Raises:
             SubstrateError: classified failure.
@@ -161,8 +161,8 @@ class TaskTransaction:
 
         A failed delivery (a record over the topic's size limit) puts the
         transaction into an abortable state, after which every call fails with
-        ``_STATE``; the delivery's own error is the cause to report (seed 000:
-        a record too large is ``SUBSTRATE_MISCONFIGURED``, not a retry).
+        ``_STATE``; the delivery's own error is the cause to report (docs/failing-closed.md,
+        "Diagnosis": a record too large is ``SUBSTRATE_MISCONFIGURED``, not a retry).
         """
         ledger = self.ledger
         self.producer.poll(0)
