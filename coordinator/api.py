@@ -1,6 +1,6 @@
 """The Python API: ``Parsley.start(config, *processes)`` and the handle it returns.
 
-Mirrors the seeds' Java API (seed 001, "Before an incident")::
+Mirrors the Java API (docs/runbooks.md, "Before an incident")::
 
     with Parsley.start(config, shipper) as parsley:
         parsley.await_stopped()
@@ -8,7 +8,7 @@ Mirrors the seeds' Java API (seed 001, "Before an incident")::
             log.error("%s: %s refusal=%s detail=%s", name, status.state,
                       status.refusal_reason, status.failure_detail)
 
-``start`` is all-or-nothing (seed 001, "If start threw"): it runs the
+``start`` is all-or-nothing (docs/runbooks.md, "If `start` raised"): it runs the
 bootstrap for every process (:mod:`coordinator.bootstrap`), then spawns one
 worker per task (:mod:`coordinator.supervisor`) and serves the control socket
 (:mod:`coordinator.status_socket`). An exception from it means nothing is
@@ -211,14 +211,14 @@ class Parsley:
             log.info("control socket on %s", handle._control.endpoint)
         return handle
 
-    # --- the seeds' API ----------------------------------------------------
+    # --- the Java API ------------------------------------------------------
 
     def status(self) -> dict[str, ProcessStatus]:
-        """``{process name: ProcessStatus}`` now (seed 000, "Diagnosis")."""
+        """``{process name: ProcessStatus}`` now (docs/failing-closed.md, "Diagnosis")."""
         return self._supervisor.status()
 
     def healthy(self) -> bool:
-        """``True`` while no process has stopped (seed 001, "Triage")."""
+        """``True`` while no process has stopped (docs/runbooks.md, "Triage")."""
         return all(s.state is not ProcessState.STOPPED for s in self.status().values())
 
     def await_stopped(self, timeout: float | None = None) -> bool:

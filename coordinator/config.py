@@ -65,9 +65,9 @@ __all__ = [
 ]
 
 DEFAULT_METADATA_BUDGET_BYTES: Final = 262_144
-"""The causal metadata budget, bytes (facts §5: 262,144)."""
+"""The causal metadata budget, bytes (docs/operations.md, "Configuration": 262,144)."""
 DEFAULT_STATUS_INTERVAL_MS: Final = 1_000
-"""How often each task publishes its status entry, ms (facts §5 "Intervals": 1 s)."""
+"""How often each task publishes its status entry, ms (docs/operations.md, "Status": 1 s)."""
 DEFAULT_COMMIT_INTERVAL_MS: Final = 100
 """How long a task's transaction stays open at most, ms (Kafka Streams' EOS default)."""
 DEFAULT_STALE_TASK_MS: Final = 60_000
@@ -88,8 +88,8 @@ _ENV_KAFKA: Final = "PARSLEY_KAFKA_"
 OWNED_KAFKA_PROPERTIES: Final = OWNED_PROPERTIES | frozenset(
     {"application.id", "processing.guarantee"}
 )
-"""Client properties Parsley sets itself (issue 5 item 1; facts §5 forbidden keys and
-suffixes): the worker's own set, ``workers.kafka.OWNED_PROPERTIES`` (one source for
+"""Client properties Parsley sets itself (docs/operations.md, "Configuration": forbidden keys
+and suffixes): the worker's own set, ``workers.kafka.OWNED_PROPERTIES`` (one source for
 both), plus the two Streams names a Java user may carry over (``application.id``,
 ``processing.guarantee``), which Parsley derives itself. A
 ``consumer.``/``producer.``/``admin.`` prefix does not make one acceptable."""

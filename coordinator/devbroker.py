@@ -4,7 +4,7 @@ Users, the test fixture (``tests/conftest.py``), benchmarks and the demo share t
 one broker. It fetches the official Apache Kafka jars (``org.apache.kafka:kafka_2.13``
 and ``org.apache.kafka:kafka-tools``, version :data:`KAFKA_VERSION`) from Maven
 Central with Maven, formats a single-node KRaft storage directory and runs the
-broker with the machine's Java 17. The runbooks' command-line tools (seed 001) run
+broker with the machine's Java 17. The command-line tools of docs/runbooks.md run
 from the same jars through ``parsley-devbroker tool NAME ARGS...``.
 
 Layout of a data directory (default ``$PARSLEY_DEVBROKER_DIR`` or
@@ -20,7 +20,7 @@ Layout of a data directory (default ``$PARSLEY_DEVBROKER_DIR`` or
 Jar cache: ``$PARSLEY_KAFKA_LIB`` if set, else
 ``${XDG_CACHE_HOME:-~/.cache}/parsley/kafka-<version>/lib``; reused when complete.
 
-Source: DESIGN.md "Real parts, never mocks"; issue 2 item 2.
+Source: README.md, "The local broker: ``parsley-devbroker``".
 """
 
 from __future__ import annotations
@@ -448,7 +448,7 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         # Workers use static membership with a session timeout of seconds.
         "group.min.session.timeout.ms": "1000",
         # Topics exist only when created: a deleted topic must stay deleted
-        # (channel identity, DESIGN.md "What it guarantees").
+        # (channel identity: docs/model.md, "Channels and positions").
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
     }

@@ -1,6 +1,6 @@
 """Aggregated status per process: what ``status()`` returns and the socket serves.
 
-The JSON form (issue 5 item 4; seed 000, "Diagnosis")::
+The JSON form (docs/operations.md, "Status"; docs/failing-closed.md, "Diagnosis")::
 
     {"processes": {"<process>": {"state": "RUNNING", "refusal_reason": null,
       "failure_detail": null, "restarts": 0,
@@ -15,7 +15,8 @@ The JSON form (issue 5 item 4; seed 000, "Diagnosis")::
 ``settled`` is ``null`` where the channel has settled nothing yet. A task's
 entry is its last report, aged by ``updated_ms_ago`` (ms since the coordinator
 received it): a healthy task's is at most one status interval old, and one
-older than three intervals is ``stale`` — the seed's sign of a stalled task
+older than three intervals is ``stale`` — docs/failing-closed.md's ("Diagnosis") sign of a stalled
+task
 loop. A task's entry is retired when its worker exits. After a stop the
 process keeps ``refusal_reason`` and ``failure_detail``, with no tasks.
 
@@ -47,11 +48,13 @@ __all__ = [
 ]
 
 STALE_INTERVALS: Final = 3
-"""An entry older than this many status intervals is flagged stale (issue 5 item 4)."""
+"""An entry older than this many status intervals is flagged stale (docs/operations.md,
+"Status")."""
 
 
 class ProcessState(enum.Enum):
-    """A process's state as ``status()`` reports it (seed 000, seed 001 "Triage")."""
+    """A process's state as ``status()`` reports it (docs/failing-closed.md; docs/runbooks.md,
+    "Triage")."""
 
     STARTING = "STARTING"
     """Workers spawned; not every task reports RUNNING yet (a task whose worker
@@ -253,7 +256,7 @@ def process_state(task_count: int, task_states: Mapping[int, str | None]) -> Pro
     Every task ``0 <= i < task_count`` counts: one absent from ``task_states``
     (its worker exited and waits for a respawn, or is not spawned yet) counts
     as having no report, i.e. ``STARTING``, so the process is not ``RUNNING``
-    until every task is back and reports RUNNING (seed 000, "Diagnosis").
+    until every task is back and reports RUNNING (docs/failing-closed.md, "Diagnosis").
 
     Args:
         task_count: W, the process's task count (>= 1).
@@ -268,7 +271,8 @@ def process_state(task_count: int, task_states: Mapping[int, str | None]) -> Pro
 
 @dataclass(frozen=True, slots=True)
 class ProcessStatus:
-    """One process's status (Java ``ProcessStatus``; seed 001 "If a process stopped").
+    """One process's status (Java ``ProcessStatus``; docs/runbooks.md, "If a process stopped after
+    start").
 
     Attributes:
         state: :class:`ProcessState`.

@@ -1,8 +1,8 @@
 """The coordinator's control socket: status and stop requests over ZeroMQ, one reply each.
 
 A ``REP`` socket served by one thread. Every request gets exactly one reply,
-and every reply carries an :class:`Outcome` (seed 002: outcomes classified by
-a kind, never by message text) — a malformed request included, which gets a
+and every reply carries an :class:`Outcome` (docs/operations.md, "The control socket":
+classified by a kind, never by message text) — a malformed request included, which gets a
 clear refusal, never a crash or silence.
 
 Requests and replies are JSON objects (orjson)::
@@ -16,8 +16,8 @@ Requests and replies are JSON objects (orjson)::
     a handler that raised               -> {"outcome": "FAILED", "error": "..."}
     a result orjson cannot encode       -> {"outcome": "FAILED", "error": "..."}
 
-The serving loop survives anything one request does (seed 002, P1: every
-request ends with exactly one reply): a reply that cannot be encoded is
+The serving loop survives anything one request does (docs/operations.md, "The control
+socket": every request ends with exactly one reply): a reply that cannot be encoded is
 replaced by a ``FAILED`` one, an unexpected error in an iteration is logged
 and serving goes on, and a socket whose send failed (a ``REP`` socket then
 sits in the wrong state) is closed and bound again on the same endpoint.
@@ -242,7 +242,7 @@ class ControlServer:
                     poller.unregister(self._sock)
                     self._rebind()
                     poller.register(self._sock, zmq.POLLIN)
-            except Exception:  # one request must never end serving (seed 002, P1)
+            except Exception:  # one request must never end serving (operations.md, control socket)
                 log.exception("control loop error; serving goes on")
                 time.sleep(0.05)
 
@@ -280,7 +280,8 @@ def request(endpoint: str, payload: Mapping[str, Any] | bytes, *, timeout_s: flo
     Args:
         endpoint: the coordinator's control endpoint.
         payload: a JSON-able mapping, or raw bytes (sent as they are).
-        timeout_s: s to wait for the reply (a deadline per call, seed 002).
+        timeout_s: s to wait for the reply (a deadline per call, docs/operations.md, "Bounded
+            client calls").
 
     Returns:
         The decoded reply (always has ``"outcome"``).

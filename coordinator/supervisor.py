@@ -6,11 +6,11 @@ pickles with dill), listens on one ZeroMQ ``PULL`` socket for the workers'
 ``status`` and ``final`` messages, and watches each worker's exit with
 psutil-backed process handles. Decisions key on the
 :class:`~workers.protocol.StopKind` a worker reports (or its exit code), never
-on message text (seed 002).
+on message text (docs/operations.md, "Supervision").
 
-* **Blast radius** (seed 000): any task stopping without a stop request stops
-  every task of its process; other processes keep running.
-* **Restart policy** (seed 001, "Fix the restart rule"), :class:`RestartPolicy`:
+* **Blast radius** (docs/failing-closed.md, "Blast radius"): any task stopping without a stop
+  request stops every task of its process; other processes keep running.
+* **Restart policy** (docs/runbooks.md, "Fix the restart rule"), :class:`RestartPolicy`:
   ``never`` (default) restarts nothing. Under ``transient``: ``SUBSTRATE``
   restarts the whole process through its bootstrap (re-resolving topics and
   pre-commits) with exponential backoff and a bounded attempt count;
@@ -18,7 +18,7 @@ on message text (seed 002).
   worker has a successor); ``REFUSAL`` never, except ``COVERED_POSITION_FED``
   once; ``CRASHED`` (no report) respawns that one task, bounded, while the
   others keep running.
-* **Ownership passes only on a confirmed exit** (seed 002): nothing is
+* **Ownership passes only on a confirmed exit** (docs/operations.md, "Supervision"): nothing is
   respawned for a task whose worker has not been seen to exit.
 * **One owner per child**: the watch thread alone reaps the workers
   (``waitpid``) and records each exit; every other thread (a shutdown, a
@@ -107,7 +107,7 @@ WorkerTarget = Callable[[TaskSpec], int]
 
 
 class RestartPolicy(enum.Enum):
-    """What the supervisor restarts on its own (seed 001, "Fix the restart rule")."""
+    """What the supervisor restarts on its own (docs/runbooks.md, "Fix the restart rule")."""
 
     NEVER = "never"
     """Restart nothing; every stop is left to the operator."""
@@ -133,7 +133,7 @@ def classify_exit(final: Mapping[str, Any], code: int | None
                   ) -> tuple[StopKind, Reason | None, str | None]:
     """How a worker stopped, from its final report or, when that was lost, its exit code (pure).
 
-    Never reads message text (seed 002: outcomes classified by a kind).
+    Never reads message text (docs/operations.md, "Supervision": classified by the stop kind).
 
     Args:
         final: the worker's ``"final"`` message (``workers.protocol``), or ``{}``

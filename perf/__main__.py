@@ -1,4 +1,4 @@
-"""``python -m perf``: the relay benchmarks of issue 7 in one invocation.
+"""``python -m perf``: the relay benchmarks of docs/performance.md in one invocation.
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""The baseline: a plain confluent-kafka exactly-once relay, one process (issue 7).
+"""The baseline: a plain confluent-kafka exactly-once relay, one process (docs/performance.md).
 
 What Parsley's relay is compared with: consume ``read_committed``, produce each
 record to the output topic (same key, value, headers and timestamp), and every

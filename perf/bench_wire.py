@@ -4,7 +4,7 @@ Run: ``python -m perf.bench_wire`` (``--repeat N`` for more rounds). Prints a
 table; asserts nothing about time (figures go to docs/performance.md, "Codec").
 
 Shape: N entries over ceil(N / 8) topics, partitions 0..7 of each (a frontier
-is the sum of partition counts over the upstream topics, facts §4 "Size"),
+is the sum of partition counts over the upstream topics, docs/wire-format.md, "Size"),
 positions random below 2^40. Each figure is the best of several rounds, the
 usual way to read through noise on a shared machine.
 

@@ -1,4 +1,4 @@
-"""Load generator for the end-to-end relay benchmarks (issue 7).
+"""Load generator for the end-to-end relay benchmarks (docs/performance.md).
 
 Every message value starts with a fixed 18-byte stamp, padded with zeros to the
 requested size (100 B or 1 KiB)::
@@ -18,7 +18,7 @@ For the Parsley runs each message carries a ``parsley.causes`` header
 relay does not receive, eight partitions each, with positions that advance with
 ``seq`` (an upstream relay's frontier: one entry moves with each of its deliveries). Causes
 on channels a process does not receive are ignored by the decision rule
-(facts §4, "Decision rule"), so such a message is deliverable at once, yet the
+(docs/model.md, "The decision rule"), so such a message is deliverable at once, yet the
 worker pays for decoding and merging the whole header.
 
 The diamond: the relay receives topics A and B. Pair ``i`` is message A@i and
@@ -153,7 +153,7 @@ def frontier_header(
         moving: move every entry with ``seq``.
 
     Returns:
-        Kafka headers ``[("parsley.causes", bytes)]`` (wire format, facts §1-2).
+        Kafka headers ``[("parsley.causes", bytes)]`` (wire format, docs/wire-format.md).
     """
     if moving:
         causes = {ch: 1_000_000 + 16 * seq + j for j, ch in enumerate(channels)}

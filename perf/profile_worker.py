@@ -1,4 +1,5 @@
-"""Profile the worker's hot path on a parsley-1 relay with pyinstrument (issue 7, item 3).
+"""Profile the worker's hot path on a parsley-1 relay with pyinstrument (docs/performance.md, "The
+worker's hot path").
 
 A backlog of ``--messages`` records (16-entry ``parsley.causes`` header, all causes
 settled) is written before the worker starts, so almost all of its run is the

@@ -1,4 +1,4 @@
-"""Ratios, JSON, PNG plot and the markdown table of ``python -m perf`` (issue 7).
+"""Ratios, JSON, PNG plot and the markdown table of ``python -m perf`` (docs/performance.md).
 
 The JSON shape::
 

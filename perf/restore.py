@@ -1,4 +1,4 @@
-"""Restore benchmark: a task restarted with 10^5 held messages of 1 KiB (issue 7, item 2).
+"""Restore benchmark: a task restarted with 10^5 held messages of 1 KiB (docs/performance.md).
 
 Procedure, on a real broker:
 

@@ -1,4 +1,5 @@
-"""The relay runs of ``python -m perf``: baseline, parsley-1, parsley-2 and diamond (issue 7).
+"""The relay runs of ``python -m perf``: baseline, parsley-1, parsley-2 and diamond
+(docs/performance.md).
 
 Every run follows the same procedure, so the ratios compare like with like:
 
@@ -116,7 +117,7 @@ def conditions(kind: str, settings: Settings) -> Conditions:
 
     The baseline gets the same backlog, the same header bytes and the same
     consume batch as ``parsley-1``, so ``parsley1_vs_baseline`` compares the
-    relays and nothing else (issue 7: "measured as ratios in the same run").
+    relays and nothing else (measured as ratios in the same run).
     """
     from workers.main import BATCH
 

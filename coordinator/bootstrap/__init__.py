@@ -1,7 +1,7 @@
 """Bootstrap at start: everything a process needs before its first worker runs.
 
-Per process, in the Java implementation's order (``JAVA-PARSLEY-FACTS.md`` §5,
-"Bootstrap steps at ``Parsley.start``"):
+Per process, in the Java implementation's order (docs/operations.md,
+"Running"; Java's ``StreamsRuntime.start``):
 
 1. validate the declarations (``ValueError``);
 2. resolve every declared topic, received or sent, to its id and partition
@@ -9,7 +9,7 @@ Per process, in the Java implementation's order (``JAVA-PARSLEY-FACTS.md`` §5,
    (:class:`StartError` naming the topic); a topic without an id is
    ``SUBSTRATE_MISCONFIGURED`` (brokers below 3.7.0);
 3. describe the ordering changelog (absence also takes three answers) and read
-   every partition of it end to end, with progress (facts §3, "Start-time
+   every partition of it end to end, with progress (docs/model.md, "The stored form" ("Start-time
    reads of the changelog"); with prior state, refuse
    ``CHANNEL_IDENTITY_CHANGED`` and ``CHANNEL_REMOVED_WITH_HELD_MESSAGES``;
    then ``TASK_WIDTH_CHANGED``; corrupt state is
@@ -43,7 +43,7 @@ the :class:`ProcessPlan` afterwards. A failed bootstrap raises one of
 ``ParsleyFailClosedError`` (a refusal), :class:`StartRetryableError` (message
 ending "Retry this start."), :class:`StartError` (a missing prerequisite or a
 cluster that could not be queried) or ``ValueError`` (a wrong declaration) —
-seed 001, "If start threw".
+docs/runbooks.md, "If `start` raised".
 
 The package, by responsibility (this module orchestrates and exports the
 public names):
@@ -206,7 +206,8 @@ def bootstrap_process(
     spacing_s: float = ANSWER_SPACING_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ProcessPlan:
-    """Bootstrap steps 3-6 for one process (facts §5 step 3): state, refusals, positions.
+    """Bootstrap steps 3-6 for one process (docs/operations.md, "Running", bootstrap step 3):
+    state, refusals, positions.
 
     Args:
         config: the configuration.
@@ -415,7 +416,7 @@ def bootstrap(
     group_window_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, ProcessPlan]:
-    """Run the whole bootstrap for ``processes`` (facts §5 steps 1-3), all or nothing.
+    """Run the whole bootstrap for ``processes`` (docs/operations.md, "Running"), all or nothing.
 
     Args:
         config: the configuration.

@@ -1,4 +1,5 @@
-"""Bootstrap step 3: read the ordering changelog end to end, with progress (facts §3)."""
+"""Bootstrap step 3: read the ordering changelog end to end, with progress (docs/model.md, "The
+stored form")."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ LOST_HEAD_DETAIL: Final = (
     "trusted. Check the changelog topic's cleanup.policy, then reset the process's state "
     "and group offsets deliberately to proceed."
 )
-"""``state_codec.load_image``'s detail for state without its version entry (facts §3,
+"""``state_codec.load_image``'s detail for state without its version entry (docs/model.md, "The
+stored form",
 "Version entry"); repeated here for a partition whose only live rows are held
 bodies, which this module keeps apart (a unit test checks the two texts agree)."""
 
@@ -120,7 +122,7 @@ def read_ordering_state(
     on_progress: Callable[[RestoreProgress], None] | None = None,
     stall_timeout_s: float = 30.0,
 ) -> list[TaskState]:
-    """Read every partition of an ordering changelog to its end (facts §3).
+    """Read every partition of an ordering changelog to its end (docs/model.md, "The stored form").
 
     Args:
         admin: an AdminClient (offset listings).

@@ -38,9 +38,10 @@ __all__ = [
 log = logging.getLogger("parsley.coordinator.bootstrap")
 
 BOOTSTRAP_METADATA: Final = "parsley.bootstrap"
-"""Commit metadata of every offset the bootstrap writes (facts §5, "Names on the cluster")."""
+"""Commit metadata of every offset the bootstrap writes (docs/operations.md, "Names on the
+cluster")."""
 BOOTSTRAP_CLIENT_PREFIX: Final = "parsley-bootstrap-"
-"""Client id prefix of the bootstrap's clients (facts §5)."""
+"""Client id prefix of the bootstrap's clients (docs/operations.md, "Names on the cluster")."""
 UNKNOWN_ANSWERS: Final = 3
 ANSWER_SPACING_S: Final = 0.5
 ADMIN_TIMEOUT_S: Final = 30.0
@@ -49,7 +50,7 @@ STABLE_DEADLINE_S: Final = 5.0
 
 UNKNOWN_CODES: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 TOPIC_ID_FLOOR: Final = "3.7.0"
-"""The broker version below which topics have no ids (seed 001, SUBSTRATE_MISCONFIGURED)."""
+"""The broker version below which topics have no ids (docs/runbooks.md, SUBSTRATE_MISCONFIGURED)."""
 
 
 UNREACHABLE_CODES: Final = frozenset(
@@ -148,8 +149,8 @@ def check_reachable(admin: Any, bootstrap_servers: str,
 class StartError(RuntimeError):
     """A start prerequisite is missing, or the cluster could not be queried.
 
-    Java's plain ``IllegalStateException`` at start (seed 001, "If start
-    threw"): a declared topic does not exist, the changelog could not be read,
+    Java's plain ``IllegalStateException`` at start (docs/runbooks.md, "If
+    `start` raised"): a declared topic does not exist, the changelog could not be read,
     positions could not be listed. Create the topic, restore connectivity or
     check the ACLs, then retry. Nothing is running after it.
     """
@@ -157,7 +158,7 @@ class StartError(RuntimeError):
 
 class StartRetryableError(StartError):
     """A broker's metadata view lagged, or a sibling was mid-start; the message ends
-    "Retry this start." (seed 001, "If start threw")."""
+    "Retry this start." (docs/runbooks.md, "If `start` raised")."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"{detail.rstrip('. ')}. Retry this start.")

@@ -68,7 +68,7 @@ def initial_position(
 ) -> int:
     """The position the bootstrap pre-commits for a received partition without one (pure).
 
-    The rule of facts §5 (bootstrap step 3, "pre-commit every missing start
+    The rule of docs/operations.md, "Running" (bootstrap step 5, "pre-commit every missing start
     position"), in order:
 
     * prior state that covers the channel: ``covered + 1``; on the fed-to-end

@@ -1,4 +1,5 @@
-"""Bootstrap step 2: resolve declared topics to ids and partition counts (facts §5)."""
+"""Bootstrap step 2: resolve declared topics to ids and partition counts (docs/operations.md,
+"Running")."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def resolve_topics(
     timeout_s: float = ADMIN_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, ResolvedTopic]:
-    """Resolve topic names to ids and partition counts (facts §5, bootstrap step 2).
+    """Resolve topic names to ids and partition counts (docs/operations.md, "Running", bootstrap
+    step 2).
 
     A name is concluded unknown only after ``answers`` consecutive "unknown"
     answers ``spacing_s`` apart (a broker's metadata may lag a creation).
@@ -120,7 +122,8 @@ def resolve_topics(
         StartError: a topic still unknown after the answers (naming it), or a
             describe that failed otherwise (authorization, timeout).
         ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` for a topic without
-            a topic id ("... below the supported 3.7.0 floor ...", seed 001).
+            a topic id ("... below the supported 3.7.0 floor ...", docs/runbooks.md,
+            SUBSTRATE_MISCONFIGURED).
     """
     pending = sorted(set(names))
     resolved: dict[str, ResolvedTopic] = {}
@@ -166,5 +169,5 @@ def kafka_topic_id(topic_id: UUID) -> str:
 
 
 def fmt_channels(channels: Iterable[ChannelId]) -> str:
-    """``[<topicId>/<partition>, ...]``, the channel list of seed 001's details."""
+    """``[<topicId>/<partition>, ...]``, the channel list of the details in docs/runbooks.md."""
     return "[" + ", ".join(f"{kafka_topic_id(c.topic_id)}/{c.partition}" for c in channels) + "]"
