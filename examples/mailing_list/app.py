@@ -15,7 +15,7 @@ names their positions on ``list.posts``; ``digest``'s task ``i`` receives
 delivered. All three topics are keyed by thread (the ingester's union-find over
 the whole file) with the same partition count, so a reply, its parent and
 their events share a partition index, and each ``digest`` task receives every
-cause it must enforce (DESIGN.md, co-partitioning). A plain consumer that
+cause it must enforce (docs/failing-closed.md, "Cross-partition causes"). A plain consumer that
 catches up on both topics sees many threaded events before their posts
 (``naive.py``): large posts and small events are fetched at different speeds.
 

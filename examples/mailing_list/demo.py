@@ -403,7 +403,8 @@ def example_blocker(held: dict[str, Any]) -> str | None:
 
     Args:
         held: one ``held`` entry of a task in ``parsley-coordinator status --json``
-            (issue 5 shape: ``topic``, ``partition``, ``head`` offset, ``blockers``).
+            (docs/operations.md "Status" shape: ``topic``, ``partition``, ``head`` offset,
+            ``blockers``).
 
     Returns:
         e.g. ``list.threaded-1@118 waited for list.posts-1 up to 123 (settled 122)``;

@@ -17,7 +17,7 @@ anything keyed after it lands there too) and produced to that partition
 explicitly. ``posts`` counts the records that went to that partition.
 
 The producer partitions with ``murmur2_random`` like every producer in the
-runtime (DESIGN.md), is idempotent (retries never reorder a partition), and
+runtime, is idempotent (retries never reorder a partition), and
 raises ``message.max.bytes`` to :data:`MAX_RECORD_BYTES`.
 
 ``--delay-every N --delay-ms M`` holds back every N-th post and produces it M

@@ -13,7 +13,7 @@ its ``in_reply_to`` and ``references`` (union-find over the whole file) and
 names each component by its earliest-arriving message. Keying posts by that
 name puts every reply on its parent's partition, which is what lets the
 ``digest`` process enforce "the parent's post before the reply's threaded
-event" (DESIGN.md, co-partitioning).
+event" (docs/failing-closed.md, "Cross-partition causes").
 """
 
 from __future__ import annotations
