@@ -237,7 +237,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under ``CI=true`` a skipped test fails the run (issue 2: never a skip)."""
+    """Under ``CI=true`` a skipped test fails the run (never a skip: README.md, "Run the tests")."""
     if _ci() and _SKIPPED and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -116,7 +116,7 @@ def test_real_refusal_stops_its_process_others_keep_running_and_status_is_logged
         _produce(kafka_bootstrap, bad_src.name, 1, [b"x"], headers=[("parsley.causes", b"\x01")])
         assert parsley.await_stopped(timeout=60)
         with caplog.at_level(logging.ERROR, logger="shipper"):
-            for name, status in parsley.status().items():  # seed 001, "Log the status"
+            for name, status in parsley.status().items():  # docs/runbooks.md, "Log the status"
                 log.error("%s: %s refusal=%s detail=%s", name, status.state,
                           status.refusal_reason, status.failure_detail)
         bad = parsley.status()["bad"]

@@ -1,6 +1,6 @@
 """The coordinator's bootstrap against the real broker: positions, changelogs, each start refusal.
 
-Each refusal is triggered for real (issue 5, "Tests on the real broker"): the
+Each refusal is triggered for real: the
 ordering changelog is deleted with offsets kept, partitions are added to the
 widest topic, a received topic is deleted and recreated, a channel with held
 messages is dropped from the declaration, a corrupt record is written to the

@@ -2,7 +2,7 @@
 
 The restore reader must finish on empty, marker-terminated (commit and abort)
 and compacted partitions, yield exactly the committed records in offset
-order, and report its progress (issue 4 item 1; facts §3 "Start-time reads").
+order, and report its progress (docs/model.md, "The stored form": "Start-time reads").
 """
 
 from __future__ import annotations

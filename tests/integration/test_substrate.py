@@ -1,4 +1,4 @@
-"""The Kafka mechanisms the runtime stands on, proven against a real broker (issue 2 item 4).
+"""The Kafka mechanisms the runtime stands on, proven against a real broker.
 
 Observed with confluent-kafka 2.16.1 (librdkafka 2.16) on Apache Kafka 4.3.1 and asserted
 below, so the worker can rely on them:
@@ -29,7 +29,8 @@ below, so the worker can rely on them:
   ``commit_transaction``/``abort_transaction`` return before the control markers are
   in the partitions: the end offset moves a moment later (``ks.wait_end_offset``).
 
-Producers use ``partitioner=murmur2_random`` (DESIGN.md: matches Java's default).
+Producers use ``partitioner=murmur2_random`` (the Java client's default: docs/failing-closed.md,
+"Cross-partition causes").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A transaction the broker times out under the worker (seed 001: "an open transaction is
-aborted at ten seconds"), on the real broker.
+"""A transaction the broker times out under the worker (docs/operations.md, "Transaction time
+bound":
+an open transaction is aborted at ten seconds), on the real broker.
 
 The handler stalls once for longer than ``transaction.timeout.ms`` (10 s) plus the broker's
 sweep of timed-out transactions, so the broker aborts the open transaction and bumps the

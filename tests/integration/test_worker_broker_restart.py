@@ -1,4 +1,4 @@
-"""Held messages survive a broker restart, neither lost nor released early (issue 4 item 6e).
+"""Held messages survive a broker restart, neither lost nor released early.
 
 A private broker (``coordinator.devbroker`` in a tmp dir; the shared one is never
 restarted) carries a process receiving A and B. Three B records name A records that do

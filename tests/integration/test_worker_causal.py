@@ -1,5 +1,5 @@
-"""The worker holds a message whose cause has not arrived and delivers in causal order (issue 4
-item 6a), on the real broker, with the worker in its own spawned OS process.
+"""The worker holds a message whose cause has not arrived and delivers in causal order,
+on the real broker, with the worker in its own spawned OS process.
 
 A derived message on topic B names, in its ``parsley.causes`` header, a record
 on topic A that plain consumption has not seen yet: the cause is produced in a

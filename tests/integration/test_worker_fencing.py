@@ -1,4 +1,4 @@
-"""A second worker for the same task fences the first, whose commit then fails (issue 4 item 6d).
+"""A second worker for the same task fences the first, whose commit then fails.
 
 Both workers use the task's ``transactional.id`` and static ``group.instance.id``: the
 second's ``init_transactions`` fences the first's producer (and aborts its open

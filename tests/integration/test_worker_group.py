@@ -1,4 +1,4 @@
-"""Ownership through the consumer group, on the real broker (issue 4 item 1).
+"""Ownership through the consumer group, on the real broker.
 
 * Task ``i`` is a visible static member of ``<app-id>``; with one of two tasks running its
   assignment is both partitions, so it processes nothing and reports ``REBALANCING``;

@@ -1,8 +1,8 @@
-"""The identity check at task initialisation on the real broker (issue 4 item 4; facts §5).
+"""The identity check at task initialisation on the real broker (docs/model.md, "Pruning").
 
 * :class:`workers.identity.IdentityChecker` judges a live topic alive at once, a deleted
   one DELETED and a recreated one RECREATED after three answers, and leaves every id
-  pending with seed 001's "could not be checked" line when the cluster does not answer.
+  pending with the "could not be checked" line when the cluster does not answer.
 * A worker whose state binds a received topic name to an older incarnation refuses
   ``CHANNEL_IDENTITY_CHANGED`` at initialisation; one whose received topic was deleted
   while it still holds messages from it refuses ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``.

@@ -180,7 +180,7 @@ def test_committed_position_beyond_log_end_is_positions_discarded_unread(
     config = consumer_config(kafka_bootstrap, "it", process, 0, QUIET, session_timeout_ms=3000)
     consumer = Consumer(config)
     try:
-        # As if the topic were recreated shorter under its name (seed 001).
+        # As if the topic were recreated shorter under its name.
         consumer.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
         consumer.subscribe([topic])
         msg = _first_error(consumer)

@@ -1,4 +1,4 @@
-"""``kill -9`` of a worker at random points, many times in one run (issue 4 item 6b).
+"""``kill -9`` of a worker at random points, many times in one run.
 
 One task of a process receiving A and B (B's records name A records as causes,
 often before those A records exist) keeps a per-source counter in a store and

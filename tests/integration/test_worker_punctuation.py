@@ -1,4 +1,4 @@
-"""The status punctuation makes no blocking admin call with a transaction open (issue 4 item 1).
+"""The status punctuation makes no blocking admin call with a transaction open.
 
 ``transaction.timeout.ms`` is 10 s: an identity describe (up to 15 s, plus its
 500 ms-spaced corroboration) or a shape check (up to 5 s) run with a transaction

@@ -1,4 +1,4 @@
-"""The delivered count survives an abort and rebuild without counting twice (issue 4 item 5).
+"""The delivered count survives an abort and rebuild without counting twice.
 
 An abortable error aborts the open transaction, rebuilds the state from the
 changelogs and rewinds to the committed offsets: the aborted transaction's

@@ -1,9 +1,9 @@
-"""Every refusal the worker raises, triggered by a real input on the real broker (issue 4
-item 3, item 6c), observed in the worker's final message with its reason and detail.
+"""Every refusal the worker raises, triggered by a real input on the real broker,
+observed in the worker's final message with its reason and detail.
 
 Each case runs one task of a process receiving ``in`` and sending ``out``. The input is a
 good record, the bad one, and another good record; the worker must stop with the right kind,
-reason and detail shape (seed 001), exit with the protocol's code, and nothing derived from
+reason and detail shape (docs/runbooks.md), exit with the protocol's code, and nothing derived from
 the bad record or from anything after it may be committed on ``out``.
 """
 
@@ -128,7 +128,7 @@ CASES = [
          "{store} payload could not be serialized by the declared serde"),
     Case("throws", StopKind.APPLICATION, None,
          "handler for {in} failed at task 0, {in}-0@1: RuntimeError: boom"),
-    # seed 001: "<channel>@<position>: <detail>", the channel named as the Kafka tools
+    # "<channel>@<position>: <detail>", the channel named as the Kafka tools
     # need it (docs/failing-closed.md, "Naming a channel").
     Case("undecodable_metadata", StopKind.REFUSAL, "UNDECODABLE_METADATA",
          "topic '{in}' partition 0 offset 1 (topic id {in_id}): unknown causes format "

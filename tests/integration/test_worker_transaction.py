@@ -1,4 +1,4 @@
-"""TaskTransaction's account of the open transaction against the real broker (issue 4 item 2).
+"""TaskTransaction's account of the open transaction against the real broker.
 
 An abort that fails with a retriable error (here: a timeout far shorter than the
 round trip to the transaction coordinator) leaves the transaction open on the

@@ -52,7 +52,9 @@ class Msg:
 
 
 class Model:
-    """The decision rule, literally (facts §1 "Receiver rule", §4)."""
+    """The decision rule, literally (docs/wire-format.md, "What a receiver does with the entries";
+    docs/model.md,
+    "The decision rule")."""
 
     def __init__(self, start: dict[ChannelId, int]) -> None:
         self.covered: dict[ChannelId, int] = {c: s - 1 for c, s in start.items() if s > 0}

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the ordering-state codec (facts §3).
+"""Hypothesis properties of the ordering-state codec (docs/model.md, "The stored form").
 
 Held blobs round-trip byte for byte; any mutation of a blob decodes to a
 message that re-encodes to the same bytes or refuses with

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the ``parsley.causes`` codec (facts §1).
+"""Hypothesis properties of the ``parsley.causes`` codec (docs/wire-format.md).
 
 The oracle is :func:`reference_decode`, written here from the grammar alone and
 differently from ``parsley.wire``: a byte cursor that raises on exhaustion,

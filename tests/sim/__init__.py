@@ -1,4 +1,5 @@
-"""The verification kit: a seeded simulator and a happened-before oracle (issue 3, item 5).
+"""The verification kit: a seeded simulator and a happened-before oracle
+(README.md, "The verification kit").
 
 ``generator`` draws a world from a seed, ``broker`` holds its logs (offsets
 with markers and aborted records), ``host`` drives one ``ProcessEngine`` per

@@ -6,7 +6,8 @@ takes one offset on each channel the transaction touched, and the records of
 an aborted transaction keep their offsets but stay invisible to a
 ``read_committed`` reader. A reader therefore sees gaps, which is what
 obligation V4 asks of a simulator ("markers and aborts never wedge the
-frontier", facts §8). Steps are atomic in the simulation, so no transaction is
+frontier", README.md, "The verification kit"). Steps are atomic in the
+simulation, so no transaction is
 ever open while someone reads; the last stable offset is the log end.
 
 Topic deletion removes a topic from fetches and from identity answers; the

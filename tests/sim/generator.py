@@ -2,14 +2,14 @@
 
 A :class:`Scenario` is a pure function of its seed (``generate(seed)``), so a
 failing seed replays exactly. Shapes are drawn from the topologies the
-verification obligations name (facts §8, V1/V6): a chain, a diamond, a
+verification obligations name (README.md, "The verification kit", V1/V6): a chain, a diamond, a
 fan-in, a process receiving its own output (a cycle), and a random mix; then
 partition counts (1-3 per topic), sources, fault rates and which source
 topic, if any, is deleted once it carries no obligations (SPEC assumption 17).
 
 Tasks follow Kafka Streams' partition grouping: a process is as wide as its
 widest received topic, and task ``i`` receives partition ``i`` of every
-received topic that has one (facts §3, "one partition per task").
+received topic that has one (docs/model.md, "The stored form", "one partition per task").
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class Scenario:
             engine's size arithmetic is tested at its edge.
         join: ``(process, topic)``: the process's declaration gains ``topic`` at
             a restart mid-run (a joining channel: what its delivered past names
-            is covered, facts §4 "Covered and settled").
+            is covered, docs/model.md, "Covered and settled").
     """
 
     seed: int

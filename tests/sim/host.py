@@ -1,6 +1,6 @@
 """A simulated host for one task: it drives a ``ProcessEngine`` as a worker must.
 
-The host keeps the SPEC's host obligations (facts §8):
+The host keeps the host obligations (README.md, "The verification kit"):
 
 * H1: within an execution each channel is fed in increasing offset order;
   which channel goes next is random, and nothing fetchable is withheld forever
@@ -265,7 +265,7 @@ class TaskHost:
                 verdicts[topic_id] = TopicVerdict.ALIVE
             elif topic_id in named:
                 verdicts[topic_id] = TopicVerdict.DELETED
-            # an id never named cannot be judged: it stays pending (facts §5).
+            # an id never named cannot be judged: it stays pending (docs/model.md, "Pruning").
         if self.rng.random() < 0.15:  # the check timed out for some ids: left pending
             verdicts = {k: v for k, v in verdicts.items() if self.rng.random() < 0.5}
         engine.apply_identity(verdicts)
@@ -407,8 +407,8 @@ class TaskHost:
         """Re-fetch some records below the start positions (a replay of committed input).
 
         Everything below a start position lies at or below the session floor,
-        so the engine must drop each such feed silently (facts §4, "Session
-        floor", case 4); an accepted one is reported as ``V2 duplicate``.
+        so the engine must drop each such feed silently (docs/model.md, "The
+        session floor", case 4); an accepted one is reported as ``V2 duplicate``.
         """
         for ch in self.received:
             start = self.committed[ch]
@@ -475,7 +475,7 @@ class TaskHost:
                     self.violations.append(Violation(
                         V2_DUP, f"{self.name}: replay of {ch}@{record.offset}, below the start "
                                 f"position {self.replay_below[ch]}, was {outcome} instead of "
-                                "dropped (facts §4, session floor)"))
+                                "dropped (docs/model.md, session floor)"))
             self.fetch[ch] = record.offset + 1
             if rng.random() < 0.5:
                 self._drain(step)

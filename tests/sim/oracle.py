@@ -9,7 +9,7 @@ vector (channel -> highest position):
 
 * a record a task sent while handling delivery ``d`` happened after ``d`` and
   after everything the task delivered before ``d``, transitively (sends are
-  never causes: facts §4, "Sends never enter the frontier");
+  never causes: docs/model.md, "The frontier, and what a header means");
 * a record a source sent after reading ``(c, p)`` happened after every record
   on ``c`` up to ``p``, transitively.
 
@@ -17,7 +17,8 @@ A vector suffices because each receiver delivers a channel as a prefix; the
 FIFO check below proves that rather than assuming it. The oracle never reads
 a frontier, a header or any engine state.
 
-Clauses it names (facts §8 and §1, "Receiver rule"):
+Clauses it names (README.md, "The verification kit"; docs/wire-format.md, "What a receiver
+does with the entries"):
 
 * ``V1 causal order``: a task delivered a record before a cause of it that lies
   on a channel the task receives.
@@ -29,8 +30,8 @@ Clauses it names (facts §8 and §1, "Receiver rule"):
   from the record's.
 * ``V5 liveness``: at drain, a committed record on a received channel was
   never delivered.
-* ``M1 causes expressed`` and ``M2 entries name records`` (facts §1, "Meaning
-  of an entry"), checked on each task's sends from their ``parsley.causes``
+* ``M1 causes expressed`` and ``M2 entries name records`` (docs/model.md, "The
+  frontier, and what a header means"), checked on each task's sends from their ``parsley.causes``
   bytes as they went on the wire: every real cause is expressed at or above
   its position, except on channels of deleted topics; every entry names a
   committed record, and never the send's own channel at or above its offset.
@@ -178,8 +179,8 @@ class Oracle:
                 having consumed the channel from its start.
 
         Returns:
-            The vector a truthful producer must express (facts §1, "Meaning of
-            an entry"); sources stamp exactly this.
+            The vector a truthful producer must express (docs/model.md, "The frontier,
+            and what a header means"); sources stamp exactly this.
         """
         past: dict[ChannelId, int] = {}
         for ch, pos in observed.items():
@@ -214,8 +215,8 @@ class Oracle:
         """A task's first start positions (its bootstrap commit), before any delivery.
 
         Records below a start position are never owed to the task, and lie
-        below it for the receiver rule too ("the position the receiver started
-        reading from covers every offset below it", facts §1).
+        below it for the receiver rule too (docs/wire-format.md, "What a receiver does with the
+        entries": "the receiver started reading the channel above that position").
         """
         for ch, start in positions.items():
             base = sum(1 for off in self._records.get(ch, ()) if off < start)
@@ -228,7 +229,7 @@ class Oracle:
         """``task`` starts receiving new channels, from ``positions`` (their log starts).
 
         What its delivered past names on a joining channel is covered (the join
-        clamp, facts §4): those records, and any below the start, are never
+        clamp, docs/model.md): those records, and any below the start, are never
         owed to the task, and it must not deliver them.
         """
         self.received[task] = self.received[task] | frozenset(positions)
@@ -262,7 +263,8 @@ class Oracle:
             self._add_record(sent.channel, sent.offset, sent.body, past, sent.causes)
 
     def on_delete(self, topic_id: UUID) -> None:
-        """A topic was deleted: senders may stop expressing causes on it (facts §1)."""
+        """A topic was deleted: senders may stop expressing causes on it (docs/wire-format.md,
+        "What a receiver does with the entries")."""
         self._deleted.add(topic_id)
 
     # ---- checks -------------------------------------------------------------

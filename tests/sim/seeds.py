@@ -1,7 +1,7 @@
 """The seed sweep: ``PARSLEY_SIM_SEEDS`` (e.g. ``"1-300"``, ``"17"``, ``"1-20,42"``).
 
-CI runs the default, seeds 1-300 (facts §8: ``CausalOrderPropertyTest`` seeds
-1-300). A failing seed replays alone with ``PARSLEY_SIM_SEEDS=<seed>``.
+CI runs the default, seeds 1-300 (README.md, "The verification kit", as Java's
+``CausalOrderPropertyTest``). A failing seed replays alone with ``PARSLEY_SIM_SEEDS=<seed>``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ the world drains, and fails with the oracle's clause (V1 causal order, V2 FIFO /
 duplicate / loss / integrity, V5 liveness) plus the scenario and the last
 trace events. Replay one seed with ``PARSLEY_SIM_SEEDS=<seed>``.
 
-Source: facts §8 (V1-V6, ``CausalOrderPropertyTest`` seeds 1-300), issue 3 item 5.
+Source: README.md, "The verification kit" (V1-V6; seeds 1-300, as Java's
+``CausalOrderPropertyTest``).
 """
 
 from __future__ import annotations

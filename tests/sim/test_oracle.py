@@ -5,7 +5,8 @@ report it (committed source records, committed task steps), so a broken
 oracle cannot hide behind a correct engine. Also checks the simulated broker's
 offsets (markers and aborted records take offsets a reader never sees).
 
-Source: facts §8 (V8 ``OracleSelfTest``), §1 "Meaning of an entry".
+Source: README.md, "The verification kit" (V8, Java's ``OracleSelfTest``);
+docs/model.md, "The frontier, and what a header means".
 """
 
 from __future__ import annotations

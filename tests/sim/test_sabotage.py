@@ -5,7 +5,7 @@ For each :class:`parsley.engine.sabotage.Sabotage` mode the default sweep
 engine until a seed fails; the test asserts that one does, that the oracle
 names the clause the fault breaks, and that the same seed passes with the
 sound engine (so the catch is the fault's doing, not the world's). A harness
-that cannot fail is not a harness (STYLE.md, "Tests"; facts §8, V8).
+that cannot fail is not a harness (README.md, "The verification kit", V8).
 """
 
 from __future__ import annotations

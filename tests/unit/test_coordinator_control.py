@@ -1,4 +1,5 @@
-"""The control socket's one-reply rule under handlers that misbehave (seed 002, P1).
+"""The control socket's one-reply rule under handlers that misbehave (docs/operations.md, "The
+control socket").
 
 No broker: a ZeroMQ REP socket on an ipc path under ``tmp_path``.
 """

@@ -1,4 +1,5 @@
-"""The bootstrap's pre-commit rule, pure (facts §5 step 3; no broker)."""
+"""The bootstrap's pre-commit rule, pure (docs/operations.md, "Running", bootstrap step 3; no
+broker)."""
 
 from __future__ import annotations
 

@@ -218,7 +218,7 @@ def test_task_width_is_the_widest_received_topic() -> None:
         task_width([0])
 
 
-# --- validate_declarations (facts §5 bootstrap step 1) -----------------------------------
+# --- validate_declarations (docs/operations.md "Running", step 1) ------------------------
 
 
 def test_valid_declarations_pass() -> None:

@@ -1,4 +1,4 @@
-"""Tables for the delivery decision (facts §4 "Decision rule")."""
+"""Tables for the delivery decision (docs/model.md "Decision rule")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ProcessEngine: feed, hold, deliver, deltas (facts §4; seed 001 detail shapes).
+"""ProcessEngine: feed, hold, deliver, deltas (docs/model.md; detail shapes of docs/runbooks.md).
 
 Each refusal test asserts the reason and the detail text.
 """
@@ -162,7 +162,7 @@ def test_replay_at_or_below_floor_is_dropped_silently_but_merges_causes() -> Non
     assert e.session_floor(A) == 9
     assert e.receive(msg(A, 9, {X: 4})) is FeedOutcome.DUPLICATE_DROPPED
     assert drain(e) == []
-    assert e.frontier() == {X: 4}, "receipt merges before the duplicate check (facts §4)"
+    assert e.frontier() == {X: 4}, "receipt merges before the duplicate check (docs/model.md)"
     assert e.receive(msg(A, 10)) is FeedOutcome.ACCEPTED
 
 
@@ -184,8 +184,8 @@ def test_fed_to_end_channel_refuses_a_feed() -> None:
 
 
 def test_covered_position_fed_invariant_guard() -> None:
-    # No public path reaches it (seed 001): poke coverage above the floor to show the
-    # branch refuses rather than dropping or delivering.
+    # No public path reaches it (docs/runbooks.md, COVERED_POSITION_FED): poke coverage
+    # above the floor to show the branch refuses rather than dropping or delivering.
     e = engine(start={A: 3})
     e._fed[A] = 8  # the invariant guard has no known public trigger
     err = refusal(e.receive, msg(A, 5))

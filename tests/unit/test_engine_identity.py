@@ -1,7 +1,7 @@
 """ProcessEngine: name bindings, identity verdicts, pruning, diagnosis, frontier size.
 
-Sources: facts §5 "Identity check at task initialisation" (what the engine does),
-seed 001 detail shapes, seed 000 "Diagnosis".
+Sources: docs/model.md, "Pruning" (what the engine does with the verdicts), the detail
+shapes of docs/runbooks.md, and docs/failing-closed.md, "Diagnosis".
 """
 
 from __future__ import annotations

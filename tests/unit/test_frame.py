@@ -1,7 +1,7 @@
 """The handler frame (workers/frame.py): decode, call, latch, plan, serialize.
 
-Every refusal is asserted by reason and by its whole detail (seed 001's
-shapes, prefixed with the process name as Java prints them).
+Every refusal is asserted by reason and by its whole detail (the shapes of
+docs/runbooks.md, prefixed with the process name as Java prints them).
 """
 
 from __future__ import annotations

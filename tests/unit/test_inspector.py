@@ -1,4 +1,5 @@
-"""OrderingStateInspector over a synthetic changelog (facts §3, start-time reads).
+"""OrderingStateInspector over a synthetic changelog (docs/model.md, "The stored form", start-time
+reads).
 
 The changelog has overwrites and tombstones; the inspector must answer from
 the latest value per key only.

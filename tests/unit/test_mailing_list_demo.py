@@ -1,6 +1,6 @@
 """The demo's status table and lines from ``parsley-coordinator status --json`` answers (no broker).
 
-The answer's shape is issue 5's (``processes -> tasks -> held -> blockers``,
+The answer's shape is docs/operations.md "Status"'s (``processes -> tasks -> held -> blockers``,
 ``settled`` null where nothing is settled yet).
 """
 

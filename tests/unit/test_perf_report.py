@@ -1,7 +1,7 @@
 """The pure code of perf/: percentiles, latency joins, CPU windows, ratios, report shape, docs.
 
 No broker and no timings: every figure here is made up and the assertions check
-arithmetic and shapes only (issue 7: benchmarks print figures, tests never time).
+arithmetic and shapes only (benchmarks print figures, tests never time).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pure core imports only computation: no I/O, clocks, randomness or Kafka (STYLE.md, "Layout").
+"""The pure core imports only computation: no I/O, clocks, randomness or Kafka.
 
 An allowlist, not a blocklist. The pure modules are every module under
 ``parsley/engine``, ``parsley/wire.py``, and every ``parsley`` module they

@@ -1,6 +1,8 @@
-"""Ordering-state layout (facts §3): keys, values, held blobs, restore checks.
+"""Ordering-state layout (docs/model.md, "The stored form"): keys, values, held blobs, restore
+checks.
 
-The two held-blob examples of facts §3 are byte-exact vectors; every corruption
+The two held-blob examples of docs/model.md, "The stored form" are byte-exact vectors; every
+corruption
 shape lives in one swept catalogue (family, label, bytes, expected diagnosis).
 """
 

@@ -1,8 +1,8 @@
 """The ``parsley.causes`` codec against the Java implementation's vectors.
 
-One swept catalogue (family, label, hex, expected) holds every vector in
-``JAVA-PARSLEY-FACTS.md`` §2 plus one per diagnosis string of §1 "Codec
-details to mirror"; expected is either the decoded causes or the exact
+One swept catalogue (family, label, hex, expected) holds every vector of
+docs/wire-format.md, "Examples", plus one per diagnosis string of Java's ``CausesCodec``; expected
+is either the decoded causes or the exact
 diagnosis. Placement rules (``causes_from_headers``) have their own table.
 """
 
@@ -32,18 +32,18 @@ def ch(topic: UUID, partition: int) -> ChannelId:
 # (family, label, hex, expected): expected is a dict for a valid value, a
 # diagnosis string for a refused one.
 CATALOGUE: list[tuple[str, str, str, Causes | str]] = [
-    # --- facts §2, valid
+    # --- docs/wire-format.md "Examples", valid
     ("valid", "no causes", "0100", {}),
     (
         "valid",
-        "two topics, three channels (facts §2)",
+        "two topics, three channels (wire-format.md Examples)",
         "0102" + A.hex + "02" + "02" + "0000000000000029" + "05" + "0000000000000007"
         + B.hex + "01" + "00" + "0000000000000009",
         {ch(A, 2): 41, ch(A, 5): 7, ch(B, 0): 9},
     ),
     (
         "valid",
-        "two-byte partition varint 300 (facts §2)",
+        "two-byte partition varint 300 (wire-format.md Examples)",
         "01010000000000000001000000000000000101ac020000000000000007",
         {ch(C, 300): 7},
     ),
@@ -67,17 +67,17 @@ CATALOGUE: list[tuple[str, str, str, Causes | str]] = [
         "0101" + CH + "027f00000000000000018001" + "0000000000000002",
         {ch(C, 127): 1, ch(C, 128): 2},
     ),
-    # --- facts §2, refused: version (constraint 1)
+    # --- docs/wire-format.md "Examples", refused: version (constraint 1)
     ("version", "00", "0000", "unknown causes format version 0"),
     ("version", "02", "0200", "unknown causes format version 2"),
     ("version", "ff printed unsigned", "ff00", "unknown causes format version 255"),
-    # --- facts §2, refused: truncated
+    # --- docs/wire-format.md "Examples", refused: truncated
     ("truncated", "empty value", "", "truncated causes header"),
     ("truncated", "version only", "01", "truncated causes header"),
     ("truncated", "topic count varint cut", "01ac", "truncated causes header"),
     (
         "truncated",
-        "second topic id cut (facts §2)",
+        "second topic id cut (wire-format.md Examples)",
         "01020000000000000001000000000000000101000000000000000029000000000000",
         "truncated causes header",
     ),
@@ -93,7 +93,7 @@ CATALOGUE: list[tuple[str, str, str, Causes | str]] = [
     # --- constraint 6, 7
     (
         "position",
-        "negative (facts §2)",
+        "negative (wire-format.md Examples)",
         "0101000000000000000100000000000000010100fffffffffffffffb",
         f"negative position -5 on {C}-0",
     ),
@@ -112,7 +112,7 @@ CATALOGUE: list[tuple[str, str, str, Causes | str]] = [
     # --- constraint 5
     (
         "topic",
-        "zero topic id (facts §2)",
+        "zero topic id (wire-format.md Examples)",
         "01010000000000000000000000000000000001000000000000000007",
         "zero topic id at group 0; the substrate never assigns it to a channel",
     ),
@@ -138,7 +138,7 @@ CATALOGUE: list[tuple[str, str, str, Causes | str]] = [
     # --- constraint 4
     (
         "partition",
-        "not ascending (facts §2)",
+        "not ascending (wire-format.md Examples)",
         "01010000000000000001000000000000000102050000000000000001020000000000000002",
         f"partitions not strictly ascending at {C}-2",
     ),
@@ -150,14 +150,14 @@ CATALOGUE: list[tuple[str, str, str, Causes | str]] = [
     ),
     (
         "partition",
-        "topic naming zero partitions (facts §2)",
+        "topic naming zero partitions (wire-format.md Examples)",
         "01010000000000000001000000000000000100",
         f"topic {C} names zero partitions",
     ),
     # --- varints
     (
         "varint",
-        "non-minimal topic count (facts §2)",
+        "non-minimal topic count (wire-format.md Examples)",
         "0181000000000000000001000000000000000101000000000000000001",
         "non-minimal varint in topic count",
     ),

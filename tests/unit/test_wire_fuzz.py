@@ -1,4 +1,4 @@
-"""A seeded plain-loop fuzz of the ``parsley.causes`` decoder (issue 3, item 1).
+"""A seeded plain-loop fuzz of the ``parsley.causes`` decoder.
 
 10^6 random mutations by default (``PARSLEY_FUZZ_SIZE`` overrides) of a corpus
 of valid values: byte replacement, bit flip, truncation, insertion, deletion,

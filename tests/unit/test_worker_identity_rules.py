@@ -1,4 +1,5 @@
-"""The identity check's pure rules: three answers make a verdict; the retry backoff (facts §5)."""
+"""The identity check's pure rules: three answers make a verdict; the retry backoff (docs/model.md,
+"Pruning")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""load_image streams its input: one pass, each held body dropped once validated (issue 7).
+"""load_image streams its input: one pass, each held body dropped once validated
+(docs/performance.md).
 
 A restore hands :func:`parsley.engine.state_codec.load_image` the ordering store's
 lazy scan; holding every body at once (``list(items)``) cost ~100 MB for 10^5

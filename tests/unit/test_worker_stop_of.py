@@ -1,7 +1,7 @@
 """How the worker classifies what stopped it (``workers.main.stop_of``), without a broker.
 
 The stop kind comes from the exception's type and the Kafka error it carries,
-never from message text (seed 002: outcomes classified by a kind).
+never from message text (docs/operations.md, "Supervision": classified by a kind).
 """
 
 from __future__ import annotations
