@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,6 +170,8 @@ class ChaosResult:
         produced: ``A`` and ``B`` records acknowledged to the producer.
         produce_errors: deliveries the producer was told failed (not counted as lost:
             the verdict judges what the input topics hold).
+        peak_held: the most messages held at once in any status seen (B records
+            waiting for their A cause: the causal check had something to judge).
         leftovers: processes of the run still alive after the final stop (killed).
         coordinator_exit: the last coordinator's exit status, or ``None``.
         log_dir: where the coordinators' logs are.
@@ -182,6 +185,7 @@ class ChaosResult:
     all_running: bool = False
     produced: int = 0
     produce_errors: int = 0
+    peak_held: int = 0
     leftovers: list[str] = field(default_factory=list)
     coordinator_exit: int | None = None
     log_dir: str = ""
@@ -197,8 +201,8 @@ class ChaosResult:
         """The schedule with each recovery's time, the verdict, and any failure."""
         lines = [f"chaos run seed {self.seed}: {'PASS' if self.ok else 'FAIL'} in "
                  f"{self.seconds:.0f} s, {self.produced} input records produced "
-                 f"({self.produce_errors} delivery errors), coordinator exit "
-                 f"{self.coordinator_exit}"]
+                 f"({self.produce_errors} delivery errors), peak held {self.peak_held}, "
+                 f"coordinator exit {self.coordinator_exit}"]
         lines += ["  " + f.line() for f in self.faults]
         lines.append("  verdict: " + (self.verdict.summary().replace("\n", "\n    ")
                                       if self.verdict else "none (the run did not get there)"))
@@ -224,11 +228,11 @@ class LoadProducer(threading.Thread):
     def __init__(self, bootstrap: str, a: TopicInfo, b: TopicInfo, rate: float,
                  seed: int) -> None:
         super().__init__(name="chaos-producer", daemon=True)
-        self._bootstrap = bootstrap
+        self._servers = bootstrap
         self._a, self._b = a, b
         self._period = 1.0 / rate
         self._rng = random.Random(seed)
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
         self._causes: list[tuple[int, int]] = []  # (partition, offset) of acked A records
         self.acked = 0
@@ -237,7 +241,7 @@ class LoadProducer(threading.Thread):
         self.flushed: int | None = None
 
     def _config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self._bootstrap, "enable.idempotence": True,
+        return {"bootstrap.servers": self._servers, "enable.idempotence": True,
                 "linger.ms": 5, "message.timeout.ms": 600_000, **QUIET}
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
@@ -255,7 +259,7 @@ class LoadProducer(threading.Thread):
         producer = Producer(self._config())
         seq = 0
         next_at = time.monotonic()
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             now = time.monotonic()
             if now >= next_at:
                 next_at += self._period
@@ -286,7 +290,7 @@ class LoadProducer(threading.Thread):
 
     def stop(self, timeout_s: float = 75.0) -> None:
         """Stop producing and wait (bounded) for the flush."""
-        self._stop.set()
+        self._halt.set()
         self.join(timeout_s)
 
 
@@ -389,6 +393,8 @@ class ChaosRun:
             self.last_status_error = f"{reply.get('outcome')}: {reply.get('error')}"
             return None
         self.last_status = parse_status(reply["status"])
+        for st in self.last_status.values():
+            self.result.peak_held = max(self.result.peak_held, st.held_count)
         self.last_status_error = ""
         return self.last_status
 
@@ -486,14 +492,22 @@ class ChaosRun:
 
     def _recovered(self, mark: int | None, dead: Sequence[psutil.Process] = ()
                    ) -> Callable[[], str | None]:
-        """The recovery condition: all RUNNING, the output moved past ``mark``, ``dead`` gone."""
+        """The recovery condition: ``dead`` (killed workers, or the workers of a killed
+        coordinator) gone from the machine and from the status, every task RUNNING with
+        fresh status, and a transaction committed to the output past ``mark``."""
+        gone = {p.pid for p in dead}
+
         def missing() -> str | None:
             alive = [p.pid for p in dead if _alive(p)]
             if alive:
                 return f"workers of the killed coordinator still alive: pids {alive}"
-            gap = self._running(self._status())
+            st = self._status()
+            gap = self._running(st)
             if gap is not None:
                 return gap
+            stale = [t.pid for t in (st or {})[app.PROCESS_NAME].tasks if t.pid in gone]
+            if stale:
+                return f"the status still shows killed worker(s) {stale}"
             lso = self._out_lso()
             if lso is None:
                 return "the output's last stable offset cannot be read"
@@ -519,6 +533,8 @@ class ChaosRun:
             result.note = "broker answering again"
         elif fault.kind == "worker_kill":
             pid = self._pid_of(fault.task)
+            with contextlib.suppress(psutil.Error):
+                dead.append(psutil.Process(pid))
             os.kill(pid, signal.SIGKILL)
             result.note = f"killed pid {pid}"
         elif fault.kind == "worker_stop":
@@ -614,7 +630,7 @@ class ChaosRun:
         inputs = []
         for topic in (a, b):
             for rec in _read(self.bootstrap, topic.name, range(TASKS)):
-                raw = dict(rec.headers()).get(CAUSES_HEADER)
+                raw = dict(rec.headers() or ()).get(CAUSES_HEADER)
                 causes = {(names.get(ch.topic_id, str(ch.topic_id)), ch.partition): off
                           for ch, off in decode_causes(raw).items()} if raw else {}
                 inputs.append(InputRecord((topic.name, rec.partition() or 0),
@@ -663,6 +679,9 @@ class ChaosRun:
             except (ChaosFailure, TimeoutError, devbroker.DevBrokerError) as exc:
                 self.result.failure = str(exc)
                 self._log(f"FAILED: {exc}")
+            except Exception:
+                self.result.failure = "the harness raised:\n" + traceback.format_exc()
+                self._log(f"FAILED: {self.result.failure}")
             finally:
                 if self.producer is not None and self.producer.is_alive():
                     self.producer.stop(10.0)
