@@ -25,7 +25,7 @@ from tests.chaos.schedule import KINDS, parse_kinds
 @click.option("--kinds", default="all", show_default=True,
               help=f"Comma-separated fault kinds: {','.join(KINDS)}, or all.")
 @click.option("--rate", type=float, default=40.0, show_default=True,
-              help="A records per second (about half get a B record naming them).")
+              help="A records per second (about 60% more B records name them as causes).")
 @click.option("--recovery", type=float, default=90.0, show_default=True,
               help="Bound on each recovery, s.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),

@@ -7,9 +7,9 @@ them. A run:
 1. starts a private broker (``coordinator.devbroker`` in the run's directory; the
    shared broker is never touched) and creates input topics ``A`` and ``B`` (two
    partitions each) and the output topic (one partition);
-2. starts a producer thread: ``A`` records at ``rate`` per second, and for about half
-   of them, once acknowledged, a ``B`` record on the same partition whose
-   ``parsley.causes`` header names that ``A`` record;
+2. starts a producer thread (:class:`LoadProducer`): ``A`` records at ``rate`` per
+   second, and ``B`` records on the same partition whose ``parsley.causes`` header
+   names an ``A`` record, acknowledged already or a few offsets ahead;
 3. runs ``parsley-coordinator run tests.chaos.app:processes --restart transient`` as
    a subprocess (two tasks), and waits until every task is RUNNING;
 4. plays the schedule (``tests.chaos.schedule``): broker restart (SIGTERM with the
@@ -119,7 +119,7 @@ class ChaosSettings:
         faults: number of faults to play (``None``: as many as fit in ``minutes``).
         minutes: with ``faults=None``, play faults until this many minutes passed.
         kinds: the fault kinds to draw from (``tests.chaos.schedule.KINDS``).
-        rate: ``A`` records per second (about half get a ``B`` record naming them).
+        rate: ``A`` records per second (about 60% more ``B`` records name them).
         recovery_s: bound on each recovery, s.
         drain_s: bound on the final drain (RUNNING, lag 0, nothing held), s.
         gap_s: (low, high) seconds of running between a recovery and the next fault.
@@ -219,11 +219,24 @@ class ChaosResult:
 
 
 class LoadProducer(threading.Thread):
-    """Produces ``A`` records at ``rate``/s, and ``B`` records naming acknowledged ``A`` ones.
+    """Produces ``A`` records at ``rate``/s and ``B`` records naming ``A`` records as causes.
 
-    Idempotent (no duplicates from retries across a broker restart); a fatal producer
-    error replaces the producer. Counts acknowledged and failed deliveries.
+    Two kinds of ``B`` record, so that the pipeline has to hold messages:
+
+    * about 30% of acknowledged ``A`` records get a ``B`` record naming them (a cause
+      in the past, possibly not yet delivered by the task);
+    * about 30% of ``A`` records are followed at once by a ``B`` record naming an ``A``
+      offset up to :attr:`LEAD` ahead on the same partition, not produced yet (each
+      partition's offsets are predicted by counting: one idempotent producer, no
+      transactions), so the task holds the ``B`` record until its cause arrives.
+
+    On :meth:`stop`, ``LEAD + 5`` more ``A`` records per partition make every named
+    offset exist, then the producer flushes (bounded). Idempotent: no duplicates from
+    retries across a broker restart; a fatal producer error replaces the producer.
     """
+
+    LEAD = 10
+    """How far ahead (offsets) a ``B`` record's cause may be."""
 
     def __init__(self, bootstrap: str, a: TopicInfo, b: TopicInfo, rate: float,
                  seed: int) -> None:
@@ -235,6 +248,7 @@ class LoadProducer(threading.Thread):
         self._halt = threading.Event()
         self._lock = threading.Lock()
         self._causes: list[tuple[int, int]] = []  # (partition, offset) of acked A records
+        self._next = [0] * TASKS  # predicted next offset of A per partition
         self.acked = 0
         self.errors = 0
         self.last_error = ""
@@ -251,13 +265,25 @@ class LoadProducer(threading.Thread):
                 self.last_error = str(err)
                 return
             self.acked += 1
-            if msg.topic() == self._a.name and self._rng.random() < 0.5:
+            if msg.topic() == self._a.name and self._rng.random() < 0.3:
                 self._causes.append((msg.partition() or 0, msg.offset() or 0))
 
+    def _produce_b(self, producer: Producer, partition: int, offset: int) -> None:
+        header = encode_causes({ChannelId(self._a.topic_id, partition): offset})
+        producer.produce(self._b.name, key=b"c%d" % offset,
+                         value=b"b-for-%d-%d" % (partition, offset), partition=partition,
+                         headers=[(CAUSES_HEADER, header)], on_delivery=self._on_delivery)
+
+    def _produce_a(self, producer: Producer, partition: int) -> None:
+        seq = self._next[partition]
+        producer.produce(self._a.name, key=b"k%d" % seq, value=b"a%d-%d" % (partition, seq),
+                         partition=partition, on_delivery=self._on_delivery)
+        self._next[partition] += 1
+
     def run(self) -> None:
-        """Produce until :meth:`stop`, then flush (bounded, 60 s)."""
+        """Produce until :meth:`stop`, then the tail, then flush (bounded, 60 s)."""
         producer = Producer(self._config())
-        seq = 0
+        turn = 0
         next_at = time.monotonic()
         while not self._halt.is_set():
             now = time.monotonic()
@@ -266,18 +292,16 @@ class LoadProducer(threading.Thread):
                 if next_at < now - 1.0:  # fell behind (queue full, broker down): no burst
                     next_at = now
                 try:
-                    producer.produce(self._a.name, key=b"k%d" % seq, value=b"a%d" % seq,
-                                     partition=seq % TASKS, on_delivery=self._on_delivery)
-                    seq += 1
+                    partition = turn % TASKS
+                    self._produce_a(producer, partition)
+                    turn += 1
+                    if self._rng.random() < 0.3:
+                        ahead = self._next[partition] - 1 + self._rng.randint(0, self.LEAD)
+                        self._produce_b(producer, partition, ahead)
                     with self._lock:
                         causes, self._causes = self._causes, []
-                    for partition, offset in causes:
-                        header = encode_causes({ChannelId(self._a.topic_id, partition): offset})
-                        producer.produce(self._b.name, key=b"c%d" % offset,
-                                         value=b"b-for-%d-%d" % (partition, offset),
-                                         partition=partition,
-                                         headers=[(CAUSES_HEADER, header)],
-                                         on_delivery=self._on_delivery)
+                    for p, offset in causes:
+                        self._produce_b(producer, p, offset)
                 except BufferError:
                     pass  # queue full while the broker is away: produce less
                 except Exception as exc:  # a fatal producer error: start a new one
@@ -286,10 +310,14 @@ class LoadProducer(threading.Thread):
                         self.last_error = f"{type(exc).__name__}: {exc}"
                     producer = Producer(self._config())
             producer.poll(min(0.05, max(0.0, next_at - time.monotonic())))
+        for _ in range(self.LEAD + 5):
+            for partition in range(TASKS):
+                with contextlib.suppress(BufferError):
+                    self._produce_a(producer, partition)
         self.flushed = producer.flush(60)
 
     def stop(self, timeout_s: float = 75.0) -> None:
-        """Stop producing and wait (bounded) for the flush."""
+        """Stop producing and wait (bounded) for the tail and the flush."""
         self._halt.set()
         self.join(timeout_s)
 
@@ -369,12 +397,16 @@ class ChaosRun:
         self.known[proc.pid] = psutil.Process(proc.pid)
         self._log(f"coordinator {n} started (pid {proc.pid}, log {log})")
 
-    def _log_tail(self, lines: int = 25) -> str:
+    def _log_tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of the live coordinator's log, librdkafka's own
+        lines (``%3|...``, connection chatter while the broker is away) left out."""
         try:
             text = self.coordinator.log.read_text(errors="replace").splitlines()
         except OSError as exc:
             return f"(no log: {exc})"
-        return "\n".join(text[-lines:])
+        ours = [line for line in text if not line.startswith("%")]
+        return "\n".join(ours[-lines:]) + \
+            f"\n({len(text) - len(ours)} librdkafka lines left out; log {self.coordinator.log})"
 
     def _track_children(self) -> None:
         for c in self.coordinators:
@@ -683,8 +715,11 @@ class ChaosRun:
                 self.result.failure = "the harness raised:\n" + traceback.format_exc()
                 self._log(f"FAILED: {self.result.failure}")
             finally:
-                if self.producer is not None and self.producer.is_alive():
-                    self.producer.stop(10.0)
+                if self.producer is not None:
+                    if self.producer.is_alive():
+                        self.producer.stop(10.0)
+                    self.result.produced = self.producer.acked
+                    self.result.produce_errors = self.producer.errors
                 self._stop()
         finally:
             with contextlib.suppress(Exception):
