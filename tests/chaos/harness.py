@@ -77,6 +77,9 @@ TASKS = 2
 """The pipeline's task count (input partitions)."""
 POLL_S = 0.5
 """Seconds between status polls while waiting."""
+ORPHAN_EXIT_S = 10.0
+"""Bound on a killed coordinator's workers exiting on their own, s (a generous
+multiple of the product's 2 s bound, docs/runbooks.md)."""
 STATUS_INTERVAL_MS = 500
 """The tasks' status interval; an entry is stale past three of them."""
 
@@ -580,13 +583,26 @@ class ChaosRun:
             self._track_children()
             old = self.coordinator
             dead = [p for pid, p in self.known.items() if pid != old.proc.pid and _alive(p)
-                    and _is_child_of(p, old.proc.pid)]
+                    and _is_child_of(p, old.proc.pid) and not _is_resource_tracker(p)]
             os.kill(old.proc.pid, signal.SIGKILL)
             old.proc.wait(10)
+            # Its workers must exit on their own (docs/runbooks.md), before a successor
+            # could fence them: a successor started at once would hide orphans.
+            deadline = time.monotonic() + ORPHAN_EXIT_S
+            while any(_alive(p) for p in dead) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            alive = [p.pid for p in dead if _alive(p)]
+            if alive:
+                raise ChaosFailure(
+                    f"fault {fault.describe()}: workers {alive} of the killed coordinator "
+                    f"{old.proc.pid} still alive {ORPHAN_EXIT_S:g} s after its death (a "
+                    "worker must exit when its coordinator dies); log tail:\n"
+                    + self._log_tail())
+            orphaned_s = ORPHAN_EXIT_S - (deadline - time.monotonic())
             time.sleep(fault.duration_s)
             self._start_coordinator()
-            result.note = f"killed coordinator pid {old.proc.pid} with workers " \
-                          f"{[p.pid for p in dead]}"
+            result.note = f"killed coordinator pid {old.proc.pid}; its workers " \
+                          f"{[p.pid for p in dead]} exited within {orphaned_s:.1f} s"
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
         mark = self._out_lso()
@@ -736,6 +752,13 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _is_resource_tracker(p: psutil.Process) -> bool:
+    """``multiprocess``'s shared resource tracker (a helper of the coordinator, not a worker)."""
+    with contextlib.suppress(psutil.Error):
+        return any("resource_tracker" in part for part in p.cmdline())
+    return False
 
 
 def _is_child_of(p: psutil.Process, pid: int) -> bool:
