@@ -78,8 +78,9 @@ TASKS = 2
 POLL_S = 0.5
 """Seconds between status polls while waiting."""
 ORPHAN_EXIT_S = 10.0
-"""Bound on a killed coordinator's workers exiting on their own, s (a generous
-multiple of the product's 2 s bound, docs/runbooks.md)."""
+"""Bound on a killed coordinator's workers exiting on their own, s: a generous
+multiple of the 2 s a worker has to notice its coordinator's death
+(docs/operations.md, "Chaos test and soak")."""
 STATUS_INTERVAL_MS = 500
 """The tasks' status interval; an entry is stale past three of them."""
 
@@ -586,8 +587,8 @@ class ChaosRun:
                     and _is_child_of(p, old.proc.pid) and not _is_resource_tracker(p)]
             os.kill(old.proc.pid, signal.SIGKILL)
             old.proc.wait(10)
-            # Its workers must exit on their own (docs/runbooks.md), before a successor
-            # could fence them: a successor started at once would hide orphans.
+            # Its workers must exit on their own before a successor could fence them:
+            # a successor started at once would hide orphans.
             deadline = time.monotonic() + ORPHAN_EXIT_S
             while any(_alive(p) for p in dead) and time.monotonic() < deadline:
                 time.sleep(0.1)
