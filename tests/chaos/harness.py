@@ -83,6 +83,10 @@ multiple of the 2 s a worker has to notice its coordinator's death
 (docs/operations.md, "Chaos test and soak")."""
 STATUS_INTERVAL_MS = 500
 """The tasks' status interval; an entry is stale past three of them."""
+STALE_TASK_MS = 6_000
+"""The coordinator's bound on a silent worker before it kills it by PID (its
+``stale_task_ms``, docs/operations.md "Supervision"): shorter than the longest
+SIGSTOP of the schedule, so some stopped workers are killed and respawned."""
 
 
 class ChaosFailure(Exception):
@@ -391,6 +395,7 @@ class ChaosRun:
         env.update({app.ENV_A: self.topics["A"].name, app.ENV_B: self.topics["B"].name,
                     app.ENV_OUT: self.topics["OUT"].name,
                     "PARSLEY_STATUS_INTERVAL_MS": str(STATUS_INTERVAL_MS),
+                    "PARSLEY_STALE_TASK_MS": str(STALE_TASK_MS),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                 env.get("PYTHONPATH")]))})
         with open(log, "ab") as out:

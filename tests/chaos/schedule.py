@@ -24,7 +24,7 @@ _DURATION_S = {
     "broker_restart": (2.0, 12.0),
     "worker_kill": (0.0, 0.0),
     "coordinator_kill": (0.0, 3.0),
-    "worker_stop": (2.0, 10.0),
+    "worker_stop": (2.0, 14.0),
 }
 
 
