@@ -563,6 +563,7 @@ class ChaosRun:
         self.result.faults.append(result)
         self._log(f"fault {fault.describe()}")
         dead: list[psutil.Process] = []
+        pid = -1
         if fault.kind == "broker_restart":
             devbroker.down(self.broker_dir, keep=True, deadline_s=30.0)
             time.sleep(fault.duration_s)
@@ -614,6 +615,10 @@ class ChaosRun:
         mark = self._out_lso()
         result.recovered_s = self._wait(f"recovery from fault {fault.describe()}",
                                         self.s.recovery_s, self._recovered(mark, dead))
+        if fault.kind == "worker_stop":
+            pids = {t.pid for st in (self.last_status or {}).values() for t in st.tasks}
+            result.note += "; it resumed" if pid in pids else \
+                "; it was replaced (killed as stale)"
         self._log(f"recovered from #{fault.index} in {result.recovered_s:.1f} s")
         return result
 
