@@ -10,7 +10,7 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
        metadata_budget_bytes = 262144
        status_interval_ms = 1000
        commit_interval_ms = 100
-       refuse_cross_partition_causes = false
+       cross_partition_causes = "auto"
        stale_task_ms = 60000
        max_restarts = 5
        restart_backoff_ms = 1000
@@ -22,8 +22,10 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
 2. ``PARSLEY_*`` environment variables: ``PARSLEY_BOOTSTRAP_SERVERS``,
    ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
    ``PARSLEY_METADATA_BUDGET_BYTES``, ``PARSLEY_STATUS_INTERVAL_MS``,
-   ``PARSLEY_COMMIT_INTERVAL_MS``, ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
-   (``true``/``false``), ``PARSLEY_STALE_TASK_MS``, ``PARSLEY_MAX_RESTARTS``,
+   ``PARSLEY_COMMIT_INTERVAL_MS``, ``PARSLEY_CROSS_PARTITION_CAUSES``
+   (``auto``/``refuse``/``warn``), ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
+   (``true``/``false``, the older spelling of ``refuse``), ``PARSLEY_STALE_TASK_MS``,
+   ``PARSLEY_MAX_RESTARTS``,
    ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``, and one
    ``PARSLEY_KAFKA_<NAME>`` per client
    property, ``<NAME>`` upper-cased with dots as underscores
@@ -47,6 +49,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from parsley.engine.engine import CROSS_PARTITION_SETTINGS
 from workers.kafka import OWNED_PROPERTIES
 
 __all__ = [
@@ -141,10 +144,15 @@ class ParsleyConfig:
         metadata_budget_bytes: causal metadata budget, bytes, > 0.
         status_interval_ms: a task's status period, ms, >= 1.
         commit_interval_ms: a task's transaction period, ms, >= 1.
-        refuse_cross_partition_causes: refuse a cause on another task's partition of
-            a received topic (``CROSS_PARTITION_CAUSE``) even when the received
-            topics' partition counts differ; with equal counts it is always refused
-            (docs/failing-closed.md).
+        cross_partition_causes: what a cause on another task's partition of a
+            received topic does: ``auto`` (default) refuses it
+            (``CROSS_PARTITION_CAUSE``) when the received topics' partition counts
+            are equal and carries it unenforced with a warning otherwise; ``refuse``
+            always refuses; ``warn`` always carries, warns and counts it, for an
+            upstream stage that deliberately fans partitions in
+            (docs/failing-closed.md, "Cross-partition causes").
+        refuse_cross_partition_causes: the older boolean spelling: ``True`` means
+            ``cross_partition_causes = "refuse"``; ``False`` changes nothing.
         stale_task_ms: a worker that sends no report for this long is killed
             by PID (SIGKILL) and treated as a transient stop, ms, >= 1.
         max_restarts: the restart budget under ``transient``, >= 0.
@@ -157,7 +165,10 @@ class ParsleyConfig:
 
     Raises:
         ValueError: a blank server list or prefix, a prefix containing
-            ``__parsley.``, a non-positive budget or interval, a property
+            ``__parsley.``, a non-positive budget or interval, a
+            ``cross_partition_causes`` outside ``auto``/``refuse``/``warn``,
+            ``refuse_cross_partition_causes = true`` with
+            ``cross_partition_causes = "warn"``, a property
             Parsley owns (the message names it), or a property with no value.
         TypeError: a property name that is not a string.
     """
@@ -169,6 +180,7 @@ class ParsleyConfig:
     status_interval_ms: int = DEFAULT_STATUS_INTERVAL_MS
     commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS
     kafka_properties: Mapping[str, Any] = field(default_factory=dict)
+    cross_partition_causes: str = "auto"
     refuse_cross_partition_causes: bool = False
     stale_task_ms: int = DEFAULT_STALE_TASK_MS
     max_restarts: int = DEFAULT_MAX_RESTARTS
@@ -192,6 +204,16 @@ class ParsleyConfig:
         if not isinstance(self.refuse_cross_partition_causes, bool):
             raise ValueError("refuse_cross_partition_causes must be true or false, got "
                              f"{self.refuse_cross_partition_causes!r}")
+        if self.cross_partition_causes not in CROSS_PARTITION_SETTINGS:
+            raise ValueError("cross_partition_causes must be one of "
+                             f"{list(CROSS_PARTITION_SETTINGS)}, got "
+                             f"{self.cross_partition_causes!r}")
+        if self.refuse_cross_partition_causes:
+            if self.cross_partition_causes == "warn":
+                raise ValueError("refuse_cross_partition_causes = true contradicts "
+                                 "cross_partition_causes = \"warn\"; drop the older "
+                                 "refuse_cross_partition_causes setting")
+            object.__setattr__(self, "cross_partition_causes", "refuse")
         for name in _NON_NEGATIVE_INTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -277,6 +299,8 @@ class ParsleyConfig:
                 if raw.strip().lower() not in ("true", "false"):
                     raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r} is not true or false")
                 out[f.name] = raw.strip().lower() == "true"
+            elif f.name == "cross_partition_causes":
+                out[f.name] = raw.strip().lower()
             elif f.name in ints:
                 try:
                     out[f.name] = int(raw)

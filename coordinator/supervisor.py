@@ -406,7 +406,7 @@ class Supervisor:
             kafka_properties=dict(c.kafka_properties),
             metadata_budget_bytes=c.metadata_budget_bytes,
             commit_interval_ms=c.commit_interval_ms, status_interval_ms=c.status_interval_ms,
-            refuse_cross_partition_causes=c.refuse_cross_partition_causes,
+            cross_partition_causes=c.cross_partition_causes,
         )
 
     def _spawn(self, plan: ProcessPlan, task: int) -> _Task:

@@ -64,9 +64,9 @@ class Reason(enum.Enum):
     """Causal metadata exceeded the configured budget (receipt, merge or emission)."""
     CROSS_PARTITION_CAUSE = "CROSS_PARTITION_CAUSE"
     """A received record names a cause on a partition of a received topic that another
-    task reads, while the received topics are co-partitioned (equal partition counts) or
-    the configuration refuses such causes: a keying or partitioner mistake upstream
-    (docs/failing-closed.md). Not one of the Java implementation's reasons; added after
+    task reads, under the ``cross_partition_causes`` setting's refusal (``auto`` with
+    equal partition counts, or ``refuse``): usually a keying or partitioner mistake
+    upstream (docs/failing-closed.md). Not one of the Java implementation's reasons; added after
     them, so the exit codes of those reasons (64 + index) keep their values."""
 
 

@@ -337,7 +337,7 @@ class Worker:
             budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning,
             cross_partition=cross_partition_policy(
                 {t: spec.partitions[t] for t in self.received},
-                refuse=spec.refuse_cross_partition_causes))
+                spec.cross_partition_causes))
         # A store changelog the state binds must still hold what was written (ORDERING_STATE_LOST).
         store_ids = check_task_store_changelogs(
             self.admin, list(self.store_topics.values()), engine.names(), self.task,

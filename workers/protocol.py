@@ -222,9 +222,9 @@ class TaskSpec:
         status_endpoint: ZeroMQ endpoint to connect a PUSH socket to.
         topic_ids: declared topic name -> topic id, as resolved at bootstrap.
         partitions: declared topic name -> partition count, as resolved at bootstrap.
-        refuse_cross_partition_causes: refuse a cause on another task's partition of a
-            received topic even when the received topics' partition counts differ
-            (docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``).
+        cross_partition_causes: what a cause on another task's partition of a received
+            topic does: ``auto``, ``refuse`` or ``warn`` (docs/failing-closed.md,
+            "Cross-partition causes").
     """
 
     process: Process
@@ -240,4 +240,4 @@ class TaskSpec:
     metadata_budget_bytes: int = 262_144
     commit_interval_ms: int = 100
     status_interval_ms: int = 1000
-    refuse_cross_partition_causes: bool = False
+    cross_partition_causes: str = "auto"

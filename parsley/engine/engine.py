@@ -63,6 +63,7 @@ from parsley.status import TaskDiagnosis
 from parsley.wire import decode_causes, split_causes_header, strip_reserved
 
 __all__ = [
+    "CROSS_PARTITION_SETTINGS",
     "DEFAULT_BUDGET_BYTES",
     "Causes",
     "CrossPartition",
@@ -100,30 +101,49 @@ class CrossPartition(enum.Enum):
     task can never enforce it (docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``)."""
 
     REFUSE = "REFUSE"
-    """Fail closed with ``CROSS_PARTITION_CAUSE``: the host's choice when the received
-    topics have equal partition counts (co-partitioned by declaration), or when the
-    configuration asks for it."""
+    """Fail closed with ``CROSS_PARTITION_CAUSE``: the ``auto`` choice when the received
+    topics have equal partition counts (co-partitioned by declaration), or the
+    ``refuse`` setting."""
     WARN = "WARN"
     """Carry the cause unenforced, warn once per (received channel, cause channel)
     pair and count the message in the task's status (``cross_partition_causes``)."""
 
 
-def cross_partition_policy(partitions: Mapping[str, int], *, refuse: bool) -> CrossPartition:
+CROSS_PARTITION_SETTINGS: Final = ("auto", "refuse", "warn")
+"""The values of the ``cross_partition_causes`` setting (docs/operations.md,
+"Configuration"): ``auto`` refuses when the received topics' partition counts are
+equal and warns otherwise; ``refuse`` and ``warn`` choose one policy whatever the
+counts (docs/failing-closed.md, "Cross-partition causes")."""
+
+
+def cross_partition_policy(partitions: Mapping[str, int], setting: str = "auto") -> CrossPartition:
     """The policy a process's tasks apply to cross-partition causes.
 
     Args:
         partitions: received topic name -> partition count.
-        refuse: the ``refuse_cross_partition_causes`` setting.
+        setting: the ``cross_partition_causes`` setting, one of
+            :data:`CROSS_PARTITION_SETTINGS`.
 
     Returns:
-        :attr:`CrossPartition.REFUSE` when the received topics all have the same
-        partition count (co-partitioned by declaration: a cause on another
-        partition is a keying or partitioner mistake) or ``refuse`` is set;
-        else :attr:`CrossPartition.WARN`.
+        ``refuse`` -> :attr:`CrossPartition.REFUSE`; ``warn`` ->
+        :attr:`CrossPartition.WARN`; ``auto`` -> :attr:`CrossPartition.REFUSE` when
+        the received topics all have the same partition count (co-partitioned by
+        declaration: a cause on another partition is usually a keying or
+        partitioner mistake), else :attr:`CrossPartition.WARN`.
 
-    Source: docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``.
+    Raises:
+        ValueError: ``setting`` is not one of :data:`CROSS_PARTITION_SETTINGS`.
+
+    Source: docs/failing-closed.md, "Cross-partition causes".
     """
-    if refuse or len(set(partitions.values())) <= 1:
+    if setting == "refuse":
+        return CrossPartition.REFUSE
+    if setting == "warn":
+        return CrossPartition.WARN
+    if setting != "auto":
+        raise ValueError(f"cross_partition_causes must be one of {list(CROSS_PARTITION_SETTINGS)}, "
+                         f"got {setting!r}")
+    if len(set(partitions.values())) <= 1:
         return CrossPartition.REFUSE
     return CrossPartition.WARN
 
@@ -652,10 +672,11 @@ class ProcessEngine:
                 f"the record at {self._describe(ch, msg.position)} ({describe_key(msg.key)}) "
                 f"names a cause at {self._describe(cause, position)}, a partition another "
                 "task of this process reads, so no task can hold the record until its cause "
-                "is delivered. The received topics are co-partitioned (equal partition "
-                "counts), so this is a keying or partitioner mistake upstream: produce the "
-                "input keyed, with the murmur2_random partitioner (Java's default), and "
-                "reset the process past the record (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
+                "is delivered. Usually a keying or partitioner mistake upstream: produce "
+                "the input keyed, with the murmur2_random partitioner (Java's default), and "
+                "reset the process past the record; if an upstream stage deliberately fans "
+                "in partitions, cross_partition_causes = \"warn\" carries such causes "
+                "unenforced (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
             )
         self._cross_count += 1
         for cause, position in foreign:
@@ -669,9 +690,10 @@ class ProcessEngine:
                     f"({describe_key(msg.key)}) names a cause at "
                     f"{self._describe(cause, position)}, a partition another task of this "
                     "process reads: the cause is carried unenforced (the received topics' "
-                    "partition counts differ). Said once per pair of partitions; counted "
-                    "in status as cross_partition_causes; refuse_cross_partition_causes = "
-                    "true makes it a refusal (docs/runbooks.md, CROSS_PARTITION_CAUSE)")
+                    "partition counts differ, or cross_partition_causes = \"warn\"). Said "
+                    "once per pair of partitions; counted in status as "
+                    "cross_partition_causes; cross_partition_causes = \"refuse\" makes it a "
+                    "refusal (docs/runbooks.md, CROSS_PARTITION_CAUSE)")
 
     def cross_partition_causes(self) -> int:
         """Messages accepted by this engine that carried a cause it could not enforce
