@@ -102,10 +102,11 @@ def test_the_setting_makes_them_a_refusal(
 def test_warn_on_equal_partition_counts_keeps_running_and_counts(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:
-    """orders and payments both with 2 partitions (``auto`` would refuse); each order is
+    """orders and payments both with 2 partitions (``auto`` refuses); each order is
     written to partition ``i % 2`` by hand, as a stage that fans partitions in and
     re-emits keyed would, so a payment (keyed, murmur2) lands on the other partition
-    index about half the time."""
+    index about half the time. Restarted with ``warn`` (docs/runbooks.md,
+    CROSS_PARTITION_CAUSE, "If an upstream stage fans in"), ledger runs on."""
     topics = f"xq{uuid.uuid4().hex[:8]}"
     create_topic(f"{topics}.orders", partitions=2)
     create_topic(f"{topics}.payments", partitions=2)
@@ -116,8 +117,13 @@ def test_warn_on_equal_partition_counts_keeps_running_and_counts(
                          value=orjson.dumps({"id": f"o{i}", "amount": i}))
     assert producer.flush(30) == 0
     config = ParsleyConfig(kafka_bootstrap, f"xq-{uuid.uuid4().hex[:8]}",
-                           state_dir=str(tmp_path), status_interval_ms=300,
-                           cross_partition_causes="warn")
+                           state_dir=str(tmp_path), status_interval_ms=300)
+    with Parsley.start(config, *build(topics)) as parsley:  # auto: refused
+        _wait(lambda: parsley.status()["ledger"].refusal_reason is not None, 90,
+              "ledger's refusal under auto")
+        assert parsley.status()["ledger"].refusal_reason is Reason.CROSS_PARTITION_CAUSE
+    # The runbook's remedy for a deliberate fan-in: restart with warn, no reset.
+    config = config.with_overrides(cross_partition_causes="warn")
     with Parsley.start(config, *build(topics)) as parsley:
         _wait(lambda: len(read_committed(kafka_bootstrap, f"{topics}.ledger")) == ORDERS, 90,
               "a ledger line per order")
