@@ -613,8 +613,26 @@ class Supervisor:
                     time.sleep(0.02)
             self._on_exit(run, t, code)
 
+    def _healthy(self, t: _Task, now: float) -> bool:
+        """Whether ``t`` has been healthy for the reset period (monotonic s ``now``).
+
+        Healthy means reporting RUNNING without a break for ``restart_reset_ms``,
+        up to a fresh report: its latest report is newer than three status
+        intervals (and than the stale bound), and came ``restart_reset_ms`` or
+        more after the report that began its RUNNING stretch. A task that
+        reported RUNNING and then fell silent (a hung handler) is never healthy,
+        so its respawns keep spending the budget (docs/operations.md, "The
+        restart budget").
+        """
+        if t.stale is not None or t.running_since is None or t.heard_at is None:
+            return False
+        fresh_s = min(3 * self._config.status_interval_ms / 1000.0, self._stale_after_s)
+        return now - t.heard_at < fresh_s and \
+            t.heard_at - t.running_since >= self._reset_after_s
+
     def _check_liveness(self, now: float) -> None:
-        """Kill stale workers; reset the restart budget of tasks RUNNING long enough."""
+        """Kill stale workers; reset the restart budget of tasks healthy long enough
+        (:meth:`_healthy`)."""
         with self._lock:
             for run in self._runs.values():
                 if run.stopped or run.closing or run.restarting:
@@ -623,13 +641,13 @@ class Supervisor:
                 for t in list(run.tasks.values()):
                     if t.exit_code is not None:
                         continue
-                    if t.running_since is not None and now - t.running_since >= \
-                            self._reset_after_s:
+                    if self._healthy(t, now):
                         healthy += 1
                         if t.crash_respawns:
-                            log.info("%s: task %d RUNNING for %g s: its restart budget "
-                                     "(%d used) and backoff start again", run.plan.application_id,
-                                     t.index, self._reset_after_s, t.crash_respawns)
+                            log.info("%s: task %d RUNNING and reporting for %g s: its restart "
+                                     "budget (%d used) and backoff start again",
+                                     run.plan.application_id, t.index, self._reset_after_s,
+                                     t.crash_respawns)
                             t.crash_respawns = 0
                     silent = now - (t.heard_at if t.heard_at is not None else t.started_at)
                     if t.stale is None and silent >= self._stale_after_s:
@@ -640,9 +658,9 @@ class Supervisor:
                                   t.last_state or "none")
                         self._signal(t, signal.SIGKILL)
                 if run.substrate_attempts and healthy == run.plan.task_count:
-                    log.info("%s: every task RUNNING for %g s: the process's restart budget "
-                             "(%d used) and backoff start again", run.plan.application_id,
-                             self._reset_after_s, run.substrate_attempts)
+                    log.info("%s: every task RUNNING and reporting for %g s: the process's "
+                             "restart budget (%d used) and backoff start again",
+                             run.plan.application_id, self._reset_after_s, run.substrate_attempts)
                     run.substrate_attempts = 0
 
     def _stale_detail(self, run: _Run, t: _Task) -> str:
@@ -680,8 +698,8 @@ class Supervisor:
                     and t.crash_respawns < self._max_attempts:
                 delay = self._delay(t.crash_respawns)
                 log.warning("%s; respawning task %d in %.1f s (attempt %d of %d; the count "
-                            "starts again after %g s RUNNING)", detail, t.index, delay,
-                            t.crash_respawns + 1, self._max_attempts, self._reset_after_s)
+                            "starts again after %g s RUNNING and reporting)", detail, t.index,
+                            delay, t.crash_respawns + 1, self._max_attempts, self._reset_after_s)
                 self._helper(self._respawn_task, run, t.index, t.crash_respawns + 1, delay,
                              run.generation)
                 return
@@ -705,8 +723,8 @@ class Supervisor:
                 return
             if kind is StopKind.CRASHED and self._policy is RestartPolicy.TRANSIENT:
                 detail += (f"; not respawned: the restart budget (max_restarts "
-                           f"{self._max_attempts}) is spent, no respawn having run "
-                           f"{self._reset_after_s:g} s (restart_reset_ms) before failing again")
+                           f"{self._max_attempts}) is spent, no respawn having run and reported "
+                           f"for {self._reset_after_s:g} s (restart_reset_ms) before failing again")
             # Blast radius: the whole process stops; its reason and detail remain.
             run.stopped = True
             run.refusal_reason = reason

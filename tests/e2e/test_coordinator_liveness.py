@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -237,6 +238,65 @@ def test_crashes_in_quick_succession_beyond_the_budget_stop_it_crashed(
         assert st.refusal_reason is None and st.restarts == 2
         assert "was killed by signal 9 (SIGKILL) without a final report" in \
             (st.failure_detail or "")
+
+
+HANG_AFTER_S = 3.0
+
+
+def hanging_relay(name: str, source: str, out_name: str) -> Process:
+    """A relay whose handler, once its worker has run ``HANG_AFTER_S`` s, blocks forever
+    on the next record (a hang that recurs in every incarnation after it has reported
+    RUNNING: its worker sends no report while it blocks)."""
+    out = Channel(out_name, BYTES, BYTES)
+
+    def handle(delivery: Any, state: Any) -> Effects:
+        if time.time() - psutil.Process().create_time() >= HANG_AFTER_S:
+            threading.Event().wait()
+        return Effects.builder().send(out, delivery.key, b"relayed:" + delivery.value).build()
+
+    return Process(name).receives(Channel(source, BYTES, BYTES), handle).sends(out)
+
+
+def test_a_task_that_hangs_each_time_spends_the_budget_and_stops_naming_it(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path
+) -> None:
+    # Each incarnation reports RUNNING, then hangs on a record. The healthy period (5 s)
+    # ends before the stale bound (6 s after its last report) kills it: a task counted
+    # healthy from its first RUNNING report alone has its budget reset before each kill,
+    # and is killed and respawned as "attempt 1" forever.
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    config = _config(kafka_bootstrap, tmp_path, max_restarts=2, restart_backoff_ms=100,
+                     restart_reset_ms=5000, stale_task_ms=6000)
+    feeding = threading.Event()
+    sent: list[bytes] = []
+
+    def feed() -> None:  # one record every 0.5 s: a record is always there to hang on
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+        while not feeding.is_set():
+            sent.append(f"r-{len(sent)}".encode())
+            producer.produce(src.name, key=b"k", value=sent[-1], partition=0)
+            producer.flush(10)
+            feeding.wait(0.5)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    with Parsley.start(config, hanging_relay("relay", src.name, out.name),
+                       restart="transient") as parsley:
+        _wait(lambda: _running(parsley, "relay", 1), 60, "RUNNING")
+        feeder.start()
+        try:
+            stopped = parsley.await_stopped(timeout=90)
+        finally:
+            feeding.set()
+            feeder.join(15)
+        st = parsley.status()["relay"]
+        detail = st.failure_detail or ""
+        assert stopped, f"still respawning a hung task after 90 s: {st.restarts} respawns"
+        assert st.refusal_reason is None and st.restarts == 2, (st.restarts, detail)
+        assert "task 0 of 'relay'" in detail and "sent no report for" in detail, detail
+        assert "stale bound of 6 s" in detail and "the restart budget" in detail, detail
+    got = [r.value for r in read_committed(kafka_bootstrap, out.name, (0,))]
+    assert got == [b"relayed:" + v for v in sent[:len(got)]], got  # once each, in order
 
 
 # --- the shutdown report ---------------------------------------------------------------
