@@ -9,8 +9,16 @@ waits for the group to hold no member, up to twice the consumer
 ``session.timeout.ms`` the workers run with (the Java implementation's
 bootstrap join deadline: ``StreamsRuntime.commitInitialPositions`` joins with
 ``streamsSessionTimeout(...).multipliedBy(2)``), logging what it waits for.
-A member still there then is the group-protocol conflict of docs/runbooks.md
-(``SUBSTRATE_MISCONFIGURED``), named member by member.
+The window starts when the group's coordinator first answers a describe (one
+that is loading after a broker restart answers "ask again", and static members'
+sessions restart when it loads). A member still there then that is not this
+process is the group-protocol conflict of docs/runbooks.md
+(``SUBSTRATE_MISCONFIGURED``), named member by member. Members that all carry
+this process's own ``group.instance.id`` (``<group>-task-*``) are a retryable
+start error instead (:class:`StartRetryableError`, counted by the restart
+budget; docs/operations.md, "The consumer group at a start"): a previous worker
+whose session outlived the window (``session.timeout.ms`` lowered since it ran)
+leaves in time.
 """
 
 from __future__ import annotations
@@ -44,8 +52,10 @@ __all__ = [
     "bootstrap_consumer",
     "commit_initial_positions",
     "group_members",
+    "is_own_member",
     "leave_window_s",
     "members_remain",
+    "own_members_remain",
     "session_timeout_ms",
 ]
 
@@ -136,28 +146,57 @@ def group_members(admin: AdminClient, group: str,
             for m in (desc.members or [])]
 
 
+def is_own_member(group: str, member: GroupMember) -> bool:
+    """Whether ``member`` carries one of this process's worker instance ids,
+    ``<group>-task-*`` (pure; the ids workers.kafka gives the workers)."""
+    return (member.group_instance_id or "").startswith(f"{group}-task-")
+
+
+def _named(group: str, remaining: Sequence[GroupMember]) -> str:
+    def one(m: GroupMember) -> str:
+        return m.describe() + (" (an instance id of this process's workers)"
+                               if is_own_member(group, m) else "")
+
+    return "; ".join(one(m) for m in sorted(
+        remaining, key=lambda m: (m.client_id, m.group_instance_id or "", m.member_id)))
+
+
 def members_remain(group: str, remaining: Sequence[GroupMember], waited_s: float,
                    session_ms: int, bootstrap_servers: str) -> ParsleyFailClosedError:
     """The ``SUBSTRATE_MISCONFIGURED`` refusal naming every member still in ``group`` (pure;
-    the group-protocol conflict of docs/runbooks.md, SUBSTRATE_MISCONFIGURED)."""
-    def one(m: GroupMember) -> str:
-        ours = (m.group_instance_id or "").startswith(f"{group}-task-")
-        return m.describe() + (" (a worker of this process that another coordinator runs)"
-                               if ours else "")
-
-    named = "; ".join(one(m) for m in sorted(
-        remaining, key=lambda m: (m.client_id, m.group_instance_id or "", m.member_id)))
+    the group-protocol conflict of docs/runbooks.md, SUBSTRATE_MISCONFIGURED), for
+    ``remaining`` members of which one or more is not this process's own
+    (:func:`is_own_member`); ``waited_s`` counts from the group's first answer."""
     return refuse(
         Reason.SUBSTRATE_MISCONFIGURED,
         f"the group join would be refused as a protocol conflict: group '{group}' still holds "
-        f"{len(remaining)} member(s) that are not this process after {waited_s:g} s (twice the "
+        f"{len(remaining)} member(s) after {waited_s:g} s from its first answer (twice the "
         f"consumer session.timeout.ms of {session_ms} ms, after which a stopped worker of "
-        f"this process has left): [{named}]. A consumer configured with the application id "
-        "as its group.id, or the workers of another coordinator running this process, never "
-        f"leave. List them (kafka-consumer-groups --bootstrap-server {bootstrap_servers} "
-        f"--describe --group {group} --members), stop the foreign consumer or the other "
-        "coordinator, then restart (runbook: SUBSTRATE_MISCONFIGURED, a member that is not "
+        f"this process has left), not all of them this process's: "
+        f"[{_named(group, remaining)}]. A consumer configured with the application id "
+        "as its group.id never leaves. List them (kafka-consumer-groups --bootstrap-server "
+        f"{bootstrap_servers} --describe --group {group} --members), stop the foreign "
+        "consumer, then restart (runbook: SUBSTRATE_MISCONFIGURED, a member that is not "
         "this process).",
+    )
+
+
+def own_members_remain(group: str, remaining: Sequence[GroupMember], waited_s: float,
+                       session_ms: int, bootstrap_servers: str) -> StartRetryableError:
+    """The retryable start error for ``remaining`` members that all carry this process's
+    own instance ids (pure; docs/operations.md, "The consumer group at a start").
+
+    Which run they belong to is not known: a previous worker whose session outlives
+    the window leaves by itself, so the start is retried (under the restart budget).
+    """
+    return StartRetryableError(
+        f"group '{group}' still holds {len(remaining)} member(s) with this process's own "
+        f"group.instance.id after {waited_s:g} s from its first answer (twice the consumer "
+        f"session.timeout.ms of {session_ms} ms): [{_named(group, remaining)}]. A previous "
+        "worker whose session outlived the wait (a session.timeout.ms lowered since it ran) "
+        "leaves by itself; if they stay, a worker of this process runs elsewhere: list them "
+        f"(kafka-consumer-groups --bootstrap-server {bootstrap_servers} --describe --group "
+        f"{group} --members) and stop the run they belong to"
     )
 
 
@@ -172,7 +211,8 @@ def await_group_vacated(
     clock: Callable[[], float] = time.monotonic,
     poll_s: float = 0.5,
 ) -> float:
-    """Wait until ``group`` holds no member, at most ``window_s`` s, logging the wait.
+    """Wait until ``group`` holds no member, at most ``window_s`` s from the group's first
+    answer (and at most ``window_s`` s for that answer), logging the wait.
 
     Logs once "waiting up to N s for the previous members of group G to leave:
     [...]" when members are present, and how long they took to leave.
@@ -192,12 +232,15 @@ def await_group_vacated(
 
     Raises:
         ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` (:func:`members_remain`)
-            when members remain after ``window_s``.
+            when members remain after ``window_s``, not all of them this process's.
+        StartRetryableError: (:func:`own_members_remain`) when the members that
+            remain all carry this process's own instance ids.
         StartError: the group could not be described, or its coordinator did
             not answer within ``window_s``.
     """
     start = clock()
-    deadline = start + window_s
+    deadline = start + window_s  # until the group first answers: bounds the loading wait
+    answered = False
     announced: tuple[str, ...] | None = None
     while True:
         present = group_members(admin, group)
@@ -207,6 +250,8 @@ def await_group_vacated(
                 log.info("%s: the previous members left after %.1f s", group, now - start)
             return now - start
         if present is not None:
+            if not answered:
+                answered, deadline = True, now + window_s
             names = tuple(sorted(m.describe() for m in present))
             if announced != names:
                 log.warning("waiting up to %.0f s for the previous members of group %s to "
@@ -216,6 +261,9 @@ def await_group_vacated(
             if present is None:
                 raise StartError(f"the coordinator of group '{group}' did not answer a "
                                  f"describe within {window_s:g} s; retry")
+            if all(is_own_member(group, m) for m in present):
+                raise own_members_remain(group, present, window_s, session_ms,
+                                         bootstrap_servers)
             raise members_remain(group, present, window_s, session_ms, bootstrap_servers)
         sleep(min(poll_s, max(0.05, deadline - now)))
 

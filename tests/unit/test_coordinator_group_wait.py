@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
+from coordinator.bootstrap import group
+from coordinator.bootstrap.common import StartError, StartRetryableError
 from coordinator.bootstrap.group import (
     GroupMember,
+    await_group_vacated,
     leave_window_s,
     members_remain,
     session_timeout_ms,
 )
-from parsley.refusals import Reason
+from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.kafka import DEFAULT_SESSION_TIMEOUT_MS
 
 
@@ -38,8 +44,67 @@ def test_the_refusal_names_each_member_and_the_remedy() -> None:
     assert ("client id 'console-consumer-1' on host /10.0.0.9, member id "
             "console-consumer-1-abc") in d
     assert ("client id 'shop-p-task-000' on host /10.0.0.8, group.instance.id shop-p-task-000 "
-            "(a worker of this process that another coordinator runs)") in d
+            "(an instance id of this process's workers)") in d
+    assert "another coordinator" not in d, "which run a member belongs to is not known"
+    assert "after 12 s from its first answer" in d
     assert d.index("console-consumer-1") < d.index("shop-p-task-000"), "sorted by client id"
     assert "kafka-consumer-groups --bootstrap-server k1:9092 --describe --group shop-p " \
            "--members" in d
     assert "runbook: SUBSTRATE_MISCONFIGURED" in d
+
+
+OWN = GroupMember("shop-p-task-000-x", "shop-p-task-000", "/10.0.0.8", "shop-p-task-000")
+FOREIGN = GroupMember("console-consumer-1-abc", "console-consumer-1", "/10.0.0.9")
+
+
+def _wait(monkeypatch: pytest.MonkeyPatch,
+          answers: Sequence[tuple[float, list[GroupMember] | None]],
+          window_s: float = 12.0) -> float:
+    """Runs the wait on a fake clock: ``answers`` gives (until s, the describe's answer)."""
+    now = [0.0]
+
+    def members(admin: Any, group: str) -> list[GroupMember] | None:
+        return next(a for until, a in answers if now[0] < until)
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    monkeypatch.setattr(group, "group_members", members)
+    return await_group_vacated(None, "shop-p", window_s,  # type: ignore[arg-type]
+                               session_ms=6000, bootstrap_servers="k1:9092", sleep=sleep,
+                               clock=lambda: now[0])
+
+
+def test_the_window_starts_when_the_group_first_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The group's coordinator loads for 8 s, then our previous worker stays 11 s more
+    # (its session restarted when the group loaded): 19 s in all, inside 12 s from the
+    # first answer.
+    waited = _wait(monkeypatch, [(8.0, None), (19.0, [OWN]), (1e9, [])])
+    assert 19.0 <= waited < 19.6
+
+
+def test_own_members_that_outlive_the_window_are_a_retryable_start_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(StartRetryableError) as e:
+        _wait(monkeypatch, [(3.0, None), (1e9, [OWN])])
+    d = str(e.value)
+    assert "still holds 1 member(s) with this process's own group.instance.id" in d
+    assert "group.instance.id shop-p-task-000 (an instance id of this process's workers)" in d
+    assert "another coordinator" not in d and d.endswith("Retry this start.")
+    assert not isinstance(e.value, ParsleyFailClosedError)
+
+
+def test_a_foreign_member_that_stays_is_refused_naming_ours_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ParsleyFailClosedError) as e:
+        _wait(monkeypatch, [(1e9, [OWN, FOREIGN])])
+    assert e.value.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert "console-consumer-1" in e.value.detail and "shop-p-task-000" in e.value.detail
+
+
+def test_a_group_that_never_answers_is_a_start_error_within_the_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(StartError, match="did not answer a describe within 12 s") as e:
+        _wait(monkeypatch, [(1e9, None)])
+    assert not isinstance(e.value, StartRetryableError)
