@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from coordinator.bootstrap import (
     BOOTSTRAP_METADATA,
     StartError,
+    StartRetryableError,
     bootstrap,
     resolve_topics,
 )
@@ -332,6 +333,32 @@ def test_wrong_declaration_is_value_error(kafka_bootstrap: str, tmp_path) -> Non
     proc = Process("p").receives(_ch("x"), _handler)
     with pytest.raises(ValueError, match="declared twice"):
         bootstrap(_config(kafka_bootstrap, _prefix(), tmp_path), [proc, proc])
+
+
+def test_a_member_with_our_own_instance_id_that_stays_is_a_retryable_start_error(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
+) -> None:
+    a = create_topic(partitions=1)
+    prefix = _prefix()
+    group = f"{prefix}-p"
+    ours = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group,
+                     "group.instance.id": f"{group}-task-000", "client.id": f"{group}-task-000",
+                     "auto.offset.reset": "earliest", **QUIET})
+    try:
+        ours.subscribe([a.name])
+        deadline = time.monotonic() + 30
+        while not ours.assignment():
+            assert time.monotonic() < deadline, "the static member never joined"
+            ours.poll(0.2)
+        with pytest.raises(StartRetryableError) as excinfo:
+            bootstrap(_config(kafka_bootstrap, prefix, tmp_path),
+                      [Process("p").receives(_ch(a.name), _handler)], group_window_s=1.0)
+        detail = str(excinfo.value)
+        assert f"group.instance.id {group}-task-000 (an instance id of this process's " \
+               "workers)" in detail, detail
+        assert "another coordinator" not in detail and detail.endswith("Retry this start.")
+    finally:
+        ours.close()
 
 
 def test_foreign_group_member_is_substrate_misconfigured(
