@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 import tempfile
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -340,7 +340,7 @@ class ParsleyConfig:
         env = os.environ if environ is None else environ
         env_names = {key[len(_ENV_KAFKA):].lower().replace("_", "."): key
                      for key in env if key.startswith(_ENV_KAFKA) and len(key) > len(_ENV_KAFKA)}
-        sources = [
+        sources: list[tuple[dict[str, Any], Callable[[str], str]]] = [
             (cls.file_values(config_file) if config_file else {},
              lambda k: f"config file {config_file} [kafka_properties]"),
             (cls.env_values(env), lambda k: f"set by {env_names.get(k, _ENV_KAFKA + '*')}"),

@@ -336,11 +336,11 @@ def bootstrap_process(
             raise ordering_state_lost(suspects[0], changelog_name, changelog is not None,
                                       app_id)
         if read_consumer is not None:  # state was read: positions it does not account for
-            covered = {
+            coverage = {
                 (t, p): states[p].inspector.covered_positions().get(
                     ChannelId(topics[t].topic_id, p))
                 for (t, p) in committed if p < len(states) and states[p].records > 0}
-            refuse_skipped_positions(admin, read_consumer, app_id, committed, covered)
+            refuse_skipped_positions(admin, read_consumer, app_id, committed, coverage)
 
         missing = [tp for tp in tps if (tp.topic, tp.partition) not in committed]
         positions = {k: v[0] for k, v in committed.items()}
