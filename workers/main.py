@@ -23,7 +23,9 @@ The worker (docs/operations.md, "Running"):
 5. loops: consume a batch (up to 500, sized to the handler's measured cost:
    :mod:`workers.pacing`), feed, drain, commit once per commit interval and
    whenever the transaction has been open half of ``transaction.timeout.ms``
-   (also between two deliveries of one drain) (read positions past trailing
+   (also between two deliveries of one drain, which then returns to the loop:
+   a long drain runs in passes of at most one status interval, the loop
+   consuming and reporting between them) (read positions past trailing
    transaction markers once a partition is consumed to its end, with the
    metadata ``parsley.task``); every status interval it drains, retries a
    pending identity check, checks partition counts (every 2 s) and its received
@@ -371,7 +373,8 @@ class Worker:
             task=self.task, engine=engine, frame=frame, stores=self.stores, txn=self.txn,
             channels=self.channels, ordering_topic=self.ordering_topic,
             store_topics=self.store_topics,
-            close_after_s=close_after_s(TRANSACTION_TIMEOUT_MS), close=self._commit)
+            close_after_s=close_after_s(TRANSACTION_TIMEOUT_MS), close=self._commit,
+            pass_s=self.spec.status_interval_ms / 1000.0)
         self.needs_rebuild = False
         self.state = TaskState.REBALANCING
 
@@ -835,7 +838,11 @@ class Worker:
 
     def _iterate(self, consumer: Consumer, interval: float) -> None:
         txn = self.txn
-        if txn.open:
+        step = self.step
+        draining = step is not None and step.more and self.state is TaskState.RUNNING
+        if draining:
+            timeout = 0.0  # a drain continues: poll the consumer, do not wait on it
+        elif txn.open:
             timeout = max(0.0, min(0.1, txn.opened_at + interval - time.monotonic()))
         else:
             timeout = 0.1
@@ -859,6 +866,11 @@ class Worker:
                 began = time.monotonic()
                 self.step.feed(good)
                 self.sizer.observe(self.step.drain(), time.monotonic() - began)
+                draining = False
+        if draining and self.state is TaskState.RUNNING:
+            # The previous pass ended mid-drain (its time ran out or it committed): go on.
+            assert step is not None and step is self.step
+            step.drain()
         if txn.open and time.monotonic() - txn.opened_at >= interval:
             self._commit()
         if time.monotonic() >= self._next_status:

@@ -8,10 +8,12 @@ and does the exactly-once step (docs/model.md, "Restart"):
    (``ProcessEngine.receive``) and remembers the channel's committed read
    position, last fed offset + 1, held messages included (they live in the
    ordering changelog);
-2. :meth:`TaskStep.drain` delivers every deliverable head through the
-   :class:`workers.frame.HandlerFrame`, applies its store writes to the open
-   transaction, and sends its emissions carrying ``parsley.causes`` =
-   ``engine.causes_header()`` (the frontier after the delivery);
+2. :meth:`TaskStep.drain` delivers deliverable heads through the
+   :class:`workers.frame.HandlerFrame`, applies their store writes to the open
+   transaction, and sends their emissions carrying ``parsley.causes`` =
+   ``engine.causes_header()`` (the frontier after the delivery); one pass lasts
+   at most ``pass_s`` and ends after a mid-drain commit, leaving :attr:`TaskStep.more`
+   set, so the worker's loop keeps consuming and reporting during a long drain;
 3. :meth:`TaskStep.commit` writes the engine's deltas (merged latest value per
    key, to partition ``i`` of the ordering changelog) and the stores' merged
    writes (to partition ``i`` of each store changelog), then sends the read
@@ -55,8 +57,12 @@ class TaskStep:
             commits it between two deliveries, s (:func:`workers.pacing.close_after_s`).
         close: commits the open transaction (the worker's commit, which has the
             consumer's group metadata); ``None``: :meth:`drain` never commits.
+        pass_s: the longest one :meth:`drain` pass runs before it returns to the
+            caller's loop, s; ``None``: no limit but the mid-drain commit.
 
     Attributes:
+        more: the last :meth:`drain` pass ended with heads possibly still deliverable
+            (its time ran out or it committed mid-drain): the next pass continues.
         fed: messages fed; duplicates: of them, dropped as duplicates.
         delivered: messages delivered, the open transaction's included.
         delivered_committed: messages delivered in transactions that committed.
@@ -75,6 +81,7 @@ class TaskStep:
         store_topics: Mapping[str, str],
         close_after_s: float | None = None,
         close: Callable[[], Any] | None = None,
+        pass_s: float | None = None,
     ) -> None:
         self.task = task
         self.engine = engine
@@ -87,6 +94,8 @@ class TaskStep:
         self._store_topics = dict(store_topics)
         self.close_after_s = close_after_s
         self.close = close
+        self.pass_s = pass_s
+        self.more = False
         self._positions: dict[tuple[str, int], int] = {}
         self.fed = 0
         self.delivered = 0
@@ -142,13 +151,23 @@ class TaskStep:
         return count
 
     def drain(self) -> int:
-        """Deliver every deliverable head; write its effects into the open transaction.
+        """Deliver deliverable heads, for one pass; write their effects into the open
+        transaction.
 
         A transaction open for ``close_after_s`` is committed between two deliveries
         (through ``close``), so one long drain spans several transactions, each well
         inside ``transaction.timeout.ms`` (docs/operations.md, "Transaction time bound").
         Committing there is sound: every fed message not yet delivered is still held,
         and the commit persists it with the read positions.
+
+        The pass then ends, as it does after ``pass_s`` (checked between two
+        deliveries), with :attr:`more` set: the caller consumes (within
+        ``max.poll.interval.ms``), reports status (within the coordinator's stale
+        bound) and calls again to continue (docs/operations.md, "Transaction time
+        bound"). Ending between two deliveries is sound: each delivered message's
+        effects and ordering delta are in the open transaction, which the next
+        commit carries whole with the read positions fed; the heads left stay in
+        the engine, in causal order.
 
         Returns:
             How many messages were delivered.
@@ -169,7 +188,9 @@ class TaskStep:
         close = self.close
         close_after = self.close_after_s if close is not None else None
         clock = time.monotonic
-        count = sent = total = 0
+        ends_at = None if self.pass_s is None else clock() + self.pass_s
+        count = sent = 0
+        self.more = True
         try:
             while True:
                 # Before taking the next head: a head taken counts as delivered in the
@@ -179,12 +200,16 @@ class TaskStep:
                     txn.ledger.sent(sent)
                     self.delivered += count
                     self._delivered_open += count
-                    total += count
+                    total = count
                     count = sent = 0
                     assert close is not None
                     close()
+                    return total
+                if ends_at is not None and count and clock() >= ends_at:
+                    break
                 msg = deliver_next()
                 if msg is None:
+                    self.more = False
                     break
                 if not txn.open:
                     txn.begin()
@@ -205,7 +230,7 @@ class TaskStep:
             txn.ledger.sent(sent)
             self.delivered += count
             self._delivered_open += count
-        return total + count
+        return count
 
     def commit(self, group_metadata: Any) -> bool:
         """Write the merged changelog records, send the read positions, commit.
