@@ -45,9 +45,11 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine, TopicVerdict
+from workers.watchdog import bounded
 
 __all__ = [
     "ANSWERS_NEEDED",
+    "LIST_TOPICS_MARGIN_S",
     "RECEIVED_CHECK_INTERVAL_S",
     "Answer",
     "Backoff",
@@ -66,6 +68,9 @@ ANSWER_SPACING_S: Final = 0.5
 """Seconds between corroborating answers (docs/model.md, "Pruning")."""
 CHECK_DEADLINE_S: Final = 10.0
 """One deadline for a topic's corroboration, s (docs/model.md, "Pruning")."""
+LIST_TOPICS_MARGIN_S: Final = 5.0
+"""The watchdog bound of :meth:`IdentityChecker.learn_names`' topic listing is its
+deadline plus this, s (docs/operations.md, "Bounded client calls")."""
 RETRY_CAP_S: Final = 60.0
 """Identity retry backoff cap, s (docs/model.md, "Pruning"; Java's ``IDENTITY_RETRY_CAP``)."""
 DESCRIBE_BATCH: Final = 500
@@ -270,7 +275,10 @@ class IdentityChecker:
             return {}
         deadline = self._now() + self._deadline_s
         try:
-            listed = self._admin.list_topics(timeout=self._deadline_s)
+            # librdkafka's own timeout is not trusted (docs/operations.md, "Bounded
+            # client calls"): the watchdog bounds the call at the deadline plus 5 s.
+            with bounded("list_topics", self._deadline_s + LIST_TOPICS_MARGIN_S):
+                listed = self._admin.list_topics(timeout=self._deadline_s)
         except KafkaException as exc:
             log.info("topic names of %d upstream topic id(s) could not be learned (%s); "
                      "looking again at the next initialisation", len(wanted), exc)

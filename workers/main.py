@@ -771,9 +771,10 @@ class Worker:
                 members' client ids and hosts.
         """
         try:
-            future = self.admin.describe_consumer_groups(
-                [self.app_id], request_timeout=ADMIN_CALL_BOUND_S)[self.app_id]
-            desc = future.result(timeout=ADMIN_CALL_BOUND_S + 1)
+            with bounded("describe_consumer_groups"):
+                future = self.admin.describe_consumer_groups(
+                    [self.app_id], request_timeout=ADMIN_CALL_BOUND_S)[self.app_id]
+                desc = future.result(timeout=ADMIN_CALL_BOUND_S + 1)
         except (KafkaException, TimeoutError) as exc:
             log.debug("describing group %s failed: %s", self.app_id, exc)
             return

@@ -19,8 +19,10 @@ client calls"):
     more: the coordinator restarts it under ``--restart transient`` and stops
     with that detail under ``never``;
   - a stop asked (SIGTERM) while the main thread is blocked in a bounded call
-    for :data:`STOP_GRACE_S` → the same, naming the call: the stop is never
-    held hostage by a client call;
+    for :data:`STOP_GRACE_S` (counted from the later of the stop and the call's
+    start: a call begun after the stop, such as a clean stop's final commit, has
+    its own grace) → the same, naming the call: the stop is never held hostage by
+    a client call;
   - the coordinator gone (the parent process changed) → exit at once, without
     a report and without committing the open transaction; the next owner of
     the task re-reads from the last commit (docs/runbooks.md).
@@ -59,6 +61,7 @@ from typing import Any, Final
 
 __all__ = [
     "CALL_BOUNDS_S",
+    "IN_FLIGHT",
     "PARENT_DEATH_SIGNAL",
     "STOP_GRACE_S",
     "TICK_S",
@@ -161,8 +164,10 @@ def decide(
 
     Returns:
         ``PARENT_GONE`` first; then ``CALL_EXPIRED`` for the innermost call past its
-        bound; then ``STOP_BLOCKED`` when a stop was asked ``stop_grace_s`` ago and a
-        call is still under way; else ``None``.
+        bound; then ``STOP_BLOCKED`` when a stop was asked and the innermost call under
+        way has been blocked ``stop_grace_s`` since the later of the stop and its start
+        (docs/operations.md, "Bounded client calls": "still blocked in a bounded call
+        5 s after SIGTERM"); else ``None``.
     """
     if not parent_alive:
         return Action(ActionKind.PARENT_GONE,
@@ -174,15 +179,24 @@ def decide(
             return Action(ActionKind.CALL_EXPIRED,
                           f"{a.call} blocked {blocked:.1f} s (bound {a.bound_s:g} s); broker "
                           "unreachable or restarted: the worker gave up on the call and "
-                          "exited without committing (a restart resumes from the last commit)")
-    if stop_asked_at is not None and armed and now - stop_asked_at >= stop_grace_s:
+                          f"exited{IN_FLIGHT}")
+    if stop_asked_at is not None and armed:
         a = armed[-1]
-        return Action(ActionKind.STOP_BLOCKED,
-                      f"asked to stop while blocked in {a.call} for {now - a.started:.1f} s; "
-                      f"exited {stop_grace_s:g} s after the stop without committing the open "
-                      "transaction")
+        since = max(stop_asked_at, a.started)
+        if now - since >= stop_grace_s:
+            return Action(ActionKind.STOP_BLOCKED,
+                          f"asked to stop while blocked in {a.call} for "
+                          f"{now - a.started:.1f} s; exited {now - since:.1f} s after the stop "
+                          f"reached the call (grace {stop_grace_s:g} s){IN_FLIGHT}")
     return None
 
+
+IN_FLIGHT: Final = ("; it may have committed the transaction in flight, or not (a restart "
+                    "resumes from the last commit)")
+"""The end of a ``CALL_EXPIRED`` or ``STOP_BLOCKED`` detail. The call runs on in C while
+the final report is pushed (its linger up to 2 s) and the process exits: a commit in
+flight may complete on the broker meanwhile, so the detail never claims that nothing was
+committed."""
 
 _PR_SET_PDEATHSIG: Final = 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_the_parent_gone_comes_first() -> None:
     assert action is not None and action.kind is ActionKind.PARENT_GONE
 
 
-def test_every_bound_is_well_below_the_coordinators_60_s_backstop() -> None:
+def test_every_bound_is_at_most_40_s_below_the_coordinators_default_60_s_backstop() -> None:
     assert all(0 < b <= 40 for b in CALL_BOUNDS_S.values())
     with pytest.raises(KeyError):
         bound_of("not a call")
@@ -76,3 +77,64 @@ def test_batches_follow_the_measured_handler_cost() -> None:
     assert sizer.size() == MAX_BATCH
     sizer.observe(1, 10.0)  # one very slow message
     assert sizer.size() >= 1
+
+
+def test_the_stop_grace_counts_from_the_later_of_the_stop_and_the_calls_start() -> None:
+    # A clean stop's final commit begun 5.25 s after SIGTERM has its own 5 s grace.
+    late = (Armed("send_offsets_to_transaction", 5.25, 25.0),)
+    assert decide(5.25, late, stop_asked_at=0.0, parent_alive=True) is None
+    assert decide(5.25 + STOP_GRACE_S - 0.1, late, stop_asked_at=0.0, parent_alive=True) is None
+    action = decide(5.25 + STOP_GRACE_S, late, stop_asked_at=0.0, parent_alive=True)
+    assert action is not None and action.kind is ActionKind.STOP_BLOCKED
+    assert f"blocked in send_offsets_to_transaction for {STOP_GRACE_S:.1f} s" in action.detail
+    # A call blocked since before the stop: the grace counts from the stop.
+    early = (Armed("commit_transaction", 0.0, 25.0),)
+    assert decide(3.0 + STOP_GRACE_S - 0.1, early, stop_asked_at=3.0, parent_alive=True) is None
+    action = decide(3.0 + STOP_GRACE_S, early, stop_asked_at=3.0, parent_alive=True)
+    assert action is not None and action.kind is ActionKind.STOP_BLOCKED
+    assert "for 8.0 s" in action.detail
+
+
+def test_a_watchdog_exit_never_claims_that_nothing_was_committed() -> None:
+    # The call runs on in C while the final report is pushed: a commit may complete.
+    armed = (Armed("commit_transaction", 0.0, 25.0),)
+    expired = decide(25.5, armed, stop_asked_at=None, parent_alive=True)
+    blocked = decide(STOP_GRACE_S, armed, stop_asked_at=0.0, parent_alive=True)
+    for action in (expired, blocked):
+        assert action is not None
+        assert "may have committed the transaction in flight" in action.detail
+        assert "without committing" not in action.detail
+
+
+def test_learning_upstream_names_lists_topics_under_the_watchdog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A real client on an address nobody answers: list_topics blocks its full timeout.
+    from confluent_kafka.admin import AdminClient
+
+    from workers import identity, watchdog
+    from workers.identity import IdentityChecker
+
+    admin = AdminClient({"bootstrap.servers": "127.0.0.1:9", "log_level": 0})
+    checker = IdentityChecker(admin, deadline_s=1.5)
+    seen: list[Armed] = []
+    fired: list[str] = []
+    dog = Watchdog(lambda a: None, 12, parent_pid=None)
+    dog._fatal = lambda action: fired.append(action.detail)  # type: ignore[assignment,method-assign,union-attr]
+    real_decide = watchdog.decide
+
+    def watching(now: float, armed: tuple[Armed, ...], **kw: object) -> object:
+        seen.extend(armed)
+        return real_decide(now, armed, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(watchdog, "decide", watching)
+    # A bound shorter than the call (deadline 1.5 s - 1 s): the watchdog must fire.
+    monkeypatch.setattr(identity, "LIST_TOPICS_MARGIN_S", -1.0)
+    watchdog.install(dog)
+    try:
+        dog.start(signals=False)
+        assert checker.learn_names({uuid.uuid4()}) == {}
+    finally:
+        watchdog.install(None)
+    assert {(a.call, a.bound_s) for a in seen} == {("list_topics", 0.5)}
+    assert fired and fired[0].startswith("list_topics blocked ")
