@@ -972,19 +972,33 @@ def _timed_out(outcome: Stop, worker: Worker) -> Stop:
     age_s = time.monotonic() - txn.opened_at
     if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
         return outcome
-    successor = worker.successor_member(SUCCESSOR_WAIT_S)
-    if successor is not None:
-        return Stop(
-            StopKind.FATAL, None,
-            f"fenced by a live successor: member {successor} of group {worker.app_id} holds "
-            f"this task's group.instance.id (the transaction was open {age_s:.1f} s); "
-            f"another worker owns the task, so this one is not restarted: {outcome.detail}")
+    fatal = _successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
+    if fatal is not None:
+        return fatal
     return Stop(
         StopKind.SUBSTRATE, None,
         f"the task's transaction was open {age_s:.1f} s, past transaction.timeout.ms="
         f"{TRANSACTION_TIMEOUT_MS}, and the broker aborted it (a stalled handler or loop); "
         f"no other member holds the task's group.instance.id; nothing of it was committed; "
         f"restart: {outcome.detail}")
+
+
+def _successor_stop(outcome: Stop, worker: Worker, context: str) -> Stop | None:
+    """FATAL naming the live successor that holds this task's ``group.instance.id``
+    (asked for up to :data:`SUCCESSOR_WAIT_S`), or ``None`` when there is none.
+
+    A successor fences a static member by joining with its ``group.instance.id``
+    (KIP-345); another worker then owns the task, so this one is not restarted.
+    ``context`` is added after the id (e.g. the transaction's age).
+    """
+    successor = worker.successor_member(SUCCESSOR_WAIT_S)
+    if successor is None:
+        return None
+    return Stop(
+        StopKind.FATAL, None,
+        f"fenced by a live successor: member {successor} of group {worker.app_id} holds "
+        f"this task's group.instance.id{context}; another worker owns the task, so this "
+        f"one is not restarted: {outcome.detail}")
 
 
 def _member_fenced(outcome: Stop, worker: Worker) -> Stop:
@@ -998,13 +1012,9 @@ def _member_fenced(outcome: Stop, worker: Worker) -> Stop:
     other live member holds the id within :data:`SUCCESSOR_WAIT_S`, a restart resolves
     it (docs/operations.md, "Fenced: a successor or a timeout").
     """
-    successor = worker.successor_member(SUCCESSOR_WAIT_S)
-    if successor is not None:
-        return Stop(
-            StopKind.FATAL, None,
-            f"fenced by a live successor: member {successor} of group {worker.app_id} holds "
-            f"this task's group.instance.id; another worker owns the task, so this one is "
-            f"not restarted: {outcome.detail}")
+    fatal = _successor_stop(outcome, worker, "")
+    if fatal is not None:
+        return fatal
     return Stop(
         StopKind.SUBSTRATE, None,
         f"the task's static group member was fenced, but no other live member holds its "
