@@ -21,7 +21,10 @@ DEMO_ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+# The native core (native/) is rebuilt by the same install when its sources change.
+NATIVE_SRC := native/Cargo.toml $(wildcard native/Cargo.lock native/src/*.rs native/src/*/*.rs)
+
+$(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet -e ".[test]"
 	touch $@
