@@ -8,12 +8,13 @@ memory) and its committed read positions. :meth:`DrivenTask.step` is one
 transaction of the worker's loop:
 
 1. feed every record of the task's received partitions from the read position
-   to the end (``ProcessEngine.receive``), channel by channel, in offset order
-   (docs/model.md, "The session floor: replays and feed order");
-2. deliver every deliverable head (``ProcessEngine.deliver_next``) through the
-   handler frame, apply its store writes, and stamp each send with
-   ``parsley.causes`` = ``engine.causes_header()`` after the delivery, as
-   ``workers.step.TaskStep.drain`` does;
+   to the end as one fetched batch (``ProcessEngine.feed_records``), channel by
+   channel, in offset order (docs/model.md, "The session floor: replays and feed
+   order");
+2. deliver every deliverable head (``ProcessEngine.deliver_batch``) through the
+   handler frame, apply its store writes, and stamp each send with the
+   ``parsley.causes`` value the engine gives for that delivery (the frontier right
+   after it), as the worker's drain does (``workers/step.py``);
 3. commit: the engine's deltas go to the ordering store, the store writes to the
    committed stores, the read positions advance, and the sends are handed back for
    the driver to append.
@@ -29,8 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Final
 
-from parsley.engine.channel import ChannelId, ReceivedMessage
+from parsley.engine.channel import ChannelId, Header
 from parsley.engine.engine import CrossPartition, ProcessEngine
 from parsley.process import Process
 from parsley.testing.records import Record
@@ -39,6 +41,42 @@ from workers.ordering_store import SqliteOrderingStore
 from workers.stores import TaskStores
 
 __all__ = ["DrivenTask", "StepSend"]
+
+_DELIVER_BATCH: Final = 256
+"""Heads taken per ``ProcessEngine.deliver_batch`` call; the batch size changes nothing
+the handlers see (each entry carries the header after its own delivery)."""
+
+_CREATE_TIME: Final = 1
+"""``confluent_kafka.TIMESTAMP_CREATE_TIME``: what a fetched record's ``timestamp()``
+pairs with its ms."""
+
+
+class _Fetched:
+    """A driver record as the engine's batch feed reads a fetched one: the accessor
+    methods of ``confluent_kafka.Message`` (``parsley.engine.engine.RecordLike``)."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Record) -> None:
+        self._record = record
+
+    def topic(self) -> str:
+        return self._record.topic
+
+    def offset(self) -> int:
+        return self._record.offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (_CREATE_TIME, self._record.timestamp_ms)
+
+    def key(self) -> bytes | None:
+        return self._record.key_bytes
+
+    def value(self) -> bytes | None:
+        return self._record.value_bytes
+
+    def headers(self) -> list[Header]:
+        return list(self._record.raw_headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,26 +179,21 @@ class DrivenTask:
         sends: list[StepSend] = []
         fed = delivered = 0
         try:
-            for name, ch in self.channels.items():
-                if name in paused:
-                    continue
-                for record in unread(name, ch.partition, positions[name]):
-                    engine.receive(ReceivedMessage(
-                        ch, record.offset, record.timestamp_ms, record.key_bytes,
-                        record.value_bytes, record.raw_headers))
-                    positions[name] = record.offset + 1
-                    fed += 1
+            batch = [_Fetched(r) for name, ch in self.channels.items() if name not in paused
+                     for r in unread(name, ch.partition, positions[name])]
+            if batch:
+                fed, _, last = engine.feed_records(batch, self.channels)
+                for name, offset in last.items():
+                    positions[name] = offset + 1
             topics = self._topics
-            while (msg := engine.deliver_next()) is not None:
-                ch = msg.channel
-                result = frame.deliver(topics[ch.topic_id], ch.partition, msg.position,
-                                       msg.timestamp_ms, msg.key, msg.value, msg.headers)
-                if result.writes:
-                    self.stores.apply(result.writes)
-                if result.sends:
-                    causes = engine.causes_header()
+            while entries := engine.deliver_batch(_DELIVER_BATCH):
+                for ch, position, ts, key, value, headers, causes in entries:
+                    result = frame.deliver(topics[ch.topic_id], ch.partition, position, ts,
+                                           key, value, headers)
+                    if result.writes:
+                        self.stores.apply(result.writes)
                     sends.extend(StepSend(s, causes) for s in result.sends)
-                delivered += 1
+                    delivered += 1
             if not fed and not delivered:
                 return None
             engine.take_deltas()
