@@ -1,13 +1,16 @@
 """The README's quickstart test, run as the README prints it ("Test your handlers").
 
 The code between the markers below is the README's block, verbatim;
-``test_the_readme_prints_this_test`` keeps the two the same.
+``test_the_docs_print_this_test`` keeps it the same as the README's and
+docs/testing.md's.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 # --- README: Test your handlers ---
 from examples.quickstart import PROCESSES
@@ -32,14 +35,17 @@ def test_a_payment_waits_for_its_order():
 # --- end of the README block ---
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_prints_this_test() -> None:
-    text = README.read_text()
-    section = text.split("## Test your handlers", 1)[1]
+@pytest.mark.parametrize(("doc", "heading"), [
+    ("README.md", "## Test your handlers"),
+    ("docs/testing.md", "## A first test"),
+])
+def test_the_docs_print_this_test(doc: str, heading: str) -> None:
+    section = (REPO / doc).read_text().split(heading, 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S)
-    assert block is not None, "README 'Test your handlers' has no python block"
+    assert block is not None, f"{doc} '{heading}' has no python block"
     source = Path(__file__).read_text()
     ours = source.split("# --- README: Test your handlers ---\n", 1)[1]
     ours = ours.split("# --- end of the README block ---", 1)[0]

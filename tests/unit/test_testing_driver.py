@@ -333,3 +333,26 @@ def test_undeclared_names_are_refused_with_the_declared_ones() -> None:
         driver.sent("nobody")
     with pytest.raises(ValueError, match="does not receive"):
         driver.pause("out", process="sink")
+
+
+def test_bytes_no_serde_decodes_are_refused_as_the_frame_refuses_them() -> None:
+    driver = ParsleyTestDriver(_pipeline())
+    with pytest.raises(ParsleyFailClosedError) as info:
+        driver.pipe_bytes("in", b"{not json", b"k")
+    assert info.value.reason is Reason.APPLICATION_PAYLOAD_UNDECODABLE
+    assert info.value.detail.startswith(
+        "relay: in@0 value could not be decoded by the declared serde (partition 0; ")
+    assert info.value.detail.endswith(APPLICATION_REMEDY)
+
+
+def test_a_frontier_over_the_metadata_budget_is_refused() -> None:
+    # a frontier of one partition of one topic is 28 bytes, at least 80 % of 34 (a warning);
+    # sink's reaches two topics
+    driver = ParsleyTestDriver(_pipeline(), metadata_budget_bytes=34)
+    with pytest.raises(ParsleyFailClosedError) as info:
+        driver.pipe("in", {"n": 0}, key="k")
+    assert info.value.reason is Reason.METADATA_BUDGET_EXCEEDED
+    assert info.value.detail.startswith("the causal frontier reached 54 bytes (2 channels); "
+                                        "the configured budget is 34 bytes.")
+    assert driver.stopped("sink") is info.value
+    assert [w[:2] for w in driver.warnings] == [("relay", 0), ("sink", 0)]
