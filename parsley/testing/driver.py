@@ -280,7 +280,9 @@ class ParsleyTestDriver:
 
         Tasks take turns in declaration order (process, then task number); each turn
         is one committed step (:class:`parsley.testing.task.DrivenTask`), and its
-        sends are appended before the next turn. Stopped processes are skipped.
+        sends are appended before the next turn. Stopped processes are skipped. A
+        process that refuses or fails stops; the others run on until nothing moves,
+        and then the first refusal or failure is raised.
 
         Returns:
             How many messages were delivered.
@@ -291,18 +293,22 @@ class ParsleyTestDriver:
             RuntimeError: more than ``max_deliveries`` messages delivered in this run.
         """
         total = 0
+        first: Exception | None = None
         while True:
             progressed = False
             for running in self._running.values():
-                if running.stopped is not None:
-                    continue
                 for task in running.tasks:
+                    if running.stopped is not None:
+                        break
                     before = task.delivered
                     try:
                         sends = task.step(self._unread, running.paused)
                     except Exception as exc:
+                        # The process stops; the others run on, as they would on a cluster.
                         running.stopped = exc
-                        raise
+                        first = first or exc
+                        progressed = True
+                        continue
                     if sends is None:
                         continue
                     progressed = True
@@ -314,6 +320,8 @@ class ParsleyTestDriver:
                             "settling: processes that answer each other for ever? Raise "
                             "max_deliveries if the test needs more")
             if not progressed:
+                if first is not None:
+                    raise first
                 return total
 
     def _unread(self, topic: str, partition: int, position: int) -> list[Record]:
@@ -434,7 +442,9 @@ class ParsleyTestDriver:
 
     def held(self, process: str | Process, task: int | None = None) -> list[HeldMessage]:
         """The messages ``process`` holds back (of one task), per task and channel in
-        offset order, each head with the causes it waits for.
+        offset order, each head with the causes it waits for. For a stopped process,
+        what its last committed step left held, as ``parsley-coordinator inspect``
+        shows a stopped process (docs/operations.md).
 
         Raises:
             KeyError: an undeclared process or task.
@@ -442,9 +452,7 @@ class ParsleyTestDriver:
         running = self._process(process)
         out: list[HeldMessage] = []
         for t in self._tasks(running, task):
-            engine = t.engine
-            if engine is None:
-                continue
+            engine = t.view()
             heads = {(h.topic, h.partition): h for h in engine.diagnose().held}
             for name, ch in t.channels.items():
                 positions = engine.held_positions(ch)
@@ -457,16 +465,14 @@ class ParsleyTestDriver:
         return out
 
     def diagnose(self, process: str | Process, task: int = 0) -> TaskDiagnosis:
-        """The task's diagnosis as status shows it (docs/failing-closed.md, "Diagnosis").
+        """The task's diagnosis as status shows it (docs/failing-closed.md, "Diagnosis");
+        for a stopped process, its last committed step's.
 
         Raises:
             KeyError: an undeclared process or task.
-            RuntimeError: the process is stopped.
         """
         [t] = self._tasks(self._process(process), task)
-        if t.engine is None:
-            raise RuntimeError(f"process {t.process.name!r} is stopped; restart it")
-        return t.engine.diagnose()
+        return t.view().diagnose()
 
     def stopped(self, process: str | Process) -> Exception | None:
         """Why ``process`` stopped (the refusal or the handler failure), or ``None``

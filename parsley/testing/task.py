@@ -151,6 +151,21 @@ class DrivenTask:
         self._frame = HandlerFrame(self.process, self.task, self.stores)
         self.engine = engine
 
+    def view(self) -> ProcessEngine:
+        """The running engine; after an aborted step, an engine restored from the
+        committed ordering store (not started), to inspect what is held.
+
+        Raises:
+            ParsleyFailClosedError: the engine's restore refusals.
+        """
+        if self.engine is not None:
+            return self.engine
+        engine = ProcessEngine(
+            self._ordering, received=self.channels.values(), budget_bytes=self._budget,
+            cross_partition=self._cross)
+        engine.bind_names({name: ch.topic_id for name, ch in self.channels.items()})
+        return engine
+
     def step(
         self,
         unread: Callable[[str, int, int], list[Record]],

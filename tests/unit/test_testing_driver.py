@@ -225,14 +225,17 @@ def test_a_handler_failure_stops_the_process_and_a_restart_feeds_the_message_aga
             raise KeyError("amount")
         return Effects.builder().send(OUT, delivery.key, "handled").build()
 
-    driver = ParsleyTestDriver(Process("p").receives(IN, flaky).sends(OUT))
+    relay = Process("relay").receives(IN, _relay).sends(DERIVED)
+    driver = ParsleyTestDriver([Process("p").receives(IN, flaky).sends(OUT), relay])
     with pytest.raises(HandlerFailure) as info:
         driver.pipe("in", {"n": 1}, key="k")
     assert str(info.value) == "handler for in failed at task 0, in-0@0: KeyError: 'amount'"
     assert isinstance(info.value.__cause__, KeyError)
     assert driver.stopped("p") is info.value
-    driver.pipe("in", {"n": 2}, key="k")  # stopped: nothing runs
+    assert driver.stopped("relay") is None
+    driver.pipe("in", {"n": 2}, key="k")  # p is stopped; relay, declared after it, runs on
     assert driver.read("out") == []
+    assert [r.value for r in driver.read("derived")] == [{"from": 1}, {"from": 2}]
     broken["yes"] = False
     assert driver.restart("p") == 2
     assert [(r.value, r.causes) for r in driver.read("out")] == [
@@ -356,3 +359,17 @@ def test_a_frontier_over_the_metadata_budget_is_refused() -> None:
                                         "the configured budget is 34 bytes.")
     assert driver.stopped("sink") is info.value
     assert [w[:2] for w in driver.warnings] == [("relay", 0), ("sink", 0)]
+
+
+def test_a_stopped_process_shows_what_its_last_committed_step_held() -> None:
+    driver = ParsleyTestDriver(_pipeline())
+    driver.pause("in", process="sink")
+    driver.pipe("in", {"n": 0}, key="k")
+    driver.pipe("in", {"n": 1}, key="k")
+    before = driver.held("sink")
+    assert [(h.topic, h.offset, h.head) for h in before] == [
+        ("derived", 0, True), ("derived", 2, False)]
+    with pytest.raises(ParsleyFailClosedError):
+        driver.pipe("derived", {"from": 9}, key="k", headers=[("parsley.causes", b"")])
+    assert driver.held("sink") == before
+    assert driver.diagnose("sink").held_count == 2
