@@ -59,13 +59,14 @@ class ParsleyTestDriver:
     "Names on the cluster"). Every topic a process receives or sends exists, with
     the partition count given in ``partitions`` (default 1).
 
-    :meth:`pipe` appends a record and then :meth:`run`\\ s the processes until
+    :meth:`pipe` appends a record and then runs the processes (:meth:`run`) until
     nothing more can be fed or delivered: each task in turn feeds every record
     after its read position, delivers what the delivery rule allows through the
     handlers and commits, and what it sent is appended to the topics (at once
     visible to the next task). A process that refuses or whose handler raises
     stops, with nothing of the failed step kept, and the exception is raised from
-    the call; it stays stopped until :meth:`restart`.
+    the call once the other processes have settled; it stays stopped until
+    :meth:`restart`.
 
     Args:
         processes: a :class:`~parsley.Process` or several (e.g. an app's
@@ -251,7 +252,7 @@ class ParsleyTestDriver:
         """As :meth:`pipe`, with raw key and value bytes (e.g. bytes no serde decodes)."""
         self._topic(topic)
         ts = self.time_ms if timestamp_ms is None else timestamp_ms
-        if not isinstance(ts, int) or ts < 0:
+        if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
             raise ValueError(f"a timestamp is an int of ms >= 0, got {ts!r}")
         record = self._append(topic, key, value, _headers(headers), ts, partition, None, None,
                               self._declared[topic])
