@@ -55,8 +55,8 @@ class ParsleyTestDriver:
     """Run processes over in-memory topics, with the runtime's delivery rule and frame.
 
     Each process runs ``W`` tasks, ``W`` the largest partition count of the topics
-    it receives; task ``i`` receives partition ``i`` of each (docs/operations.md,
-    "Names on the cluster"). Every topic a process receives or sends exists, with
+    it receives; task ``i`` receives partition ``i`` of each (docs/model.md, "tasks").
+    Every topic a process receives or sends exists, with
     the partition count given in ``partitions`` (default 1).
 
     :meth:`pipe` appends a record and then runs the processes (:meth:`run`) until
