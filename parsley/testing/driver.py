@@ -55,9 +55,9 @@ class ParsleyTestDriver:
     """Run processes over in-memory topics, with the runtime's delivery rule and frame.
 
     Each process runs ``W`` tasks, ``W`` the largest partition count of the topics
-    it receives; task ``i`` receives partition ``i`` of each (docs/model.md, "tasks").
-    Every topic a process receives or sends exists, with
-    the partition count given in ``partitions`` (default 1).
+    it receives; task ``i`` receives partition ``i`` of each (docs/model.md,
+    "tasks"). Every topic a process receives or sends exists, with the partition
+    count given in ``partitions`` (default 1).
 
     :meth:`pipe` appends a record and then runs the processes (:meth:`run`) until
     nothing more can be fed or delivered: each task in turn feeds every record
@@ -88,8 +88,8 @@ class ParsleyTestDriver:
 
     Raises:
         ValueError: declarations that :func:`parsley.validate_declarations`
-            refuses, a partition count for a topic no process declares, or a count
-            below 1.
+            refuses, a partition count for a topic no process declares, a count
+            below 1, or an unknown ``cross_partition_causes`` setting.
         TypeError: something other than a Process.
     """
 
