@@ -391,6 +391,20 @@ class ParsleyTestDriver:
             task.restart()
         return self.run()
 
+    def close(self) -> None:
+        """Release the tasks' in-memory stores; the driver is unusable afterwards (also
+        on leaving a ``with`` block)."""
+        for running in self._running.values():
+            for task in running.tasks:
+                task.close()
+            running.stopped = RuntimeError("the driver was closed")
+
+    def __enter__(self) -> ParsleyTestDriver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # -- inspection ----------------------------------------------------------------
 
     def read(self, topic: str, partition: int | None = None) -> list[Record]:

@@ -151,6 +151,13 @@ class DrivenTask:
         self._frame = HandlerFrame(self.process, self.task, self.stores)
         self.engine = engine
 
+    def close(self) -> None:
+        """Close the in-memory sqlite databases of the ordering store and the stores."""
+        self.engine = None
+        self._frame = None
+        self.stores.close()
+        self._ordering.close()
+
     def view(self) -> ProcessEngine:
         """The running engine; after an aborted step, an engine restored from the
         committed ordering store (not started), to inspect what is held.

@@ -373,3 +373,12 @@ def test_a_stopped_process_shows_what_its_last_committed_step_held() -> None:
         driver.pipe("derived", {"from": 9}, key="k", headers=[("parsley.causes", b"")])
     assert driver.held("sink") == before
     assert driver.diagnose("sink").held_count == 2
+
+
+def test_a_closed_driver_runs_nothing_more() -> None:
+    with ParsleyTestDriver(_pipeline()) as driver:
+        driver.pipe("in", {"n": 0}, key="k")
+        assert len(driver.read("out")) == 1
+    driver.pipe("in", {"n": 1}, key="k")
+    assert len(driver.read("out")) == 1
+    assert isinstance(driver.stopped("sink"), RuntimeError)
