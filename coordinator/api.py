@@ -11,8 +11,9 @@ Mirrors the Java API (docs/runbooks.md, "Before an incident")::
 ``start`` is all-or-nothing (docs/runbooks.md, "If `start` raised"): it runs the
 bootstrap for every process (:mod:`coordinator.bootstrap`), then spawns one
 worker per task (:mod:`coordinator.supervisor`) and serves the control socket
-(:mod:`coordinator.status_socket`). An exception from it means nothing is
-running.
+(:mod:`coordinator.status_socket`), and with ``config.metrics_port`` set,
+Prometheus ``/metrics`` (:mod:`coordinator.metrics`). An exception from it means
+nothing is running.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
 from coordinator.config import ParsleyConfig
+from coordinator.metrics import MetricsServer
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
     BadRequest,
@@ -130,10 +132,11 @@ class Parsley:
     """
 
     def __init__(self, config: ParsleyConfig, supervisor: Supervisor,
-                 control: ControlServer | None) -> None:
+                 control: ControlServer | None, metrics: MetricsServer | None = None) -> None:
         self._config = config
         self._supervisor = supervisor
         self._control = control
+        self._metrics = metrics
         self._closed: ShutdownReport | None = None
         self._stop_report: ShutdownReport | None = None
 
@@ -178,8 +181,9 @@ class Parsley:
                 diagnosis and remedy in the message).
             StartRetryableError: a lagging metadata view; the message ends
                 "Retry this start.".
-            StartError: a missing prerequisite (a topic, connectivity, ACLs), or
-                a coordinator already running this prefix under this state dir.
+            StartError: a missing prerequisite (a topic, connectivity, ACLs),
+                a coordinator already running this prefix under this state dir, or
+                a ``metrics_port`` that cannot be bound.
             ValueError: a wrong declaration or argument.
         """
         policy = RestartPolicy(restart)
@@ -188,25 +192,39 @@ class Parsley:
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)
             _refuse_a_second_coordinator(endpoint, config)
-        # Fresh clients for the start and for each restart attempt (never one long-lived
-        # AdminClient, which a broker outage can leave wedged).
-        plans = bootstrap(config, procs, group_window_s=group_window_s)
-        by_name = {p.name: p for p in procs}
+        # Bound first, so that a port in use stops the start before anything runs.
+        metrics = None if config.metrics_port is None else \
+            MetricsServer(config.metrics_host, config.metrics_port)
+        try:
+            # Fresh clients for the start and for each restart attempt (never one
+            # long-lived AdminClient, which a broker outage can leave wedged).
+            plans = bootstrap(config, procs, group_window_s=group_window_s)
+            by_name = {p.name: p for p in procs}
 
-        def rebootstrap(name: str) -> ProcessPlan:
-            return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
+            def rebootstrap(name: str) -> ProcessPlan:
+                return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
 
-        supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
-                                rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
-                                max_attempts=max_attempts, backoff_s=backoff_s)
-        supervisor.start()
-        handle = cls(config, supervisor, None)
+            supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
+                                    rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
+                                    max_attempts=max_attempts, backoff_s=backoff_s,
+                                    observer=None if metrics is None else metrics.book)
+            supervisor.start()
+        except BaseException:
+            if metrics is not None:
+                metrics.close()
+            raise
+        handle = cls(config, supervisor, None, metrics)
+        if metrics is not None:
+            metrics.attach(handle.status)
+            log.info("metrics on %s", metrics.url)
         if endpoint is not None:
             try:
                 handle._control = ControlServer(endpoint, handle._handlers(),
                                                 record_to=endpoint_file(config))
             except BaseException:
                 supervisor.close(stop_deadline_s)
+                if metrics is not None:
+                    metrics.close()
                 raise
             log.info("control socket on %s", handle._control.endpoint)
         return handle
@@ -240,6 +258,8 @@ class Parsley:
         together with any the close itself stopped (so the last word on the
         shutdown names the workers that stopped, not the nothing left to stop).
         """
+        if self._metrics is not None:
+            self._metrics.stopping()
         report = self._supervisor.stop(deadline_s)
         self._stop_report = report if self._stop_report is None \
             else self._stop_report.merge(report)
@@ -255,11 +275,15 @@ class Parsley:
         """
         if self._closed is not None:
             return self._closed
+        if self._metrics is not None:
+            self._metrics.stopping()
         report = self._supervisor.close(deadline_s)
         if self._stop_report is not None:
             report = self._stop_report.merge(report)
         if self._control is not None:
             self._control.close()
+        if self._metrics is not None:
+            self._metrics.close()
         self._closed = report
         if not report.clean:
             log.error("shutdown: %s", report.summary())
@@ -269,6 +293,11 @@ class Parsley:
     def control_endpoint(self) -> str | None:
         """The control socket's endpoint, or ``None`` when none is served."""
         return None if self._control is None else self._control.endpoint
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://HOST:PORT/metrics`` when ``config.metrics_port`` is set, else ``None``."""
+        return None if self._metrics is None else self._metrics.url
 
     @property
     def config(self) -> ParsleyConfig:

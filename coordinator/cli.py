@@ -39,6 +39,7 @@ import orjson
 
 from coordinator.config import (
     DEFAULT_MAX_RESTARTS,
+    DEFAULT_METRICS_HOST,
     DEFAULT_RESTART_BACKOFF_MS,
     DEFAULT_RESTART_RESET_MS,
     DEFAULT_STALE_TASK_MS,
@@ -260,11 +261,18 @@ def cli(log_level: str) -> None:
               help="Seconds a worker may send no report before it is killed (SIGKILL) as "
                    "stale: respawned under transient, its process stopped under never. Also "
                    "stale_task_ms / PARSLEY_STALE_TASK_MS (milliseconds).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus /metrics on this TCP port (0: any free port, logged); "
+                   "default: none. Also metrics_port / PARSLEY_METRICS_PORT.")
+@click.option("--metrics-host", default=None, show_default=DEFAULT_METRICS_HOST,
+              help="The address /metrics is bound to. Also metrics_host / "
+                   "PARSLEY_METRICS_HOST.")
 def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
         prefix: str | None, state_dir: str | None, restart: str, listen: str,
         stop_deadline: float, log_status_every: float, max_restarts: int | None,
         restart_backoff: float | None, restart_reset: float | None,
-        stale_after: float | None) -> None:
+        stale_after: float | None, metrics_port: int | None,
+        metrics_host: str | None) -> None:
     """Start the processes APP (module:attribute) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the
@@ -288,7 +296,8 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
                           max_restarts=max_restarts,
                           restart_backoff_ms=_ms(restart_backoff),
                           restart_reset_ms=_ms(restart_reset),
-                          stale_task_ms=_ms(stale_after))
+                          stale_task_ms=_ms(stale_after),
+                          metrics_port=metrics_port, metrics_host=metrics_host)
     try:
         handle = Parsley.start(config, *processes, restart=restart, control=listen,
                                stop_deadline_s=stop_deadline)

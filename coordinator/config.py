@@ -15,6 +15,8 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
        max_restarts = 5
        restart_backoff_ms = 1000
        restart_reset_ms = 60000
+       metrics_port = 9464            # absent: no /metrics
+       metrics_host = "127.0.0.1"
 
        [kafka_properties]
        "linger.ms" = 5
@@ -26,7 +28,8 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
    (``auto``/``refuse``/``warn``), ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
    (``true``/``false``, the older spelling of ``refuse``), ``PARSLEY_STALE_TASK_MS``,
    ``PARSLEY_MAX_RESTARTS``,
-   ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``, and one
+   ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``,
+   ``PARSLEY_METRICS_PORT``, ``PARSLEY_METRICS_HOST``, and one
    ``PARSLEY_KAFKA_<NAME>`` per client
    property, ``<NAME>`` upper-cased with dots as underscores
    (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
@@ -35,7 +38,8 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
 The Kafka properties Parsley owns are refused, naming the property.
 
 The supervision settings (stale bound, restart budget, backoff and the healthy
-period that resets them) are described in docs/operations.md, "Supervision".
+period that resets them) are described in docs/operations.md, "Supervision"; the
+metrics port and host in docs/operations.md, "Metrics".
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ __all__ = [
     "DEFAULT_COMMIT_INTERVAL_MS",
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_METADATA_BUDGET_BYTES",
+    "DEFAULT_METRICS_HOST",
     "DEFAULT_RESTART_BACKOFF_MS",
     "DEFAULT_RESTART_RESET_MS",
     "DEFAULT_STALE_TASK_MS",
@@ -85,6 +90,8 @@ DEFAULT_RESTART_BACKOFF_MS: Final = 1_000
 DEFAULT_RESTART_RESET_MS: Final = 60_000
 """How long a task must have been RUNNING, without a break, for its restart budget
 and backoff to start again from zero, ms."""
+DEFAULT_METRICS_HOST: Final = "127.0.0.1"
+"""Where ``/metrics`` is served when ``metrics_port`` is set: this machine only."""
 ENV_PREFIX: Final = "PARSLEY_"
 _ENV_KAFKA: Final = "PARSLEY_KAFKA_"
 
@@ -108,6 +115,7 @@ tell the user where to give it (the flag names are not the field names)."""
 _POSITIVE_INTS: Final = ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms",
                           "stale_task_ms", "restart_reset_ms")
 _NON_NEGATIVE_INTS: Final = ("max_restarts", "restart_backoff_ms")
+_OPTIONAL_INTS: Final = ("metrics_port",)
 
 _CLIENT_PREFIXES: Final = (
     "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",
@@ -162,6 +170,10 @@ class ParsleyConfig:
             backoff, ms, >= 1.
         kafka_properties: librdkafka properties for every client (``consumer.``,
             ``producer.``, ``admin.`` prefixes select one kind); read-only.
+        metrics_port: the TCP port the coordinator serves Prometheus ``/metrics`` on
+            (0: any free port), or ``None`` (default) for none (docs/operations.md,
+            "Metrics").
+        metrics_host: the address ``/metrics`` is bound to; non-blank.
 
     Raises:
         ValueError: a blank server list or prefix, a prefix containing
@@ -169,7 +181,8 @@ class ParsleyConfig:
             ``cross_partition_causes`` outside ``auto``/``refuse``/``warn``,
             ``refuse_cross_partition_causes = true`` with
             ``cross_partition_causes = "warn"``, a property
-            Parsley owns (the message names it), or a property with no value.
+            Parsley owns (the message names it), a property with no value, a
+            ``metrics_port`` outside 0..65535 or a blank ``metrics_host``.
         TypeError: a property name that is not a string.
     """
 
@@ -186,6 +199,8 @@ class ParsleyConfig:
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restart_backoff_ms: int = DEFAULT_RESTART_BACKOFF_MS
     restart_reset_ms: int = DEFAULT_RESTART_RESET_MS
+    metrics_port: int | None = None
+    metrics_host: str = DEFAULT_METRICS_HOST
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -218,6 +233,12 @@ class ParsleyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        port = self.metrics_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 0 <= port <= 65535):
+            raise ValueError(f"metrics_port must be a TCP port 0..65535, got {port!r}")
+        if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
+            raise ValueError("metrics_host must be non-blank")
         if self.stale_task_ms <= self.status_interval_ms:
             raise ValueError(f"stale_task_ms ({self.stale_task_ms}) must exceed "
                              f"status_interval_ms ({self.status_interval_ms}): a healthy "
@@ -288,7 +309,7 @@ class ParsleyConfig:
         env = os.environ if environ is None else environ
         out: dict[str, Any] = {}
         props: dict[str, Any] = {}
-        ints = set(_POSITIVE_INTS) | set(_NON_NEGATIVE_INTS)
+        ints = set(_POSITIVE_INTS) | set(_NON_NEGATIVE_INTS) | set(_OPTIONAL_INTS)
         for f in fields(ParsleyConfig):
             if f.name == "kafka_properties":
                 continue
