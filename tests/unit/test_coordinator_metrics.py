@@ -294,3 +294,46 @@ def test_metrics_port_and_host_from_the_file_then_env_then_flags(tmp_path: Path)
             ParsleyConfig("h:1", "p", metrics_port=bad)
     with pytest.raises(ValueError, match="metrics_host must be non-blank"):
         ParsleyConfig("h:1", "p", metrics_host=" ")
+
+
+def _exposed_names() -> set[str]:
+    """Every metric name a scrape exposes (counters with ``_total``), from the families."""
+    book = MetricsBook()
+    book.spawned("p", 0, 1)
+    book.exited("p", 0, 1, StopKind.REFUSAL, Reason.UNDECODABLE_METADATA)
+    report = _status(1, _metrics(1, 1, 1))
+    entry = task_status_from_report(report, age_ms=0, status_interval_ms=1000)
+    statuses = {"p": ProcessStatus(ProcessState.RUNNING, None, None, (entry,)),
+                "q": ProcessStatus(ProcessState.STOPPED, Reason.UNDECODABLE_METADATA, "d")}
+    book.reported("p", 0, 1, report)
+    families = metric_families(statuses, book.snapshot(),
+                               coordinator_state=CoordinatorState.RUNNING, started_at_s=0.0)
+    assert all(f.samples for f in families), [f.name for f in families if not f.samples]
+    return {f.name + ("_total" if f.type == "counter" else "") for f in families}
+
+
+def test_the_operations_doc_lists_every_metric_exposed_and_no_other() -> None:
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = doc.split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    documented = set(re.findall(r"^\| `(parsley_[a-z_]+)` \|", section, re.MULTILINE))
+    assert documented == _exposed_names()
+
+
+def test_the_grafana_dashboard_queries_only_metrics_that_exist() -> None:
+    import json
+    import re
+
+    path = Path(__file__).parents[2] / "docs" / "grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    assert exprs, "a dashboard with queries"
+    exposed = _exposed_names()
+    histograms = {"parsley_transaction_duration_seconds", "parsley_handler_latency_seconds"}
+    known = exposed | {h + s for h in histograms for s in ("_bucket", "_sum", "_count")}
+    used = {name for e in exprs for name in re.findall(r"\bparsley_[a-z_]+\b", e)
+            if not name.startswith("parsley_coordinator_process_")}
+    assert used <= known, sorted(used - known)
+    assert used >= exposed - {"parsley_coordinator_start_time_seconds"} - histograms, \
+        sorted(exposed - used)
