@@ -200,3 +200,62 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
         raise AssertionError("/metrics still served after the coordinator exited")
     except (urllib.error.URLError, ConnectionError):
         pass
+
+
+def test_counters_stay_monotonic_across_a_killed_and_respawned_worker(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path
+) -> None:
+    from coordinator import Parsley, ParsleyConfig
+    from parsley import Channel, Effects, Process
+    from parsley.serdes import BYTES
+
+    src, out = create_topic(), create_topic()
+    sink = Channel(out.name, BYTES, BYTES)
+
+    def handle(delivery: Any, state: Any) -> Effects:
+        return Effects.builder().send(sink, delivery.key, delivery.value).build()
+
+    relay = Process("relay").receives(Channel(src.name, BYTES, BYTES), handle).sends(sink)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+
+    def produce(*values: bytes) -> None:
+        for v in values:
+            producer.produce(src.name, key=b"k", value=v, partition=0)
+        assert producer.flush(30) == 0
+
+    produce(b"0", b"1", b"2")
+    config = ParsleyConfig(kafka_bootstrap, f"metrics-{uuid.uuid4().hex[:8]}",
+                           state_dir=str(tmp_path), status_interval_ms=300, metrics_port=0)
+    relay0 = {"process": "relay", "task": "0"}
+    seen: list[float] = []
+
+    def until(pred: Callable[[Scrape], bool], what: str) -> Scrape:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            s = _scrape(url)
+            delivered = _get(s, "parsley_delivered_total", **relay0)
+            if delivered is not None:
+                assert not seen or delivered >= seen[-1], f"delivered fell: {seen} {delivered}"
+                seen.append(delivered)
+            if pred(s):
+                return s
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    with Parsley.start(config, relay, restart="transient", backoff_s=0.1) as parsley:
+        assert parsley.metrics_url is not None
+        url = parsley.metrics_url
+        until(lambda s: _get(s, "parsley_delivered_total", **relay0) == 3, "3 delivered")
+        (task,) = parsley.status()["relay"].tasks
+        os.kill(task.pid, signal.SIGKILL)
+        s = until(lambda s: _get(s, "parsley_task_restarts_total", **relay0) == 1
+                  and _get(s, "parsley_process_state", process="relay", state="RUNNING") == 1,
+                  "the respawned worker running")
+        assert _get(s, "parsley_task_exits_total", **relay0, kind="CRASHED") == 1
+        assert _get(s, "parsley_process_restarts_total", process="relay") == 1
+        produce(b"3", b"4")
+        s = until(lambda s: _get(s, "parsley_delivered_total", **relay0) == 5,
+                  "5 delivered over both workers")
+        assert _get(s, "parsley_received_total", **relay0) == 5
+        assert len(read_committed(kafka_bootstrap, out.name)) == 5
+    assert 3 in seen and seen[-1] == 5, seen
