@@ -259,3 +259,26 @@ def test_counters_stay_monotonic_across_a_killed_and_respawned_worker(
         assert _get(s, "parsley_received_total", **relay0) == 5
         assert len(read_committed(kafka_bootstrap, out.name)) == 5
     assert 3 in seen and seen[-1] == 5, seen
+
+
+def test_a_metrics_port_in_use_stops_the_start_before_anything_runs(tmp_path: Path) -> None:
+    from tests.cli_support import RELAY_APP
+
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
+    env = dict(os.environ)
+    env.update({"CLI_SRC": "s", "CLI_OUT": "o",
+                "PYTHONPATH": os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])})
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        res = subprocess.run(
+            [*CLI, "run", "cliapp:processes", "--bootstrap-servers", "127.0.0.1:1",
+             "--prefix", "busy", "--state-dir", str(tmp_path / "state"),
+             "--metrics-port", str(port)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == ExitCode.FAILURE, res.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in res.stderr
+    assert "could not reach" not in res.stderr, "refused before the bootstrap"
+    assert time.monotonic() - started < 30
