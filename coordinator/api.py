@@ -32,6 +32,7 @@ import zmq
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
 from coordinator.config import ParsleyConfig
 from coordinator.metrics import MetricsServer
+from coordinator.state_dir import ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
     BadRequest,
@@ -50,9 +51,19 @@ from coordinator.supervisor import (
 )
 from parsley.declarations import Process
 
-__all__ = ["MAX_CONTROL_STOP_DEADLINE_S", "Parsley", "control_stop_deadline"]
+__all__ = [
+    "MAX_CONTROL_STOP_DEADLINE_S",
+    "CoordinatorRunningError",
+    "Parsley",
+    "control_stop_deadline",
+]
 
 log = logging.getLogger("parsley.coordinator")
+
+
+class CoordinatorRunningError(StartError):
+    """A coordinator already runs this prefix under this state dir (docs/operations.md,
+    "One coordinator per prefix"); the message says how to stop it."""
 
 
 def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
@@ -66,7 +77,7 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
     first from this check (docs/operations.md, "One coordinator per prefix").
 
     Raises:
-        StartError: a coordinator answers on either endpoint.
+        CoordinatorRunningError: a coordinator answers on either endpoint.
     """
     candidates = [endpoint]
     with contextlib.suppress(OSError):
@@ -81,7 +92,7 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
         except (NoReplyError, zmq.ZMQError):
             continue  # a stale socket or record from a coordinator that died
         prefix = config.application_id_prefix
-        raise StartError(
+        raise CoordinatorRunningError(
             f"a coordinator (pid {reply.get('pid')}) already runs prefix '{prefix}': it "
             f"serves {where}. Running two coordinators on one prefix is not supported: they "
             "would fence each other's workers (running a prefix's processes across several "
@@ -181,11 +192,14 @@ class Parsley:
                 diagnosis and remedy in the message).
             StartRetryableError: a lagging metadata view; the message ends
                 "Retry this start.".
-            StartError: a missing prerequisite (a topic, connectivity, ACLs),
-                a coordinator already running this prefix under this state dir, or
-                a ``metrics_port`` that cannot be bound.
+            StartError: a missing prerequisite (a topic, connectivity, ACLs), or a
+                ``metrics_port`` that cannot be bound; :class:`CoordinatorRunningError`
+                for a coordinator already running this prefix under this state dir.
+            StateDirError: the state dir is owned by another user, or cannot be
+                created (a ``ValueError``; :mod:`coordinator.state_dir`).
             ValueError: a wrong declaration or argument.
         """
+        ensure_state_dir(config.state_dir)
         policy = RestartPolicy(restart)
         procs = list(processes)
         endpoint = None

@@ -45,14 +45,13 @@ metrics port and host in docs/operations.md, "Metrics".
 from __future__ import annotations
 
 import os
-import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from coordinator.state_dir import default_state_dir as _per_user_state_dir
 from parsley.engine.engine import CROSS_PARTITION_SETTINGS
 from workers.kafka import OWNED_PROPERTIES
 
@@ -123,11 +122,13 @@ _CLIENT_PREFIXES: Final = (
 
 
 def default_state_dir() -> str:
-    """``<tmp>/parsley``: local state's root when none is configured.
+    """The per-user state dir used when none is configured: ``$XDG_STATE_HOME/parsley``,
+    else ``~/.local/state/parsley``, else ``<tmp>/parsley-<uid>``
+    (:func:`coordinator.state_dir.default_state_dir`; docs/operations.md, "The state dir").
 
-    Java's default is ``/tmp/kafka-streams``.
+    Java's default is ``/tmp/kafka-streams``, shared by every user of a machine.
     """
-    return str(Path(tempfile.gettempdir()) / "parsley")
+    return _per_user_state_dir()
 
 
 def _owned(key: str) -> str | None:

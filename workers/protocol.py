@@ -81,8 +81,12 @@ STATUS: Final = "status"
 FINAL: Final = "final"
 
 
-class TaskState(enum.Enum):
-    """A running task's lifecycle as its status messages report it."""
+class TaskState(enum.StrEnum):
+    """A running task's lifecycle as its status messages report it.
+
+    A ``str`` enum: each member is its JSON string (``TaskState.RUNNING == "RUNNING"``),
+    and the coordinator's ``TaskStatus.state`` is this same type.
+    """
 
     STARTING = "STARTING"
     """Spawned; building clients and checking identity."""

@@ -61,7 +61,7 @@ def test_status_without_a_coordinator_exits_7(tmp_path: Path) -> None:
     res = _cli(["status", "--prefix", "nobody", "--state-dir", str(tmp_path), "--timeout", "0.5"],
                tmp_path, dict(os.environ))
     assert res.returncode == ExitCode.NO_COORDINATOR, res.stderr
-    assert "no reply" in res.stderr
+    assert "no coordinator answers" in res.stderr
 
 
 def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
