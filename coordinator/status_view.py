@@ -81,18 +81,18 @@ def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
     heads = ("process", "state", "task", "held", "lag", "caught up", "head blockers",
              "frontier", "age")
     blockers_at = heads.index("head blockers")
-    rows: list[tuple[str, ...]] = []
+    rows: list[list[str]] = []
+    more: list[str] = []  # per row: the "(+N more)" kept when the blockers are shortened
     for name, st in statuses.items():
         if not st.tasks:
-            rows.append((name, st.state.value, "-", "-", "-", _yes(False), "-", "-", "-"))
+            rows.append([name, st.state.value, "-", "-", "-", _yes(False), "-", "-", "-"])
+            more.append("")
         for t in st.tasks:
-            blockers = "-"
-            if t.held:
-                blockers = held_line(t.held[0]) + (
-                    f" (+{len(t.held) - 1} more)" if len(t.held) > 1 else "")
-            rows.append((name, st.state.value, str(t.task), str(t.held_count),
-                         "-" if t.lag is None else str(t.lag), _yes(t.caught_up), blockers,
-                         _bytes(t.frontier_bytes), _age(t)))
+            first = held_line(t.held[0]) if t.held else "-"
+            more.append(f" (+{len(t.held) - 1} more)" if len(t.held) > 1 else "")
+            rows.append([name, st.state.value, str(t.task), str(t.held_count),
+                         "-" if t.lag is None else str(t.lag), _yes(t.caught_up),
+                         first + more[-1], _bytes(t.frontier_bytes), _age(t)])
     natural = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(heads)]
     natural[0] = min(natural[0], _PROCESS_MAX)
     # SIMPLE_HEAD with collapsed padding and no edge padding: 2 spaces between columns
@@ -107,7 +107,10 @@ def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
                          no_wrap=True, overflow="ellipsis",
                          max_width=_PROCESS_MAX if i == 0 else blockers_width
                          if i == blockers_at else None)
-    for r in rows:
+    for r, tail in zip(rows, more, strict=True):
+        if len(r[blockers_at]) > blockers_width and tail:
+            keep = max(0, blockers_width - len(tail) - 1)
+            r[blockers_at] = r[blockers_at][:keep] + "…" + tail
         table.add_row(*r)
     return table
 

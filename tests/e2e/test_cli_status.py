@@ -238,3 +238,37 @@ def test_status_with_nothing_running_answers_at_once_and_json_is_always_json(
     assert "give --prefix" in orjson.loads(usage.stdout)["error"]
     bad = _cli(["status", "--json", "--interval", "soon", "--prefix", "p"], tmp_path, env)
     assert bad.returncode == ExitCode.USAGE and "soon" in orjson.loads(bad.stdout)["error"]
+
+
+def test_help_marks_required_flags_shows_defaults_and_h_works_everywhere(
+    tmp_path: Path,
+) -> None:
+    import sys
+
+    from coordinator.config import default_state_dir
+
+    env = dict(os.environ)
+    res = _cli(["run", "--help"], tmp_path, env)
+    assert res.returncode == 0, res.stderr
+    flat = " ".join(res.stdout.split())
+    entries: dict[str, str] = {}  # each option's help text, by its flag
+    for line in res.stdout.splitlines():
+        if line.startswith("  -"):
+            flag = line.split()[0]
+            entries[flag] = line
+        elif entries and line.startswith("   "):
+            entries[flag] += line
+    entries = {k: " ".join(v.split()) for k, v in entries.items()}
+    for flag in ("--bootstrap-servers", "--prefix"):
+        assert "[required:" in entries[flag], entries[flag]
+    for flag, default in (("--stop-deadline", "10.0"), ("--restart", "never"),
+                          ("--state-dir", default_state_dir())):
+        assert f"[default: {default}" in entries[flag] \
+            or f"[default: ({default})" in entries[flag], entries[flag]
+    assert "APP (module:attribute, required)" in flat
+    for argv in ([*CLI, "-h"], [*CLI, "status", "-h"],
+                 [sys.executable, "-m", "coordinator.devbroker", "-h"],
+                 [sys.executable, "-m", "coordinator.devbroker", "up", "-h"]):
+        got = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=60)
+        assert got.returncode == 0 and "Usage:" in got.stdout, (argv, got.stderr)
