@@ -45,6 +45,7 @@ from coordinator.config import (
     DEFAULT_RESTART_BACKOFF_MS,
     DEFAULT_RESTART_RESET_MS,
     DEFAULT_STALE_TASK_MS,
+    default_state_dir,
 )
 
 __all__ = ["ExitCode", "inspect_process", "load_app", "main"]
@@ -184,7 +185,7 @@ def _control_place(config_file: str | None, prefix: str | None, state_dir: str |
         click.UsageError: no prefix and no endpoint, an unreadable --config, or a state
             dir owned by another user (:mod:`coordinator.state_dir`).
     """
-    from coordinator.config import ParsleyConfig, default_state_dir
+    from coordinator.config import ParsleyConfig
     from coordinator.last_status import last_status_file
     from coordinator.state_dir import StateDirError, check_state_dir
     from coordinator.status_socket import default_endpoint, endpoint_file
@@ -217,12 +218,6 @@ def _control_place(config_file: str | None, prefix: str | None, state_dir: str |
     return default_endpoint(cfg), last
 
 
-def _state_dir_default() -> str:
-    from coordinator.config import default_state_dir
-
-    return default_state_dir()
-
-
 _CONFIG = click.option("--config", "config_file", type=click.Path(dir_okay=False),
                        help="TOML settings file (see docs/operations.md).")
 _PREFIX = click.option("--prefix", "prefix",
@@ -232,7 +227,7 @@ _PREFIX_OR_ENDPOINT = click.option(
     "--prefix", "prefix",
     help="application_id_prefix. [required: here, in --config, as "
          "PARSLEY_APPLICATION_ID_PREFIX, or --endpoint instead]")
-_STATE_DIR = click.option("--state-dir", "state_dir", show_default=_state_dir_default(),
+_STATE_DIR = click.option("--state-dir", "state_dir", show_default=default_state_dir(),
                           help="Root of local state and sockets (also state_dir in --config, "
                                "PARSLEY_STATE_DIR); created with mode 0700; one owned by "
                                "another user is refused.")
@@ -496,7 +491,7 @@ class _JsonErrorsCommand(click.Command):
             if not ctx.params.get("as_json"):
                 raise
             _json_error(exc.format_message(), exc.exit_code)
-        except (SystemExit, KeyboardInterrupt, BrokenPipeError):
+        except (click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except Exception as exc:
             if not ctx.params.get("as_json"):
