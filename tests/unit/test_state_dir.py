@@ -55,3 +55,34 @@ def test_a_state_dir_of_another_user_is_refused(tmp_path: Path,
     monkeypatch.undo()
     with pytest.raises(StateDirError, match="not a directory"):
         ensure_state_dir(tmp_path / "file")
+
+
+def test_run_and_status_refuse_another_users_state_dir_with_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from click.testing import CliRunner
+
+    from coordinator.cli import ExitCode, cli
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (tmp_path / "stateapp.py").write_text(
+        "from parsley import Channel, Effects, Process\n"
+        "from parsley.serdes import BYTES\n"
+        "processes = [Process('p').receives(Channel('in', BYTES, BYTES), "
+        "lambda d, s: Effects.builder().build())]\n")
+    monkeypatch.chdir(tmp_path)
+    me = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: me + 1)
+    runner = CliRunner()
+    status = runner.invoke(cli, ["status", "--prefix", "p", "--state-dir", str(theirs)])
+    assert status.exit_code == ExitCode.USAGE, status.output
+    assert f"is owned by uid {me}" in status.output
+    as_json = runner.invoke(cli, ["status", "--json", "--prefix", "p", "--state-dir",
+                                  str(theirs)])
+    assert as_json.exit_code == ExitCode.USAGE and '"error"' in as_json.output
+    run = runner.invoke(cli, ["run", "stateapp:processes", "--bootstrap-servers", "127.0.0.1:9",
+                              "--prefix", "p", "--state-dir", str(theirs)])
+    assert run.exit_code == ExitCode.USAGE, run.output
+    assert "state dir refused" in caplog.text and f"is owned by uid {me}" in caplog.text
+    assert list(theirs.iterdir()) == [], "nothing written into another user's state dir"
