@@ -31,6 +31,7 @@ import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
 from coordinator.config import ParsleyConfig
+from coordinator.main_guard import check_main_guard
 from coordinator.metrics import MetricsServer
 from coordinator.state_dir import ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
@@ -192,13 +193,17 @@ class Parsley:
                 diagnosis and remedy in the message).
             StartRetryableError: a lagging metadata view; the message ends
                 "Retry this start.".
-            StartError: a missing prerequisite (a topic, connectivity, ACLs), or a
-                ``metrics_port`` that cannot be bound; :class:`CoordinatorRunningError`
-                for a coordinator already running this prefix under this state dir.
+            StartError: a missing prerequisite (a topic, connectivity, ACLs), a
+                ``metrics_port`` that cannot be bound, or a start at a script's top
+                level outside ``if __name__ == "__main__":``
+                (:func:`coordinator.main_guard.check_main_guard`), refused before
+                anything runs; :class:`CoordinatorRunningError` for a coordinator
+                already running this prefix under this state dir.
             StateDirError: the state dir is owned by another user, or cannot be
                 created (a ``ValueError``; :mod:`coordinator.state_dir`).
             ValueError: a wrong declaration or argument.
         """
+        check_main_guard()
         ensure_state_dir(config.state_dir)
         policy = RestartPolicy(restart)
         procs = list(processes)
