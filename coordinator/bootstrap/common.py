@@ -119,7 +119,8 @@ def with_client_logger(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def unreachable_message(bootstrap_servers: str, code: str) -> str:
-    """The message for a cluster no broker of which answered (code: a librdkafka name)."""
+    """The message for a cluster no broker of which answered (code: a librdkafka name,
+    or the probe's refusals)."""
     return (f"could not reach the Kafka cluster at {bootstrap_servers} ({code}); check the "
             "address and that the brokers are up, then retry")
 
@@ -128,12 +129,22 @@ def check_reachable(admin: Any, bootstrap_servers: str,
                     timeout_s: float = REACH_TIMEOUT_S) -> None:
     """Fail fast when no broker answers a metadata request within ``timeout_s``.
 
+    First a bare TCP connect to each bootstrap server
+    (:func:`coordinator.bootstrap.probe.probe_refusals`): when every one refuses (or
+    does not resolve), the start fails at once instead of after ``timeout_s``.
+
     Raises:
-        StartError: :func:`unreachable_message` for ``UNREACHABLE_CODES``; other
-            failures name their error.
+        StartError: :func:`unreachable_message` when every server refused the
+            connection (the refusals in parentheses) or for ``UNREACHABLE_CODES``;
+            other failures name their error.
     """
     from confluent_kafka import KafkaException
 
+    from coordinator.bootstrap.probe import probe_refusals
+
+    refusals = probe_refusals(bootstrap_servers)
+    if refusals is not None:
+        raise StartError(unreachable_message(bootstrap_servers, "; ".join(refusals)))
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:

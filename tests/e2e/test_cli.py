@@ -250,7 +250,7 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
     assert "could not reach the Kafka cluster at 127.0.0.1:9" in res.stderr, res.stderr
     assert "grant Describe" not in res.stderr
     connect_lines = [ln for ln in res.stderr.splitlines() if "Connect to" in ln]
-    assert 1 <= len(connect_lines) <= 2, res.stderr
+    assert len(connect_lines) <= 2, res.stderr  # none when the probe answers first
 
 
 def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
