@@ -81,6 +81,7 @@ from parsley.declarations import (
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.assignment import IncompleteAssignment
 from workers.changelog import RestoreProgress, read_partition
 from workers.frame import HandlerFailure, HandlerFrame
 from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
@@ -251,6 +252,7 @@ class Worker:
         self.restore: dict[str, RestoreProgress] = {}
         self.assignment: frozenset[tuple[str, int]] = frozenset()
         self.assignment_changed = False
+        self.incomplete = IncompleteAssignment()
         self.needs_rebuild = False
         self.callback_error: BaseException | None = None
         self.delivered_before = 0
@@ -484,6 +486,7 @@ class Worker:
                 if off >= 0:
                     self.consumer.seek(TopicPartition(t, p, off))
         self.state = TaskState.RUNNING
+        self.incomplete.running()
         if self.names_learned and self.step is not None:
             # Learned names are committed even when nothing arrives: an id that dies
             # before the next step would otherwise be unnamed again at the next start.
@@ -525,11 +528,12 @@ class Worker:
         self.assignment_changed = False
         if self.assignment != self.expected:
             self.state = TaskState.REBALANCING
-            if self.assignment:
-                log.warning(
-                    "%s task %d was assigned %s, not exactly %s: processing nothing until the "
-                    "missing members rejoin", self.app_id, self.task, sorted(self.assignment),
-                    sorted(self.expected))
+            level = self.incomplete.assigned(bool(self.assignment), time.monotonic())
+            if level is not None:  # INFO at a start: the siblings are still joining
+                log.log(level, "%s task %d was assigned %s, not exactly %s: processing nothing "
+                        "until the missing members %s", self.app_id, self.task,
+                        sorted(self.assignment), sorted(self.expected),
+                        "rejoin" if level == logging.WARNING else "join")
             return
         if self.needs_rebuild or self.engine is None or self.engine.started:
             self.build_state()
@@ -908,6 +912,13 @@ class Worker:
             raise failure
         if self.assignment_changed:
             self._handle_assignment()
+        elif self.state is TaskState.REBALANCING:
+            waited = self.incomplete.overdue(time.monotonic())
+            if waited is not None:
+                log.warning("%s task %d has been assigned %s, not exactly %s, for %.0f s "
+                            "since its start: processing nothing until the missing members "
+                            "join", self.app_id, self.task, sorted(self.assignment),
+                            sorted(self.expected), waited)
         if messages:
             good: list[Message] = []
             for msg in messages:
