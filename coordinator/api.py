@@ -30,6 +30,7 @@ from typing import Any, Final
 import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
+from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
 from coordinator.main_guard import check_main_guard
 from coordinator.metrics import MetricsServer
@@ -201,12 +202,16 @@ class Parsley:
                 already running this prefix under this state dir.
             StateDirError: the state dir is owned by another user, or cannot be
                 created (a ``ValueError``; :mod:`coordinator.state_dir`).
-            ValueError: a wrong declaration or argument.
+            ValueError: a wrong declaration or argument, a per-process Kafka
+                property Parsley owns (:meth:`ParsleyConfig.check_processes`) or
+                librdkafka refuses (:func:`coordinator.client_check.check_process_clients`).
         """
         check_main_guard()
         ensure_state_dir(config.state_dir)
         policy = RestartPolicy(restart)
         procs = list(processes)
+        config.check_processes(procs)
+        check_process_clients(config, procs)
         endpoint = None
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)

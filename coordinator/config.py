@@ -21,6 +21,9 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
        [kafka_properties]
        "linger.ms" = 5
 
+       [process_kafka_properties.tally]      # the workers of process "tally" only
+       "consumer.fetch.max.bytes" = 65536
+
 2. ``PARSLEY_*`` environment variables: ``PARSLEY_BOOTSTRAP_SERVERS``,
    ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
    ``PARSLEY_METADATA_BUDGET_BYTES``, ``PARSLEY_STATUS_INTERVAL_MS``,
@@ -35,7 +38,12 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
    (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
 3. explicit overrides (the CLI's flags).
 
-The Kafka properties Parsley owns are refused, naming the property.
+The Kafka properties Parsley owns are refused, naming the property (and the process,
+for a per-process one). A process's workers' clients get, key by key, the coordinator's
+``kafka_properties``, then the process's declared ``Process(...,
+kafka_properties=...)``, then the file's ``[process_kafka_properties.<process>]``
+(:meth:`ParsleyConfig.kafka_properties_for`); the coordinator's own clients get the first
+only.
 
 The supervision settings (stale bound, restart budget, backoff and the healthy
 period that resets them) are described in docs/operations.md, "Supervision"; the
@@ -68,6 +76,7 @@ __all__ = [
     "ENV_PREFIX",
     "OWNED_KAFKA_PROPERTIES",
     "ParsleyConfig",
+    "check_process_properties",
     "default_state_dir",
 ]
 
@@ -140,6 +149,40 @@ def _owned(key: str) -> str | None:
     return bare if bare in OWNED_KAFKA_PROPERTIES else None
 
 
+def check_process_properties(process: str, properties: Mapping[str, Any],
+                             where: str) -> dict[str, Any]:
+    """One process's client properties, checked: the owned ones refused (pure).
+
+    Args:
+        process: the process name, for the message.
+        properties: the properties (``consumer.``/``producer.``/``admin.`` prefixes allowed).
+        where: where they were given, for the message.
+
+    Returns:
+        A plain copy.
+
+    Raises:
+        ValueError: a property Parsley owns (the message names it, the process and
+            ``where``), or one with no value.
+        TypeError: a property name that is not a string.
+    """
+    out: dict[str, Any] = {}
+    for key, value in dict(properties or {}).items():
+        if not isinstance(key, str):
+            raise TypeError(f"process '{process}': kafka property names must be str, "
+                            f"got {key!r}")
+        owned = _owned(key)
+        if owned is not None:
+            raise ValueError(
+                f"kafka property '{key}' of process '{process}' ({where}) is owned by Parsley "
+                f"and cannot be set ('{owned}' is set per process and task by the coordinator)")
+        if value is None:
+            raise ValueError(f"kafka property '{key}' of process '{process}' ({where}) has "
+                             "no value")
+        out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class ParsleyConfig:
     """How a coordinator runs its processes.
@@ -175,6 +218,10 @@ class ParsleyConfig:
             (0: any free port), or ``None`` (default) for none (docs/operations.md,
             "Metrics").
         metrics_host: the address ``/metrics`` is bound to; non-blank.
+        process_kafka_properties: ``{process name: properties}`` for that
+            process's workers' clients only, over ``kafka_properties`` (same
+            prefixes); read-only. A name no started process has is refused at
+            the start (:meth:`check_processes`).
 
     Raises:
         ValueError: a blank server list or prefix, a prefix containing
@@ -202,6 +249,7 @@ class ParsleyConfig:
     restart_reset_ms: int = DEFAULT_RESTART_RESET_MS
     metrics_port: int | None = None
     metrics_host: str = DEFAULT_METRICS_HOST
+    process_kafka_properties: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -260,11 +308,52 @@ class ParsleyConfig:
                 raise ValueError(f"kafka property '{key}' has no value")
             props[key] = value
         object.__setattr__(self, "kafka_properties", MappingProxyType(props))
+        per: dict[str, Mapping[str, Any]] = {}
+        for process, table in dict(self.process_kafka_properties or {}).items():
+            if not isinstance(process, str) or not isinstance(table, Mapping):
+                raise ValueError("process_kafka_properties maps a process name to a table of "
+                                 f"properties, got {process!r} = {table!r}")
+            per[process] = MappingProxyType(
+                check_process_properties(process, table, "process_kafka_properties"))
+        object.__setattr__(self, "process_kafka_properties", MappingProxyType(per))
 
     @property
     def status_interval_s(self) -> float:
         """The status interval in seconds."""
         return self.status_interval_ms / 1000.0
+
+    def kafka_properties_for(self, process: Any) -> dict[str, Any]:
+        """The client properties of ``process``'s workers (a ``parsley.Process``).
+
+        Key by key: :attr:`kafka_properties`, then the declaration's
+        ``kafka_properties``, then :attr:`process_kafka_properties` for its name
+        (the operator's file over the application's code).
+
+        Raises:
+            ValueError: a declared property Parsley owns (the message names the
+                property and the process).
+        """
+        declared = check_process_properties(process.name, process.kafka_properties,
+                                            "Process(..., kafka_properties=...)")
+        return {**self.kafka_properties, **declared,
+                **self.process_kafka_properties.get(process.name, {})}
+
+    def check_processes(self, processes: Any) -> None:
+        """Refuse per-process properties before a start (``processes``: ``parsley.Process``es).
+
+        Raises:
+            ValueError: a declared property Parsley owns, or a
+                ``process_kafka_properties`` table naming no started process
+                (a typo would otherwise leave the setting unused).
+        """
+        names = []
+        for process in processes:
+            self.kafka_properties_for(process)
+            names.append(process.name)
+        unknown = sorted(set(self.process_kafka_properties) - set(names))
+        if unknown:
+            raise ValueError(f"process_kafka_properties names {unknown}, which this start does "
+                             f"not run (its processes: {sorted(names)})")
 
     def with_overrides(self, **overrides: Any) -> ParsleyConfig:
         """A copy with the given fields replaced (``None`` values are ignored)."""
@@ -274,6 +363,8 @@ class ParsleyConfig:
         """The fields as plain values (``kafka_properties`` as a dict)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["kafka_properties"] = dict(self.kafka_properties)
+        out["process_kafka_properties"] = {k: dict(v) for k, v in
+                                           self.process_kafka_properties.items()}
         return out
 
     # --- loading ---------------------------------------------------------
@@ -312,8 +403,8 @@ class ParsleyConfig:
         props: dict[str, Any] = {}
         ints = set(_POSITIVE_INTS) | set(_NON_NEGATIVE_INTS) | set(_OPTIONAL_INTS)
         for f in fields(ParsleyConfig):
-            if f.name == "kafka_properties":
-                continue
+            if f.name in ("kafka_properties", "process_kafka_properties"):
+                continue  # PARSLEY_KAFKA_* below; per-process tables: the file or code
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None or raw == "":
                 continue

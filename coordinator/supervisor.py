@@ -428,7 +428,7 @@ class Supervisor:
             process=plan.process, prefix=plan.prefix, task=task, task_count=plan.task_count,
             bootstrap_servers=c.bootstrap_servers, status_endpoint=self._endpoint,
             state_dir=c.state_dir, topic_ids=plan.topic_ids, partitions=plan.partitions,
-            kafka_properties=dict(c.kafka_properties),
+            kafka_properties=c.kafka_properties_for(plan.process),
             metadata_budget_bytes=c.metadata_budget_bytes,
             commit_interval_ms=c.commit_interval_ms, status_interval_ms=c.status_interval_ms,
             cross_partition_causes=c.cross_partition_causes,
