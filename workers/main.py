@@ -83,6 +83,7 @@ from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_p
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.assignment import IncompleteAssignment
 from workers.changelog import RestoreProgress, read_partition
+from workers.client_log import serve_client_logs, with_task_logger
 from workers.frame import HandlerFailure, HandlerFrame
 from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
 from workers.identity import (
@@ -230,7 +231,9 @@ class Worker:
             for s in process.declared_stores
         }
         self.dir = task_state_dir(spec.state_dir, self.app_id, self.task)
-        props = dict(spec.kafka_properties)
+        # librdkafka's lines through logging, naming the task (workers.client_log).
+        self.client_props = props = with_task_logger(spec.kafka_properties, self.app_id,
+                                                     self.task)
         W = spec.task_count
         self.admin = AdminClient(admin_config(spec.bootstrap_servers, props))
         self.producer = Producer(producer_config(
@@ -307,7 +310,7 @@ class Worker:
 
     def _fresh_admin(self) -> None:
         self.admin = AdminClient(admin_config(self.spec.bootstrap_servers,
-                                              dict(self.spec.kafka_properties)))
+                                              self.client_props))
         self.identity = IdentityChecker(self.admin)
 
     def restore_state(self) -> None:
@@ -667,6 +670,7 @@ class Worker:
         status reads cached watermarks only (:meth:`_lag`).
         """
         now = time.monotonic()
+        serve_client_logs(self.admin, self.producer, self.restore_consumer)
         step = self.step
         running = self.state is TaskState.RUNNING and step is not None
         if running:
@@ -968,7 +972,7 @@ class Worker:
             except (KafkaException, RuntimeError):
                 mine = None
         admin = AdminClient(admin_config(self.spec.bootstrap_servers,
-                                         dict(self.spec.kafka_properties)))
+                                         self.client_props))
         deadline = time.monotonic() + wait_s
         seen: dict[str, float] = {}
         while True:
