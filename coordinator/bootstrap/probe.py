@@ -102,8 +102,9 @@ def _refused(endpoint: Endpoint, timeout_s: float) -> str | None:
         except OSError as exc:
             if exc.errno not in _DEFINITE:
                 return None  # a timeout or an unexpected error: not a definite refusal
-            host, port = str(address[0]), int(address[1])
-            reasons.append(f"{host}:{port} {(exc.strerror or str(exc)).lower()}")
+            where = str(Endpoint(str(address[0]), int(address[1])))
+            what = (exc.strerror or str(exc)).lower()
+            reasons.append(what if where == str(endpoint) else f"{where} {what}")
     if not reasons:
         return None
     return f"{endpoint}: " + "; ".join(reasons)
@@ -118,7 +119,8 @@ def probe_refusals(bootstrap_servers: str, timeout_s: float = PROBE_TIMEOUT_S) -
             as reachable (the slow-broker path is unchanged).
 
     Returns:
-        One line per server (``"127.0.0.1:9: 127.0.0.1:9 connection refused"``) when
+        One line per server (``"127.0.0.1:9: connection refused"``; a name lists each
+        address it resolved to: ``"kafka:9: 10.0.0.7:9 connection refused"``) when
         every server refused, did not resolve, or was unroutable; ``None`` when any
         server accepted, did not answer in time, or could not be read.
     """
