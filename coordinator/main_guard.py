@@ -13,11 +13,18 @@ has finished its bootstrapping phase") only after that second start's bootstrap.
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from types import FrameType, ModuleType
 from typing import Final
 
-__all__ = ["GUARD", "check_main_guard", "main_guard_message", "unguarded_call_site"]
+__all__ = [
+    "GUARD",
+    "check_main_guard",
+    "main_guard_message",
+    "reimported_in_workers",
+    "unguarded_call_site",
+]
 
 GUARD: Final = 'if __name__ == "__main__":'
 """The line a script must put its start under."""
@@ -55,6 +62,21 @@ def _guarded(tree: ast.AST, line: int) -> bool:
     return False
 
 
+def reimported_in_workers(main: ModuleType) -> bool:
+    """Whether a spawned process runs ``main`` (the parent's ``__main__``) again.
+
+    The rule of ``multiprocess.spawn`` (as ``multiprocessing.spawn``): a module run
+    with ``-m`` is imported again by name unless it is a package's ``__main__``; a
+    script is run again by path unless it is IPython's launcher; ``python -c`` and an
+    interactive session are not.
+    """
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return not (name == "__main__" or name.endswith(".__main__"))
+    path = getattr(main, "__file__", None)
+    return path is not None and os.path.splitext(os.path.basename(path))[0] != "ipython"
+
+
 def _module_frame(main: ModuleType, frame: FrameType | None) -> FrameType | None:
     while frame is not None:
         if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
@@ -71,17 +93,14 @@ def unguarded_call_site(frame: FrameType | None = None) -> tuple[str, int] | Non
 
     Returns:
         ``(file, line)`` of the main module's top-level statement that leads to the
-        call, when the main module is one a spawned worker imports again (it has a
-        file or a module name) and that statement is not under
+        call, when the main module is one a spawned worker runs again
+        (:func:`reimported_in_workers`) and that statement is not under
         ``if __name__ == "__main__":``; ``None`` otherwise, and when the source
         cannot be read (nothing is refused on a guess).
     """
     main = sys.modules.get("__main__")
-    if main is None:
+    if main is None or not reimported_in_workers(main):
         return None
-    spec = getattr(main, "__spec__", None)
-    if getattr(spec, "name", None) is None and getattr(main, "__file__", None) is None:
-        return None  # python -c, an interactive session: nothing is imported again
     top = _module_frame(main, frame if frame is not None else sys._getframe(1))
     if top is None:
         return None
