@@ -7,7 +7,8 @@ Exit status (every command; :class:`ExitCode`):
 1     unexpected error (a bug: the traceback is logged)
 2     usage error or a wrong declaration (``ValueError``)
 3     a refusal: ``run``'s start was refused, or a process stopped with a
-      ``refusal_reason``; ``inspect`` found state it cannot trust
+      ``refusal_reason``; ``inspect`` found state it cannot trust; ``reset``
+      refused and changed nothing (a live member or coordinator)
 4     a failure: a process stopped with no reason (application or
       substrate failure, a crashed worker), or a start prerequisite is
       missing (a topic, connectivity, ACLs)
@@ -824,6 +825,11 @@ def inspect(process: str, bootstrap_servers: str | None, local_broker: bool,
                            f"up to {pos}")
             for n, i in t["bindings"].items():
                 click.echo(f"  binding  {n} -> {i}")
+
+
+from coordinator.reset import command as _reset_command  # noqa: E402  (docs/runbooks.md, "Resetting a process")
+
+cli.add_command(_reset_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

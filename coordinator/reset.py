@@ -1,0 +1,848 @@
+"""``parsley-coordinator reset``: the runbooks' reset of a process, in its order, as one command.
+
+A reset discards a process's causal past and starts a new causal lifetime at a
+boundary the operator chooses (docs/runbooks.md, "Resetting a process"). Done
+by hand it is several commands whose order matters; this module does them in
+the one order that fails closed at every step:
+
+1. refuse while the coordinator serving the prefix answers on its control
+   endpoint with the process among its processes, or while any member of the
+   process's consumer group ``<prefix>-<process>`` stays alive past a bounded
+   wait (a stopped worker's static membership expires after its session
+   timeout), each member named;
+2. read the boundary: the group's committed offsets, each received
+   partition's log start and end, the ordering state's held and covered
+   positions; compute the chosen read positions (earliest, latest, an offset,
+   or the first offset at or after a time: KIP-396's ``ListOffsets`` by
+   timestamp) and refuse an offset outside ``[log start, log end]``;
+3. delete the ordering changelog and every store changelog of the process
+   (docs/operations.md, "Names on the cluster") and wait, bounded, until the
+   cluster no longer describes them;
+4. delete the group (its committed offsets), then commit the chosen positions
+   with the AdminClient (KIP-396 ``AlterConsumerGroupOffsets``) under the commit
+   metadata ``parsley.bootstrap``, and read them back;
+5. remove this machine's local state ``<state_dir>/<app-id>``;
+6. write the boundary record ``<state_dir>/resets/<app-id>-<UTC time>.json`` and
+   return it for printing.
+
+Why this order: a failure after step 3 leaves offsets without ordering records,
+which the next start refuses as ``ORDERING_STATE_LOST`` (docs/failing-closed.md)
+until the reset is run again; a failure after the group's deletion leaves a
+process with no state and no positions, which starts at its declared initial
+positions. No interruption can leave old ordering state beside new positions.
+
+Why the metadata: the bootstrap adopts a committed position over an absent
+changelog only when it wrote it itself (metadata ``parsley.bootstrap``;
+``workers.positions.lost_positions``). The first start after a reset therefore
+starts each received partition at the chosen position, and the engine raises
+each channel's coverage to ``position - 1`` (``ProcessEngine.start``): positions
+before the boundary count as settled causes, never waited for (docs/model.md,
+"The session floor: replays and feed order"). ``kafka-consumer-groups
+--reset-offsets`` writes no metadata, which is why it is only shown, with
+``--dry-run``, as the preview of the positions.
+
+The pure part (targets, the choice of positions, the plan's text and its Kafka
+commands, the record) is kept apart from the calls to Kafka and the control
+endpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shlex
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import orjson
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from coordinator.bootstrap.changelog import read_ordering_state
+from coordinator.bootstrap.clients import answer, new_admin
+from coordinator.bootstrap.common import (
+    ADMIN_TIMEOUT_S,
+    BOOTSTRAP_METADATA,
+    StartError,
+    check_reachable,
+    with_client_logger,
+)
+from coordinator.bootstrap.group import GroupMember, group_members, leave_window_s
+from coordinator.bootstrap.positions import committed_positions, list_offsets
+from coordinator.bootstrap.resolve import resolve_topics
+from coordinator.config import ParsleyConfig
+from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
+from parsley.engine.channel import FED_TO_END
+
+__all__ = [
+    "DELETE_TIMEOUT_S",
+    "PartitionBoundary",
+    "ResetPlan",
+    "ResetRefused",
+    "Target",
+    "choose_positions",
+    "command",
+    "coordinator_serving",
+    "default_wait_s",
+    "execute_reset",
+    "members_refusal",
+    "open_admin",
+    "parse_target",
+    "plan_reset",
+    "wait_for_no_members",
+]
+
+log = logging.getLogger("parsley.coordinator.reset")
+
+DELETE_TIMEOUT_S: Final = 60.0
+"""Default bound on a changelog's deletion, s: from the delete request until two
+describes 0.5 s apart answer that the topic does not exist."""
+
+RECORDS_DIR: Final = "resets"
+"""Under the state dir: where each reset's boundary record is written."""
+
+
+class ResetRefused(Exception):
+    """The reset did not change anything: a condition named in the message must be
+    removed first (a live member, a running coordinator, an offset out of range)."""
+
+
+# ------------------------------------------------------------------ the target (pure)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the new causal lifetime starts on each received partition.
+
+    Attributes:
+        mode: ``earliest``, ``latest``, ``offset`` or ``datetime``.
+        offset: with ``offset``, the offset for every partition not in ``per_partition``.
+        per_partition: with ``offset``, ``{(topic, partition): offset}``.
+        timestamp_ms: with ``datetime``, ms since the epoch (UTC).
+    """
+
+    mode: str
+    offset: int | None = None
+    per_partition: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+
+    def describe(self) -> str:
+        """``earliest``, ``latest``, ``offset 5``, ``offset orders:0=5, ...`` or
+        ``datetime 2026-12-01T05:00:00.000+00:00 (1796101200000 ms)``."""
+        if self.mode == "offset":
+            parts = [] if self.offset is None else [str(self.offset)]
+            parts += [f"{t}:{p}={o}" for (t, p), o in sorted(self.per_partition.items())]
+            return "offset " + ", ".join(parts)
+        if self.mode == "datetime":
+            assert self.timestamp_ms is not None
+            return f"datetime {_iso(self.timestamp_ms)} ({self.timestamp_ms} ms)"
+        return self.mode
+
+
+def _iso(ms: int) -> str:
+    """``2026-12-01T05:00:00.000+00:00``: the form ``kafka-consumer-groups --to-datetime``
+    reads (UTC, milliseconds)."""
+    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}+00:00"
+
+
+def parse_target(*, to_earliest: bool = False, to_latest: bool = False,
+                 to_offset: Sequence[str] = (), to_datetime: str | None = None) -> Target:
+    """The one target the options name (pure).
+
+    Args:
+        to_earliest, to_latest: the flags.
+        to_offset: ``N`` (every partition) and/or ``TOPIC:PARTITION=N`` entries.
+        to_datetime: ISO 8601; without a UTC offset it is read as UTC.
+
+    Returns:
+        The :class:`Target`.
+
+    Raises:
+        ValueError: none or several modes, a malformed entry, a negative offset,
+            two defaults, or a time that is not ISO 8601.
+    """
+    chosen = [m for m, on in (("earliest", to_earliest), ("latest", to_latest),
+                              ("offset", bool(to_offset)),
+                              ("datetime", to_datetime is not None)) if on]
+    if len(chosen) != 1:
+        raise ValueError("give exactly one of --to-earliest, --to-latest, --to-offset, "
+                         f"--to-datetime (got {chosen or 'none'})")
+    mode = chosen[0]
+    if mode == "offset":
+        default: int | None = None
+        per: dict[tuple[str, int], int] = {}
+        for entry in to_offset:
+            where, eq, value = entry.rpartition("=")
+            try:
+                offset = int(value)
+            except ValueError:
+                raise ValueError(f"--to-offset {entry!r}: give N or TOPIC:PARTITION=N") from None
+            if offset < 0:
+                raise ValueError(f"--to-offset {entry!r}: an offset is >= 0")
+            if not eq:
+                if default is not None:
+                    raise ValueError("--to-offset N given twice")
+                default = offset
+                continue
+            topic, colon, part = where.rpartition(":")
+            if not colon or not topic or not part.isdigit():
+                raise ValueError(f"--to-offset {entry!r}: give N or TOPIC:PARTITION=N")
+            per[(topic, int(part))] = offset
+        return Target("offset", offset=default, per_partition=per)
+    if mode == "datetime":
+        assert to_datetime is not None
+        try:
+            when = dt.datetime.fromisoformat(to_datetime.strip())
+        except ValueError:
+            raise ValueError(f"--to-datetime {to_datetime!r} is not ISO 8601 "
+                             "(2026-12-01T05:00:00Z, 2026-12-01T06:00:00+01:00)") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        return Target("datetime", timestamp_ms=round(when.timestamp() * 1000))
+    return Target(mode)
+
+
+@dataclass(frozen=True)
+class PartitionBoundary:
+    """One received partition at the reset.
+
+    Attributes:
+        topic, partition: the channel.
+        committed: the group's committed offset before the reset (``None``: none).
+        metadata: that commit's metadata (``parsley.bootstrap``, the task's, or other).
+        log_start: the partition's earliest offset.
+        log_end: its last stable offset (``read_committed`` latest).
+        covered: the ordering state's covered position (inclusive) on it, ``None``
+            when the state never covered it; ``FED_TO_END`` for a deleted topic.
+        held: messages of it held in the ordering state, which the reset discards.
+        chosen: the read position the reset commits (next offset to fetch).
+    """
+
+    topic: str
+    partition: int
+    committed: int | None
+    metadata: str | None
+    log_start: int
+    log_end: int
+    covered: int | None
+    held: int
+    chosen: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record's form of this partition."""
+        return {"topic": self.topic, "partition": self.partition,
+                "committed": self.committed, "committed_metadata": self.metadata,
+                "log_start": self.log_start, "log_end": self.log_end,
+                "covered": None if self.covered == FED_TO_END else self.covered,
+                "fed_to_end": self.covered == FED_TO_END, "held": self.held,
+                "chosen": self.chosen}
+
+
+def choose_positions(
+    target: Target,
+    bounds: Mapping[tuple[str, int], tuple[int, int]],
+    by_time: Mapping[tuple[str, int], int] | None = None,
+) -> dict[tuple[str, int], int]:
+    """The read position of each received partition under ``target`` (pure).
+
+    Args:
+        target: the :class:`Target`.
+        bounds: ``{(topic, partition): (log start, log end)}`` of every received partition.
+        by_time: with ``datetime``, ``{(topic, partition): offset}`` ListOffsets answered
+            for the time (``-1``: no record at or after it, so the log end, as
+            ``kafka-consumer-groups --to-datetime`` does).
+
+    Returns:
+        ``{(topic, partition): offset}`` for every key of ``bounds``.
+
+    Raises:
+        ResetRefused: an offset outside ``[log start, log end]`` (below the start, the
+            first fetch refuses ``POSITIONS_DISCARDED_UNREAD``; beyond the end, the
+            position names records that do not exist), a ``TOPIC:PARTITION`` that is
+            not a received partition, or a partition no entry gives an offset for.
+    """
+    out: dict[tuple[str, int], int] = {}
+    if target.mode == "offset":
+        unknown = sorted(k for k in target.per_partition if k not in bounds)
+        if unknown:
+            raise ResetRefused(
+                f"--to-offset names {[f'{t}:{p}' for t, p in unknown]}, not received "
+                f"partitions of the process (they are {[f'{t}:{p}' for t, p in sorted(bounds)]})")
+        bad: list[str] = []
+        unset: list[str] = []
+        for key, (start, end) in sorted(bounds.items()):
+            offset = target.per_partition.get(key, target.offset)
+            if offset is None:
+                unset.append(f"{key[0]}:{key[1]}")
+                continue
+            if not start <= offset <= end:
+                bad.append(f"{key[0]}:{key[1]} offset {offset} (log start {start}, end {end})")
+            out[key] = offset
+        if unset:
+            raise ResetRefused(f"--to-offset gives no offset for {unset}; add "
+                               "--to-offset N for every other partition, or one per partition")
+        if bad:
+            raise ResetRefused(
+                f"offsets outside their partition's retained range: {bad}. Below the log "
+                "start the first fetch refuses POSITIONS_DISCARDED_UNREAD; beyond the end "
+                "no such record exists. Choose an offset in [log start, log end].")
+        return out
+    for key, (start, end) in bounds.items():
+        if target.mode == "earliest":
+            out[key] = start
+        elif target.mode == "latest":
+            out[key] = end
+        elif target.mode == "datetime":
+            found = (by_time or {}).get(key, -1)
+            out[key] = end if found < 0 else min(max(found, start), end)
+        else:
+            raise ValueError(f"unknown reset mode {target.mode!r}")
+    return out
+
+
+def members_refusal(group: str, members: Sequence[GroupMember], waited_s: float,
+                    bootstrap_servers: str) -> ResetRefused:
+    """The refusal naming every live member of ``group`` (pure; docs/runbooks.md,
+    "Resetting a process": a live worker commits offsets and writes the changelog
+    underneath the reset)."""
+    named = "; ".join(sorted(m.describe() for m in members))
+    return ResetRefused(
+        f"group '{group}' still has {len(members)} live member(s) after {waited_s:g} s: "
+        f"[{named}]. A live member commits offsets and writes the changelog underneath a "
+        "reset. Stop every coordinator running the process (parsley-coordinator stop) and "
+        "any other consumer of the group, check with kafka-consumer-groups "
+        f"--bootstrap-server {bootstrap_servers} --describe --group {group} --members, "
+        "then run the reset again.")
+
+
+# ------------------------------------------------------------------ the plan (pure)
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """What a reset of one process will do, with the boundary it reads (the record).
+
+    Attributes:
+        process: the process name.
+        prefix: the application id prefix.
+        bootstrap_servers: the cluster, for the printed commands.
+        target: the :class:`Target`.
+        partitions: every received partition, in (topic, partition) order.
+        ordering_changelog: its name, and whether it exists (``changelogs``).
+        changelogs: ``{name: exists}``: the ordering changelog, then each store's.
+        local_state: ``<state_dir>/<app-id>``.
+        read_at_ms: when the boundary was read, ms since the epoch.
+    """
+
+    process: str
+    prefix: str
+    bootstrap_servers: str
+    target: Target
+    partitions: tuple[PartitionBoundary, ...]
+    ordering_changelog: str
+    changelogs: Mapping[str, bool]
+    local_state: Path
+    read_at_ms: int
+
+    @property
+    def group(self) -> str:
+        """``<prefix>-<process>``: the application id and consumer group."""
+        return application_id(self.prefix, self.process)
+
+    @property
+    def positions(self) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): chosen offset}``."""
+        return {(b.topic, b.partition): b.chosen for b in self.partitions}
+
+    def kafka_commands(self) -> list[str]:
+        """The Kafka CLI commands the reset stands for, in its order (the tools' names as
+        docs/runbooks.md writes them). The positions are shown with ``--dry-run``: the
+        tool commits without the metadata ``parsley.bootstrap``, and such a commit over
+        no ordering state refuses the next start ``ORDERING_STATE_LOST``."""
+        s = shlex.quote(self.bootstrap_servers)
+        out = [f"kafka-topics --bootstrap-server {s} --delete --if-exists --topic "
+               f"{shlex.quote(name)}" for name in self.changelogs]
+        out.append(f"kafka-consumer-groups --bootstrap-server {s} --delete --group "
+                   f"{shlex.quote(self.group)}")
+        base = (f"kafka-consumer-groups --bootstrap-server {s} --group "
+                f"{shlex.quote(self.group)} --reset-offsets")
+        by_topic: dict[str, list[int]] = {}
+        for b in self.partitions:
+            by_topic.setdefault(b.topic, []).append(b.partition)
+        if self.target.mode == "offset":
+            for b in self.partitions:
+                out.append(f"{base} --topic {shlex.quote(f'{b.topic}:{b.partition}')} "
+                           f"--to-offset {b.chosen} --dry-run")
+        else:
+            topics = " ".join(f"--topic {shlex.quote(t)}" for t in by_topic)
+            how = {"earliest": "--to-earliest", "latest": "--to-latest"}.get(self.target.mode)
+            if how is None:
+                assert self.target.timestamp_ms is not None
+                how = f"--to-datetime {_iso(self.target.timestamp_ms)}"
+            out.append(f"{base} {topics} {how} --dry-run")
+        out.append(f"rm -rf {shlex.quote(str(self.local_state))}")
+        return out
+
+    def lines(self) -> list[str]:
+        """The plan as text, one step or partition a line."""
+        out = [f"reset of process '{self.process}' (group {self.group}) to "
+               f"{self.target.describe()}"]
+        for name, exists in self.changelogs.items():
+            out.append(f"  delete changelog {name}" + ("" if exists else " (absent)"))
+        out.append(f"  delete the committed offsets of group {self.group}, then commit "
+                   f"(metadata {BOOTSTRAP_METADATA}):")
+        for b in self.partitions:
+            was = "none" if b.committed is None else str(b.committed)
+            cov = ("never" if b.covered is None else "fed to end" if b.covered == FED_TO_END
+                   else str(b.covered))
+            out.append(f"    {b.topic}[{b.partition}] {was} -> {b.chosen}  (log {b.log_start}.."
+                       f"{b.log_end}, covered {cov}, held {b.held})")
+        out.append(f"  remove local state {self.local_state} (on every other machine that "
+                   "ran the process too)")
+        return out
+
+    def record(self) -> dict[str, Any]:
+        """The boundary record (docs/runbooks.md, "Resetting a process", "Record the
+        boundary"): what was committed, retained, covered and held before, and the
+        positions chosen."""
+        return {"process": self.process, "group": self.group, "prefix": self.prefix,
+                "bootstrap_servers": self.bootstrap_servers,
+                "target": self.target.describe(), "read_at_ms": self.read_at_ms,
+                "read_at": _iso(self.read_at_ms),
+                "changelogs_deleted": [n for n, e in self.changelogs.items() if e],
+                "partitions": [b.as_dict() for b in self.partitions]}
+
+
+# ------------------------------------------------------------------ Kafka and the endpoint
+
+
+def coordinator_serving(config: ParsleyConfig, processes: Iterable[str],
+                        timeout_s: float = 2.5) -> str | None:
+    """The control endpoint of a coordinator serving any of ``processes`` under
+    ``config``'s prefix and state dir, or ``None`` when none answers within ``timeout_s``.
+
+    A coordinator that answers with none of the processes among its own is not one
+    (another application under the same prefix)."""
+    from coordinator.status_socket import NoReplyError, default_endpoint, endpoint_file, request
+
+    record = endpoint_file(config)
+    endpoint = record.read_text().strip() if record.exists() else ""
+    endpoint = endpoint or default_endpoint(config)
+    try:
+        reply = request(endpoint, {"op": "status"}, timeout_s=timeout_s)
+    except NoReplyError:
+        return None
+    running = (reply.get("status") or {}).get("processes") or {}
+    wanted = set(processes)
+    if isinstance(running, dict) and running and not wanted.intersection(running):
+        return None
+    return endpoint
+
+
+def wait_for_no_members(admin: AdminClient, group: str, window_s: float, *,
+                        bootstrap_servers: str, poll_s: float = 0.5,
+                        sleep: Callable[[float], None] = time.sleep,
+                        clock: Callable[[], float] = time.monotonic) -> None:
+    """Return once ``group`` has no member; wait at most ``window_s`` s (a stopped
+    worker's static membership lasts its session timeout), logging the wait.
+
+    Raises:
+        ResetRefused: members still there after ``window_s`` (:func:`members_refusal`).
+        StartError: the group could not be described, or its coordinator never answered.
+    """
+    start = clock()
+    announced = False
+    while True:
+        present = group_members(admin, group)
+        now = clock()
+        if present == []:
+            return
+        if present and not announced:
+            log.info("waiting up to %g s for the members of group %s to leave: [%s]",
+                     window_s, group, "; ".join(sorted(m.describe() for m in present)))
+            announced = True
+        if now - start >= window_s:
+            if present is None:
+                raise StartError(f"the coordinator of group '{group}' did not answer a "
+                                 f"describe within {window_s:g} s; retry")
+            raise members_refusal(group, present, round(now - start, 1), bootstrap_servers)
+        sleep(poll_s)
+
+
+def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Process,
+                      topic_ids: Mapping[str, Any], partitions: int | None
+                      ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """``({(topic, p): held count}, {(topic, p): covered})`` from the ordering changelog."""
+    from confluent_kafka import Consumer
+
+    from workers.kafka import restore_consumer_config
+
+    if partitions is None:
+        return {}, {}
+    cfg = restore_consumer_config(config.bootstrap_servers, config.application_id_prefix,
+                                  process.name, 0, config.kafka_properties)
+    cfg["client.id"] = f"parsley-reset-{process.name}"
+    consumer = Consumer(with_client_logger(cfg))
+    try:
+        states = read_ordering_state(admin, consumer,
+                                     ordering_changelog(config.application_id_prefix,
+                                                        process.name), partitions)
+    finally:
+        consumer.close()
+    by_id = {v: k for k, v in topic_ids.items()}
+    held: dict[tuple[str, int], int] = {}
+    covered: dict[tuple[str, int], int] = {}
+    for s in states:
+        for ch, n in s.inspector.held_channels().items():
+            if ch.topic_id in by_id:
+                held[(by_id[ch.topic_id], ch.partition)] = n
+        for ch, pos in s.inspector.covered_positions().items():
+            if ch.topic_id in by_id:
+                covered[(by_id[ch.topic_id], ch.partition)] = pos
+    return held, covered
+
+
+def _by_time(admin: AdminClient, tps: Sequence[TopicPartition],
+             timestamp_ms: int) -> dict[tuple[str, int], int]:
+    """ListOffsets by timestamp (KIP-396): the first offset whose record time is at or
+    after ``timestamp_ms`` per partition, ``-1`` where none is."""
+    spec = OffsetSpec.for_timestamp(timestamp_ms)
+    try:
+        futures = admin.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps},
+                                     isolation_level=IsolationLevel.READ_COMMITTED,
+                                     request_timeout=ADMIN_TIMEOUT_S)
+        return {(tp.topic, tp.partition): int(answer(f, f"listing the offsets of "
+                                                         f"{tp.topic}-{tp.partition} at "
+                                                         f"{timestamp_ms} ms").offset)
+                for tp, f in futures.items()}
+    except KafkaException as exc:
+        raise StartError(f"could not list the offsets at {timestamp_ms} ms: {exc}") from exc
+
+
+def plan_reset(config: ParsleyConfig, process: Process, target: Target,
+               admin: AdminClient) -> ResetPlan:
+    """Read the boundary of ``process`` and choose its positions; changes nothing.
+
+    Raises:
+        ResetRefused: the target cannot be applied (:func:`choose_positions`).
+        StartError: a received topic does not exist, or the cluster could not be queried.
+    """
+    from workers.changelog import describe_topic
+    from workers.kafka import SubstrateError
+
+    prefix = config.application_id_prefix
+    group = application_id(prefix, process.name)
+    topics = resolve_topics(admin, process.received_topics)
+    tps = [TopicPartition(t, p) for t in process.received_topics
+           for p in range(topics[t].partitions)]
+    names = [ordering_changelog(prefix, process.name),
+             *(store_changelog(prefix, process.name, s.name) for s in process.declared_stores)]
+    try:
+        infos = {n: describe_topic(admin, n) for n in names}
+    except SubstrateError as exc:
+        raise StartError(f"could not describe the changelogs of '{process.name}': {exc}") from exc
+    ordering = infos[names[0]]
+    held, covered = _held_and_covered(config, admin, process,
+                                      {t: r.topic_id for t, r in topics.items()},
+                                      None if ordering is None else ordering.partitions)
+    committed = committed_positions(admin, group, tps, time.sleep)
+    start = list_offsets(admin, tps, latest=False)
+    end = list_offsets(admin, tps, latest=True)
+    bounds = {k: (start[k], end[k]) for k in start}
+    by_time = _by_time(admin, tps, target.timestamp_ms) \
+        if target.mode == "datetime" and target.timestamp_ms is not None else None
+    chosen = choose_positions(target, bounds, by_time)
+    parts = tuple(PartitionBoundary(
+        t.topic, t.partition,
+        committed[(t.topic, t.partition)][0] if (t.topic, t.partition) in committed else None,
+        committed[(t.topic, t.partition)][1] if (t.topic, t.partition) in committed else None,
+        start[(t.topic, t.partition)], end[(t.topic, t.partition)],
+        covered.get((t.topic, t.partition)), held.get((t.topic, t.partition), 0),
+        chosen[(t.topic, t.partition)]) for t in tps)
+    return ResetPlan(process.name, prefix, config.bootstrap_servers, target, parts, names[0],
+                     {n: i is not None for n, i in infos.items()},
+                     Path(config.state_dir) / group, int(time.time() * 1000))
+
+
+def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -> None:
+    """Delete ``names`` and wait until two describes 0.5 s apart answer "unknown" for
+    each, at most ``timeout_s`` s in all (a topic being deleted cannot be created again,
+    so the next start's creation waits on this).
+
+    Raises:
+        StartError: a deletion refused (ACLs: Delete on the topic) or not done in time.
+    """
+    from workers.changelog import describe_topic
+
+    if not names:
+        return
+    deadline = time.monotonic() + timeout_s
+    for name, future in admin.delete_topics(list(names),
+                                            request_timeout=min(timeout_s, ADMIN_TIMEOUT_S)
+                                            ).items():
+        try:
+            answer(future, f"deleting topic {name}", min(timeout_s, ADMIN_TIMEOUT_S))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise StartError(f"could not delete topic {name}: {exc}; a reset needs Delete on "
+                             "the process's changelogs (docs/runbooks.md)") from exc
+    pending = list(names)
+    gone_once: set[str] = set()
+    while pending:
+        for name in list(pending):
+            if describe_topic(admin, name, timeout_s=5.0) is None:
+                if name in gone_once:
+                    pending.remove(name)
+                gone_once.add(name)
+            else:
+                gone_once.discard(name)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise StartError(f"topics {pending} were still described {timeout_s:g} s after "
+                             "their deletion; run the reset again once they are gone")
+        time.sleep(0.5)
+
+
+def _delete_group(admin: AdminClient, group: str) -> None:
+    """Delete ``group`` (its committed offsets); an absent group is already deleted.
+
+    Raises:
+        StartError: a member joined meanwhile (``NON_EMPTY_GROUP``), the deletion was
+            refused otherwise (ACLs: Delete on the group), or no answer came.
+    """
+    try:
+        answer(admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group],
+               f"deleting group '{group}'")
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        code = err.code() if isinstance(err, KafkaError) else None
+        if code == KafkaError.GROUP_ID_NOT_FOUND:
+            return
+        if code == KafkaError.NON_EMPTY_GROUP:
+            raise StartError(f"a member joined group '{group}' during the reset, after its "
+                             "changelogs were deleted: stop it and run the reset again") from exc
+        raise StartError(f"could not delete group '{group}': {exc}; a reset needs Delete on "
+                         "the group (docs/runbooks.md)") from exc
+
+
+def _commit_positions(admin: AdminClient, group: str,
+                      positions: Mapping[tuple[str, int], int]) -> None:
+    """Commit ``positions`` to ``group`` with the metadata ``parsley.bootstrap``
+    (AlterConsumerGroupOffsets, KIP-396), then read them back.
+
+    Raises:
+        StartError: a member joined meanwhile, the commit failed, or what is read back
+            differs.
+    """
+    tps = [TopicPartition(t, p, o, metadata=BOOTSTRAP_METADATA)
+           for (t, p), o in sorted(positions.items())]
+    try:
+        result = answer(admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=ADMIN_TIMEOUT_S)[group],
+            f"committing the reset positions of group '{group}'")
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in (
+                KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                KafkaError.ILLEGAL_GENERATION):
+            raise StartError(f"a member joined group '{group}' during the reset, after its "
+                             "changelogs were deleted: stop it and run the reset again") from exc
+        raise StartError(f"could not commit the reset positions of group '{group}': "
+                         f"{exc}") from exc
+    errors = [tp for tp in result.topic_partitions if tp.error is not None]
+    if errors:
+        raise StartError(f"could not commit the reset positions of group '{group}': "
+                         f"{[(e.topic, e.partition, str(e.error)) for e in errors]}")
+    back = committed_positions(admin, group, [TopicPartition(t, p) for t, p in positions],
+                               time.sleep)
+    wrong = {k: back.get(k) for k, o in positions.items()
+             if back.get(k) != (o, BOOTSTRAP_METADATA)}
+    if wrong:
+        raise StartError(f"group '{group}' reads back {wrong} after the reset committed "
+                         f"{dict(positions)}; run the reset again")
+
+
+def execute_reset(plan: ResetPlan, admin: AdminClient, *,
+                  delete_timeout_s: float = DELETE_TIMEOUT_S) -> Path:
+    """Carry out ``plan`` in the module's order and write its boundary record.
+
+    Returns:
+        The record's path, ``<state_dir>/resets/<app-id>-<UTC time>.json``.
+
+    Raises:
+        StartError: a deletion or the commit failed, or a member joined the group
+            during the reset (the message says to run the reset again; until then the
+            next start refuses ``ORDERING_STATE_LOST`` or starts at its declared positions).
+        OSError: the local state or the record could not be written.
+    """
+    existing = [n for n, e in plan.changelogs.items() if e]
+    log.info("%s: deleting %s", plan.group, existing or "no changelog (none exists)")
+    _delete_topics(admin, list(plan.changelogs), delete_timeout_s)
+    _delete_group(admin, plan.group)
+    _commit_positions(admin, plan.group, plan.positions)
+    log.info("%s: committed %s with metadata %s", plan.group,
+             [f"{t}-{p}@{o}" for (t, p), o in sorted(plan.positions.items())],
+             BOOTSTRAP_METADATA)
+    if plan.local_state.exists():
+        shutil.rmtree(plan.local_state)
+    records = plan.local_state.parent / RECORDS_DIR
+    records.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.fromtimestamp(plan.read_at_ms / 1000, tz=dt.UTC).strftime(
+        "%Y%m%dT%H%M%S.%fZ")
+    path = records / f"{plan.group}-{stamp}.json"
+    record = {**plan.record(), "done_at": _iso(int(time.time() * 1000))}
+    path.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def open_admin(config: ParsleyConfig) -> AdminClient:
+    """A new AdminClient for the reset, after checking the cluster answers.
+
+    Raises:
+        StartError: the cluster is unreachable.
+    """
+    admin = new_admin(config)
+    check_reachable(admin, config.bootstrap_servers)
+    return admin
+
+
+def default_wait_s(config: ParsleyConfig) -> float:
+    """How long the reset waits for members to leave by default, s: twice the workers'
+    ``session.timeout.ms``, as a start does
+    (:func:`~coordinator.bootstrap.group.leave_window_s`)."""
+    return leave_window_s(config.kafka_properties)
+
+
+# ------------------------------------------------------------------ the subcommand
+
+
+@click.command("reset")
+@click.argument("app")
+@click.option("--process", "process_names", multiple=True,
+              help="A process to reset (repeatable). Default: every process APP declares.")
+@click.option("--to-earliest", is_flag=True, help="Start at each partition's log start.")
+@click.option("--to-latest", is_flag=True,
+              help="Start at each partition's end: everything retained is skipped.")
+@click.option("--to-offset", multiple=True, metavar="N|TOPIC:PARTITION=N",
+              help="Start at offset N on every received partition, or per partition "
+                   "(repeatable); each must lie in [log start, log end].")
+@click.option("--to-datetime", metavar="ISO8601",
+              help="Start at the first record at or after this time (UTC unless the time "
+                   "gives an offset); the log end where none is.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan and the Kafka commands it stands for; change nothing.")
+@click.option("--yes", "-y", "assume_yes", is_flag=True,
+              help="Do not ask for confirmation (required when stdin is not a terminal).")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
+              show_default="2 x session.timeout.ms",
+              help="Seconds to wait for the group's members to leave before refusing.")
+@click.option("--delete-timeout", type=click.FloatRange(min=1), default=DELETE_TIMEOUT_S,
+              show_default=True, help="Seconds to wait for the changelogs' deletion.")
+@click.option("--bootstrap-servers", help="Kafka bootstrap.servers.")
+@click.option("--local-broker", is_flag=True, help="Use the parsley-devbroker on this machine.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="TOML settings file (see docs/operations.md).")
+@click.option("--prefix", "prefix", help="application_id_prefix.")
+@click.option("--state-dir", "state_dir", help="Root of local state and sockets.")
+def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_latest: bool,
+            to_offset: tuple[str, ...], to_datetime: str | None, dry_run: bool,
+            assume_yes: bool, wait_s: float | None, delete_timeout: float,
+            bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
+            prefix: str | None, state_dir: str | None) -> None:
+    """Reset processes of APP (module:attribute) to a new causal boundary.
+
+    In order: refuse while the coordinator or any member of the process's group is
+    alive; record the boundary (committed offsets, log start and end, what the
+    ordering state covered and held); delete the ordering and store changelogs;
+    replace the group's offsets with the chosen positions (committed as the
+    bootstrap's own, so the next start adopts them); remove local state; write the
+    record under <state-dir>/resets/ and print it. Exit status: 0 done (or dry
+    run), 2 usage, 3 refused (nothing changed), 4 the cluster could not be queried
+    or a step failed (run the reset again). See docs/runbooks.md, "Resetting a process".
+    """
+    import sys
+
+    from coordinator import cli as _cli
+
+    try:
+        target = parse_target(to_earliest=to_earliest, to_latest=to_latest,
+                              to_offset=to_offset, to_datetime=to_datetime)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not dry_run and not assume_yes and not sys.stdin.isatty():
+        raise click.UsageError("reset deletes the process's changelogs and offsets; stdin is "
+                               "not a terminal, so nothing can confirm it: pass --yes to "
+                               "reset, or --dry-run to print the plan")
+    if bootstrap_servers and local_broker:
+        raise click.UsageError("give --bootstrap-servers or --local-broker, not both")
+    declared = _cli.load_app(app)
+    by_name = {p.name: p for p in declared}
+    unknown = [n for n in process_names if n not in by_name]
+    if unknown:
+        raise click.UsageError(f"{app} declares no process {unknown}; it declares "
+                               f"{sorted(by_name)}")
+    processes = [by_name[n] for n in dict.fromkeys(process_names)] if process_names \
+        else declared
+    if local_broker:
+        bootstrap_servers = _cli._local_broker()
+    config = _cli._load_config(config_file, bootstrap_servers=bootstrap_servers,
+                               application_id_prefix=prefix, state_dir=state_dir)
+    try:
+        endpoint = coordinator_serving(config, [p.name for p in processes])
+        if endpoint is not None:
+            raise ResetRefused(
+                f"a coordinator serving {[p.name for p in processes]} answers at {endpoint}; "
+                f"stop it first (parsley-coordinator stop --prefix "
+                f"{config.application_id_prefix} --state-dir {config.state_dir})")
+        admin = open_admin(config)
+        window = default_wait_s(config) if wait_s is None else wait_s
+        plans = []
+        for p in processes:
+            group = application_id(config.application_id_prefix, p.name)
+            if not dry_run:
+                wait_for_no_members(admin, group, window,
+                                    bootstrap_servers=config.bootstrap_servers)
+            plan = plan_reset(config, p, target, admin)
+            plans.append(plan)
+            click.echo("\n".join(plan.lines()))
+            if dry_run:
+                members = group_members(admin, group) or []
+                if members:
+                    click.echo(f"  (refused now: group {group} has live members "
+                               f"[{'; '.join(sorted(m.describe() for m in members))}])")
+                click.echo("  the Kafka commands it stands for (positions shown with "
+                           "--dry-run: kafka-consumer-groups cannot commit them with the "
+                           f"metadata {BOOTSTRAP_METADATA} the next start requires):")
+                click.echo("\n".join(f"    {c}" for c in plan.kafka_commands()))
+        if dry_run:
+            click.echo("dry run: nothing changed")
+            return
+        if not assume_yes and not click.confirm(
+                f"reset {[p.process for p in plans]}? their causal past is discarded"):
+            click.echo("not confirmed: nothing changed", err=True)
+            sys.exit(_cli.ExitCode.REFUSAL)
+        for plan in plans:
+            path = execute_reset(plan, admin, delete_timeout_s=delete_timeout)
+            click.echo(f"reset {plan.process}: boundary recorded in {path}")
+            click.echo(orjson.dumps(plan.record(), option=orjson.OPT_INDENT_2).decode())
+    except ResetRefused as exc:
+        click.echo(f"reset refused, nothing changed: {exc}", err=True)
+        sys.exit(_cli.ExitCode.REFUSAL)
+    except StartError as exc:
+        click.echo(f"reset failed: {exc}", err=True)
+        sys.exit(_cli.ExitCode.FAILURE)
