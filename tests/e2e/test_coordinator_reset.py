@@ -318,9 +318,9 @@ def test_positions_before_the_boundary_are_settled_causes(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:
     """``join`` receives ``src`` and ``mid``; every ``mid`` record names its ``src`` record
-    as a cause. Reset ``join`` to src:0=4 and mid:0=0: the ``mid`` records whose causes lie
-    before the boundary (src 0..3) must be delivered, not held for a cause that never comes
-    again."""
+    as a cause. Reset ``join`` to src:0=5 (its end) and mid:0=0: the ``mid`` records, whose
+    causes all lie before the boundary (src 0..4), must be delivered, not held for causes
+    that are never fed again."""
     src, mid, out = (create_topic(partitions=1) for _ in range(3))
     _produce(kafka_bootstrap, src.name, 0, 5)
     op = _operator(kafka_bootstrap, tmp_path, PIPELINE, RS_SRC=src.name, RS_MID=mid.name,
@@ -333,14 +333,14 @@ def test_positions_before_the_boundary_are_settled_causes(
         assert first == sorted([f"v{i}" for i in range(5)] + [f"mv{i}" for i in range(5)])
         assert all(r.headers for r in read_committed(kafka_bootstrap, mid.name))
 
-        res = op.reset("--process", "join", "--to-offset", f"{src.name}:0=4",
+        res = op.reset("--process", "join", "--to-offset", f"{src.name}:0=5",
                        "--to-offset", f"{mid.name}:0=0", "--yes")
         assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
         chosen = {(p["topic"], p["partition"]): p["chosen"]
                   for p in _record(res.stdout)["partitions"]}
-        assert chosen == {(src.name, 0): 4, (mid.name, 0): 0}
+        assert chosen == {(src.name, 0): 5, (mid.name, 0): 0}
         op.start()
-        expected = sorted(first + ["v4"] + [f"mv{i}" for i in range(5)])
+        expected = sorted(first + [f"mv{i}" for i in range(5)])
         deadline = time.monotonic() + 90
         while sorted(_values(kafka_bootstrap, out.name)) != expected:
             got = _values(kafka_bootstrap, out.name)
