@@ -803,14 +803,20 @@ def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_late
     config = _cli._load_config(config_file, bootstrap_servers=bootstrap_servers,
                                application_id_prefix=prefix, state_dir=state_dir)
     try:
-        endpoint = coordinator_serving(config, [p.name for p in processes])
-        if endpoint is not None:
-            raise ResetRefused(
-                f"a coordinator serving {[p.name for p in processes]} answers at {endpoint}; "
-                f"stop it first (parsley-coordinator stop --prefix "
-                f"{config.application_id_prefix} --state-dir {config.state_dir})")
-        admin = open_admin(config)
         window = default_wait_s(config) if wait_s is None else wait_s
+        names = [p.name for p in processes]
+        deadline = time.monotonic() + (0 if dry_run else window)
+        while (endpoint := coordinator_serving(config, names)) is not None \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)  # a coordinator just asked to stop closes its endpoint as it exits
+        if endpoint is not None:
+            refusal = (f"a coordinator serving {names} answers at {endpoint}; stop it first "
+                       f"(parsley-coordinator stop --prefix {config.application_id_prefix} "
+                       f"--state-dir {config.state_dir})")
+            if not dry_run:
+                raise ResetRefused(refusal)
+            click.echo(f"(refused now: {refusal})")
+        admin = open_admin(config)
         plans = []
         for p in processes:
             group = application_id(config.application_id_prefix, p.name)

@@ -171,7 +171,7 @@ def test_reset_refuses_while_alive_and_dry_run_changes_nothing(
 
         # The coordinator answers on its control endpoint: refused, nothing changed.
         began = time.monotonic()
-        res = op.reset("--to-earliest", "--yes")
+        res = op.reset("--to-earliest", "--yes", "--wait", "2")
         assert res.returncode == 3, res.stderr
         assert "coordinator serving ['shipper'] answers at" in res.stderr
         assert "parsley-coordinator stop" in res.stderr
@@ -249,7 +249,7 @@ def test_reset_in_each_mode_then_the_run_delivers_from_the_boundary(
         delivered.extend(then)
         _await_values(kafka_bootstrap, out.name, delivered)
         err = op.stop()
-        assert f"committed initial positions for" not in err, "the start re-chose positions"
+        assert "committed initial positions for" not in err, "the start re-chose positions"
         print(f"reset {reset_args} in {took:.1f} s; delivered {then}")
         return record
 
