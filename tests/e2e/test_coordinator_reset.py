@@ -82,7 +82,8 @@ class Op:
                                      self.bootstrap, "--prefix", self.prefix, "--state-dir",
                                      str(self.state_dir)], cwd=self.cwd, env=self.env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
+        states: dict[str, str] = {}
         while True:
             res = self.cli("status", "--json", "--timeout", "2")
             if res.returncode == 0:
@@ -90,7 +91,10 @@ class Op:
                 if states and all(s == "RUNNING" for s in states.values()):
                     return
             assert self.run.poll() is None, f"run exited: {self.run.communicate()[1]}"
-            assert time.monotonic() < deadline, "the processes never reported RUNNING"
+            if time.monotonic() > deadline:
+                self.run.terminate()
+                err = self.run.communicate(timeout=60)[1]
+                raise AssertionError(f"not RUNNING within 120 s: {states}\n{err[-4000:]}")
             time.sleep(0.5)
 
     def stop(self) -> str:
