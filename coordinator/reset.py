@@ -344,6 +344,8 @@ class ResetPlan:
         changelogs: ``{name: exists}``: the ordering changelog, then each store's.
         local_state: ``<state_dir>/<app-id>``.
         read_at_ms: when the boundary was read, ms since the epoch.
+        ordering_state: ``absent``, ``read (<n> partition(s))`` or ``unreadable: <detail>``
+            (the held and covered figures are then unknown, not zero).
     """
 
     process: str
@@ -355,6 +357,7 @@ class ResetPlan:
     changelogs: Mapping[str, bool]
     local_state: Path
     read_at_ms: int
+    ordering_state: str = "absent"
 
     @property
     def group(self) -> str:
@@ -401,6 +404,7 @@ class ResetPlan:
                f"{self.target.describe()}"]
         for name, exists in self.changelogs.items():
             out.append(f"  delete changelog {name}" + ("" if exists else " (absent)"))
+        out.append(f"  ordering state: {self.ordering_state}")
         out.append(f"  delete the committed offsets of group {self.group}, then commit "
                    f"(metadata {BOOTSTRAP_METADATA}):")
         for b in self.partitions:
@@ -422,6 +426,7 @@ class ResetPlan:
                 "target": self.target.describe(), "read_at_ms": self.read_at_ms,
                 "read_at": _iso(self.read_at_ms),
                 "changelogs_deleted": [n for n, e in self.changelogs.items() if e],
+                "ordering_state": self.ordering_state,
                 "partitions": [b.as_dict() for b in self.partitions]}
 
 
@@ -483,14 +488,19 @@ def wait_for_no_members(admin: AdminClient, group: str, window_s: float, *,
 
 def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Process,
                       topic_ids: Mapping[str, Any], partitions: int | None
-                      ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
-    """``({(topic, p): held count}, {(topic, p): covered})`` from the ordering changelog."""
+                      ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int], str]:
+    """``({(topic, p): held count}, {(topic, p): covered}, what was read)`` from the
+    ordering changelog. State the bootstrap refuses (``UNKNOWN_ORDERING_STATE_FORMAT``,
+    a refusal that asks for a reset) is reported as unreadable, never raised: the reset
+    is its remedy."""
     from confluent_kafka import Consumer
 
+    from coordinator.bootstrap.common import StartRetryableError
+    from parsley.refusals import ParsleyFailClosedError
     from workers.kafka import restore_consumer_config
 
     if partitions is None:
-        return {}, {}
+        return {}, {}, "absent"
     cfg = restore_consumer_config(config.bootstrap_servers, config.application_id_prefix,
                                   process.name, 0, config.kafka_properties)
     cfg["client.id"] = f"parsley-reset-{process.name}"
@@ -499,6 +509,10 @@ def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Proces
         states = read_ordering_state(admin, consumer,
                                      ordering_changelog(config.application_id_prefix,
                                                         process.name), partitions)
+    except (ParsleyFailClosedError, StartRetryableError) as exc:
+        log.warning("%s: the ordering state is unreadable, so the record has no held or "
+                    "covered positions: %s", process.name, exc)
+        return {}, {}, f"unreadable: {exc}"
     finally:
         consumer.close()
     by_id = {v: k for k, v in topic_ids.items()}
@@ -511,7 +525,7 @@ def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Proces
         for ch, pos in s.inspector.covered_positions().items():
             if ch.topic_id in by_id:
                 covered[(by_id[ch.topic_id], ch.partition)] = pos
-    return held, covered
+    return held, covered, f"read ({partitions} partition(s))"
 
 
 def _by_time(admin: AdminClient, tps: Sequence[TopicPartition],
@@ -554,7 +568,7 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
     except SubstrateError as exc:
         raise StartError(f"could not describe the changelogs of '{process.name}': {exc}") from exc
     ordering = infos[names[0]]
-    held, covered = _held_and_covered(config, admin, process,
+    held, covered, state = _held_and_covered(config, admin, process,
                                       {t: r.topic_id for t, r in topics.items()},
                                       None if ordering is None else ordering.partitions)
     committed = committed_positions(admin, group, tps, time.sleep)
@@ -573,7 +587,7 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
         chosen[(t.topic, t.partition)]) for t in tps)
     return ResetPlan(process.name, prefix, config.bootstrap_servers, target, parts, names[0],
                      {n: i is not None for n, i in infos.items()},
-                     Path(config.state_dir) / group, int(time.time() * 1000))
+                     Path(config.state_dir) / group, int(time.time() * 1000), state)
 
 
 def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -> None:

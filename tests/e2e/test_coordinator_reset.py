@@ -12,6 +12,7 @@ so records whose causes lie before it are delivered, not held.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shlex
@@ -50,8 +51,10 @@ def handle(delivery, state):
 processes = [Process("shipper").receives(Channel(os.environ["RS_SRC"], BYTES, BYTES), handle)
              .sends(OUT).stores(INVENTORY)]
 '''
-T0_MS = 1_700_000_000_000
-"""Record time of the first source record; record i is stamped T0_MS + i s."""
+T0_MS = (int(time.time()) - 3600) * 1000
+"""Record time of the first source record, an hour ago; record i is stamped T0_MS + i s.
+Recent on purpose: records older than the topic's retention.ms are deleted by the broker
+(with the segment they are in), which would move the log start under the test."""
 
 
 @dataclass
@@ -162,7 +165,7 @@ def _record(stdout: str) -> dict[str, Any]:
     return record
 
 
-def test_reset_refuses_while_alive_and_dry_run_changes_nothing(
+def test_reset_refuses_while_alive_dry_run_changes_nothing_and_corrupt_state_resets(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
 ) -> None:
     src, out = create_topic(partitions=1), create_topic(partitions=1)
@@ -222,6 +225,21 @@ def test_reset_refuses_while_alive_and_dry_run_changes_nothing(
         assert describe_topic(kafka_admin, f"{group}-inventory-changelog") is not None
         assert _committed(kafka_admin, group, src.name) == (5, "parsley.task")
         assert (op.state_dir / group).exists()
+
+        # A refusal that asks for a reset must not stop the reset: corrupt ordering state
+        # (UNKNOWN_ORDERING_STATE_FORMAT) is recorded as unreadable, and reset.
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+        producer.produce(ordering_changelog(op.prefix, "shipper"), key=b"\xff-not-a-key",
+                         value=b"\x00garbage", partition=0)
+        assert producer.flush(30) == 0
+        res = op.reset("--to-earliest", "--yes")
+        assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+        record = _record(res.stdout)
+        assert record["ordering_state"].startswith("unreadable: "), record
+        assert "UNKNOWN_ORDERING_STATE_FORMAT" in record["ordering_state"], record
+        op.start()
+        _await_values(kafka_bootstrap, out.name, [f"v{i}" for i in range(5)] * 2)
+        op.stop()
     finally:
         op.kill()
     print(f"refused with a coordinator in {refused_coordinator_s:.1f} s, "
@@ -272,7 +290,8 @@ def test_reset_in_each_mode_then_the_run_delivers_from_the_boundary(
                                                 f"{group}-inventory-changelog"]
 
         # The first record at or after T0 + 1.5 s is v2.
-        cycle(["--to-datetime", "2023-11-14T22:13:21.500Z"], 2, ["v2", "v3", "v4"])
+        at = dt.datetime.fromtimestamp((T0_MS + 1500) / 1000, tz=dt.UTC)
+        cycle(["--to-datetime", at.isoformat().replace("+00:00", "Z")], 2, ["v2", "v3", "v4"])
 
         # Latest: what is retained is skipped; what comes after is delivered.
         res = op.reset("--to-latest", "--yes")

@@ -93,7 +93,7 @@ def _plan(target: Target) -> ResetPlan:
         "app-shipper-__parsley.ordering-changelog",
         {"app-shipper-__parsley.ordering-changelog": True,
          "app-shipper-inventory-changelog": False},
-        Path("/s/app-shipper"), 1_700_000_000_000)
+        Path("/s/app-shipper"), 1_700_000_000_000, "read (2 partition(s))")
 
 
 def test_the_plan_stands_for_kafka_commands_in_the_reset_order() -> None:
@@ -118,6 +118,7 @@ def test_the_record_holds_the_boundary_before_and_the_choice() -> None:
     record = plan.record()
     assert record["group"] == "app-shipper" and record["target"] == "earliest"
     assert record["changelogs_deleted"] == ["app-shipper-__parsley.ordering-changelog"]
+    assert record["ordering_state"] == "read (2 partition(s))"
     assert record["partitions"][0] == {
         "topic": "orders", "partition": 0, "committed": 9, "committed_metadata": "parsley.task",
         "log_start": 2, "log_end": 10, "covered": 8, "fed_to_end": False, "held": 1,
