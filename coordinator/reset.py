@@ -346,6 +346,8 @@ class ResetPlan:
         read_at_ms: when the boundary was read, ms since the epoch.
         ordering_state: ``absent``, ``read (<n> partition(s))`` or ``unreadable: <detail>``
             (the held and covered figures are then unknown, not zero).
+        last_status: the process's entry in the last report ``run`` kept in the state
+            dir, with its exit time and code, or ``None`` when there is none.
     """
 
     process: str
@@ -358,6 +360,7 @@ class ResetPlan:
     local_state: Path
     read_at_ms: int
     ordering_state: str = "absent"
+    last_status: Mapping[str, Any] | None = None
 
     @property
     def group(self) -> str:
@@ -426,7 +429,7 @@ class ResetPlan:
                 "target": self.target.describe(), "read_at_ms": self.read_at_ms,
                 "read_at": _iso(self.read_at_ms),
                 "changelogs_deleted": [n for n, e in self.changelogs.items() if e],
-                "ordering_state": self.ordering_state,
+                "ordering_state": self.ordering_state, "last_status": self.last_status,
                 "partitions": [b.as_dict() for b in self.partitions]}
 
 
@@ -440,11 +443,19 @@ def coordinator_serving(config: ParsleyConfig, processes: Iterable[str],
 
     A coordinator that answers with none of the processes among its own is not one
     (another application under the same prefix)."""
-    from coordinator.status_socket import NoReplyError, default_endpoint, endpoint_file, request
+    from coordinator.status_socket import (
+        NoReplyError,
+        default_endpoint,
+        endpoint_file,
+        listening,
+        request,
+    )
 
     record = endpoint_file(config)
     endpoint = record.read_text().strip() if record.exists() else ""
     endpoint = endpoint or default_endpoint(config)
+    if listening(endpoint) is False:  # nothing accepts there: known at once
+        return None
     try:
         reply = request(endpoint, {"op": "status"}, timeout_s=timeout_s)
     except NoReplyError:
@@ -587,7 +598,24 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
         chosen[(t.topic, t.partition)]) for t in tps)
     return ResetPlan(process.name, prefix, config.bootstrap_servers, target, parts, names[0],
                      {n: i is not None for n, i in infos.items()},
-                     Path(config.state_dir) / group, int(time.time() * 1000), state)
+                     Path(config.state_dir) / group, int(time.time() * 1000), state,
+                     _last_status(config, process.name))
+
+
+def _last_status(config: ParsleyConfig, process: str) -> dict[str, Any] | None:
+    """The process's status in the last report ``run`` kept (docs/operations.md, "Status
+    after exit"), with the exit's time and code; ``None`` when there is none."""
+    from coordinator.last_status import last_status_file, read_last_report
+
+    try:
+        report = read_last_report(last_status_file(config.state_dir,
+                                                   config.application_id_prefix))
+    except OSError:
+        return None
+    if report is None or process not in report.processes:
+        return None
+    return {"exited_at": report.exited_at, "exit": report.exit_name,
+            "exit_code": report.exit_code, **report.processes[process].to_json()}
 
 
 def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -> None:
@@ -715,7 +743,7 @@ def execute_reset(plan: ResetPlan, admin: AdminClient, *,
     if plan.local_state.exists():
         shutil.rmtree(plan.local_state)
     records = plan.local_state.parent / RECORDS_DIR
-    records.mkdir(parents=True, exist_ok=True)
+    records.mkdir(mode=0o700, parents=True, exist_ok=True)
     stamp = dt.datetime.fromtimestamp(plan.read_at_ms / 1000, tz=dt.UTC).strftime(
         "%Y%m%dT%H%M%S.%fZ")
     path = records / f"{plan.group}-{stamp}.json"
@@ -816,6 +844,12 @@ def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_late
         bootstrap_servers = _cli._local_broker()
     config = _cli._load_config(config_file, bootstrap_servers=bootstrap_servers,
                                application_id_prefix=prefix, state_dir=state_dir)
+    from coordinator.state_dir import StateDirError, check_state_dir
+
+    try:
+        check_state_dir(config.state_dir)  # the local state and the record are written there
+    except StateDirError as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         window = default_wait_s(config) if wait_s is None else wait_s
         names = [p.name for p in processes]

@@ -282,6 +282,8 @@ def test_reset_in_each_mode_then_the_run_delivers_from_the_boundary(
         op.stop()
 
         record = cycle(["--to-offset", "3"], 3, ["v3", "v4"])
+        assert record["last_status"]["exit"] == "CLEAN", record  # the report run kept
+        assert record["last_status"]["state"] == "STOPPED", record
         assert record["partitions"][0]["committed"] == 5
         assert record["partitions"][0]["covered"] == 4
         assert record["partitions"][0]["log_start"] == 0
