@@ -850,6 +850,9 @@ def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_late
         check_state_dir(config.state_dir)  # the local state and the record are written there
     except StateDirError as exc:
         raise click.UsageError(str(exc)) from exc
+    from parsley.refusals import ParsleyFailClosedError
+
+    done: list[str] = []
     try:
         window = default_wait_s(config) if wait_s is None else wait_s
         names = [p.name for p in processes]
@@ -886,17 +889,38 @@ def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_late
         if dry_run:
             click.echo("dry run: nothing changed")
             return
-        if not assume_yes and not click.confirm(
+        asked = not assume_yes
+        if asked and not click.confirm(
                 f"reset {[p.process for p in plans]}? their causal past is discarded"):
             click.echo("not confirmed: nothing changed", err=True)
             sys.exit(_cli.ExitCode.REFUSAL)
-        for plan in plans:
+        for i, plan in enumerate(plans):
+            # Alive again since the plan was read (a coordinator started while a person
+            # read the prompt)? Refuse before the first deletion; re-read the boundary
+            # after a prompt, so the record is what was done.
+            endpoint = coordinator_serving(config, [plan.process])
+            if endpoint is not None:
+                raise ResetRefused(f"a coordinator serving '{plan.process}' answers at "
+                                   f"{endpoint}; stop it first")
+            wait_for_no_members(admin, plan.group, 0,
+                                bootstrap_servers=config.bootstrap_servers)
+            if asked:
+                plan = plan_reset(config, processes[i], target, admin)
             path = execute_reset(plan, admin, delete_timeout_s=delete_timeout)
+            done.append(plan.process)
             click.echo(f"reset {plan.process}: boundary recorded in {path}")
             click.echo(orjson.dumps(plan.record(), option=orjson.OPT_INDENT_2).decode())
     except ResetRefused as exc:
-        click.echo(f"reset refused, nothing changed: {exc}", err=True)
+        click.echo(f"reset refused after resetting {done} (the others are unchanged): {exc}"
+                   if done else f"reset refused, nothing changed: {exc}", err=True)
         sys.exit(_cli.ExitCode.REFUSAL)
-    except StartError as exc:
-        click.echo(f"reset failed: {exc}", err=True)
+    except (StartError, ParsleyFailClosedError) as exc:
+        click.echo(f"reset failed: {exc}" + (f" (reset of {done} done)" if done else ""),
+                   err=True)
         sys.exit(_cli.ExitCode.FAILURE)
+    except KafkaException as exc:
+        problem = _cli._kafka_config_problem(exc, config, config_file)
+        if problem is None:
+            raise
+        click.echo(f"wrong configuration: {problem}", err=True)
+        sys.exit(_cli.ExitCode.USAGE)
