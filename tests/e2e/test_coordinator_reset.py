@@ -201,6 +201,21 @@ def test_reset_refuses_while_alive_dry_run_changes_nothing_and_corrupt_state_res
         assert _committed(kafka_admin, group, src.name) == (5, "parsley.task")
         op.stop()
 
+        # On a terminal it asks; "n" changes nothing.
+        master, slave = os.openpty()
+        asked = subprocess.Popen(
+            [*CLI, "reset", "rsapp:processes", "--bootstrap-servers", kafka_bootstrap,
+             "--to-earliest", "--prefix", op.prefix, "--state-dir", str(op.state_dir)],
+            cwd=op.cwd, env=op.env, stdin=slave, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        os.close(slave)
+        os.write(master, b"n\n")
+        out_text, err_text = asked.communicate(timeout=180)
+        os.close(master)
+        assert asked.returncode == 3, err_text
+        assert "causal past is discarded" in out_text and "not confirmed: nothing changed" \
+            in err_text, (out_text, err_text)
+
         res = op.reset("--to-offset", "2", "--dry-run")
         assert res.returncode == 0, res.stderr
         assert "dry run: nothing changed" in res.stdout
