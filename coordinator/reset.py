@@ -773,6 +773,12 @@ def default_wait_s(config: ParsleyConfig) -> float:
 # ------------------------------------------------------------------ the subcommand
 
 
+def _default_state_dir() -> str:
+    from coordinator.state_dir import default_state_dir
+
+    return default_state_dir()
+
+
 @click.command("reset")
 @click.argument("app")
 @click.option("--process", "process_names", multiple=True,
@@ -795,18 +801,25 @@ def default_wait_s(config: ParsleyConfig) -> float:
               help="Seconds to wait for the group's members to leave before refusing.")
 @click.option("--delete-timeout", type=click.FloatRange(min=1), default=DELETE_TIMEOUT_S,
               show_default=True, help="Seconds to wait for the changelogs' deletion.")
-@click.option("--bootstrap-servers", help="Kafka bootstrap.servers.")
+@click.option("--bootstrap-servers",
+              help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
+                   "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True, help="Use the parsley-devbroker on this machine.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML settings file (see docs/operations.md).")
-@click.option("--prefix", "prefix", help="application_id_prefix.")
-@click.option("--state-dir", "state_dir", help="Root of local state and sockets.")
+@click.option("--prefix", "prefix",
+              help="application_id_prefix. [required: here, in --config, or as "
+                   "PARSLEY_APPLICATION_ID_PREFIX]")
+@click.option("--state-dir", "state_dir", show_default=_default_state_dir(),
+              help="Root of local state and sockets, as given to run (also state_dir in "
+                   "--config, PARSLEY_STATE_DIR): its control socket, local state and the "
+                   "reset records under resets/.")
 def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_latest: bool,
             to_offset: tuple[str, ...], to_datetime: str | None, dry_run: bool,
             assume_yes: bool, wait_s: float | None, delete_timeout: float,
             bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
             prefix: str | None, state_dir: str | None) -> None:
-    """Reset processes of APP (module:attribute) to a new causal boundary.
+    """Reset processes of APP (module:attribute, required) to a new causal boundary.
 
     In order: refuse while the coordinator or any member of the process's group is
     alive; record the boundary (committed offsets, log start and end, what the

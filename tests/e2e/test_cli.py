@@ -51,7 +51,8 @@ def test_help_explains_each_command(tmp_path: Path) -> None:
     env = dict(os.environ)
     for cmd, phrase in [([], "Exit status"), (["run"], "all-or-nothing"),
                         (["status"], "held counts"), (["stop"], "SIGKILL"),
-                        (["inspect"], "OrderingStateInspector")]:
+                        (["inspect"], "OrderingStateInspector"),
+                        (["reset"], "new causal boundary")]:
         res = _cli([*cmd, "--help"], tmp_path, env)
         assert res.returncode == 0, res.stderr
         assert phrase in " ".join(res.stdout.split()), f"{cmd} --help: {res.stdout}"
