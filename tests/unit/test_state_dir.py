@@ -126,7 +126,7 @@ def test_a_symlink_of_another_user_is_refused_though_it_points_at_your_dir(
     link = tmp_path / "parsley-link"
     link.symlink_to(mine)
     _link_owned_by_another(link, monkeypatch)
-    with pytest.raises(StateDirError, match="symlink .*parsley-link, owned by"):
+    with pytest.raises(StateDirError, match=r"symlink .*parsley-link, owned by"):
         check_state_dir(link)
     with pytest.raises(StateDirError, match="symlink"):
         ensure_state_dir(link / "sub")
@@ -143,7 +143,7 @@ def test_a_state_dir_that_cannot_be_examined_is_a_refusal_not_a_traceback(
         raise PermissionError(13, "Permission denied", str(p))
 
     monkeypatch.setattr(os, "lstat", denied)
-    with pytest.raises(StateDirError, match="cannot check state dir .*Permission denied"):
+    with pytest.raises(StateDirError, match=r"cannot check state dir .*Permission denied"):
         check_state_dir(tmp_path / "x")
 
 
@@ -152,7 +152,7 @@ def test_writable_by_others_needs_the_sticky_bit(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    with pytest.raises(StateDirError, match="no sticky bit.*--state-dir .*shared/parsley"):
+    with pytest.raises(StateDirError, match=r"no sticky bit.*--state-dir .*shared/parsley"):
         check_state_dir(shared)
     sub = ensure_state_dir(shared / "parsley")  # the remedy the message gives
     assert stat.S_IMODE(sub.stat().st_mode) == 0o700
