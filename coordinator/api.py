@@ -23,7 +23,6 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
@@ -32,15 +31,19 @@ import zmq
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
 from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
+from coordinator.last_status import last_status_file, remove_last_report
 from coordinator.main_guard import check_main_guard
 from coordinator.metrics import MetricsServer
-from coordinator.state_dir import ensure_state_dir
+from coordinator.state_dir import default_state_dir, ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
     BadRequest,
     ControlServer,
     NoReplyError,
+    check_ipc_length,
     endpoint_file,
+    listening,
+    pre_upgrade_endpoints,
     request,
     resolve_endpoint,
 )
@@ -72,7 +75,9 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
     """Refuse to start beside a coordinator that already runs this prefix here.
 
     Asks the endpoint this start would bind and the one a running coordinator
-    recorded under the state dir (``--listen tcp`` included). Two coordinators
+    recorded under the state dir (``--listen tcp`` included), and, when the state
+    dir is the default, those under the default of earlier builds, ``<tmp>/parsley``
+    (docs/operations.md, "The state dir"). Two coordinators
     on one prefix fence each other's workers (they share the transactional ids
     and the consumer group), so the message says how to stop the first and
     never advises another state dir or endpoint, which would only hide the
@@ -86,8 +91,11 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
         recorded = endpoint_file(config).read_text().strip()
         if recorded and recorded not in candidates:
             candidates.append(recorded)
+    if config.state_dir == default_state_dir():  # and where an older build's default was
+        candidates += [e for e in pre_upgrade_endpoints(config.application_id_prefix)
+                       if e not in candidates]
     for where in candidates:
-        if where.startswith("ipc://") and not Path(where[len("ipc://"):]).exists():
+        if listening(where) is False:
             continue
         try:
             reply = request(where, {"op": "ping"}, timeout_s=0.5)
@@ -199,7 +207,8 @@ class Parsley:
                 level outside ``if __name__ == "__main__":``
                 (:func:`coordinator.main_guard.check_main_guard`), refused before
                 anything runs; :class:`CoordinatorRunningError` for a coordinator
-                already running this prefix under this state dir.
+                already running this prefix under this state dir; an ``ipc://``
+                control path longer than ZeroMQ binds.
             StateDirError: the state dir is owned by another user, or cannot be
                 created (a ``ValueError``; :mod:`coordinator.state_dir`).
             ValueError: a wrong declaration or argument, a per-process Kafka
@@ -215,7 +224,18 @@ class Parsley:
         endpoint = None
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)
+            try:
+                check_ipc_length(endpoint)
+            except ValueError as exc:
+                raise StartError(str(exc)) from exc
             _refuse_a_second_coordinator(endpoint, config)
+        # This start's status is now the one to show, not an earlier run's last report
+        # (docs/operations.md, "Status after exit").
+        last = last_status_file(config.state_dir, config.application_id_prefix)
+        try:
+            remove_last_report(last)
+        except OSError as exc:
+            log.warning("could not remove the previous last status report %s: %s", last, exc)
         # Bound first, so that a port in use stops the start before anything runs.
         metrics = None if config.metrics_port is None else \
             MetricsServer(config.metrics_host, config.metrics_port)

@@ -179,7 +179,9 @@ def _control_place(config_file: str | None, prefix: str | None, state_dir: str |
     """The coordinator's control endpoint, and where its last status report is kept.
 
     ``--endpoint`` wins; otherwise the endpoint the running coordinator recorded under
-    the state dir, else its default ``ipc://`` path. The report's file needs the prefix
+    the state dir, else its default ``ipc://`` path; with the default state dir and
+    nothing listening there, a coordinator of an earlier build found under
+    ``<tmp>/parsley`` (:func:`_or_pre_upgrade`). The report's file needs the prefix
     and state dir (``None`` with ``--endpoint`` and no prefix).
 
     Raises:
@@ -188,8 +190,8 @@ def _control_place(config_file: str | None, prefix: str | None, state_dir: str |
     """
     from coordinator.config import ParsleyConfig
     from coordinator.last_status import last_status_file
-    from coordinator.state_dir import StateDirError, check_state_dir
-    from coordinator.status_socket import default_endpoint, endpoint_file
+    from coordinator.state_dir import StateDirError, check_state_dir, legacy_state_dir
+    from coordinator.status_socket import default_endpoint, endpoint_file, pre_upgrade_endpoints
 
     try:
         values = ParsleyConfig.file_values(config_file) if config_file else {}
@@ -211,12 +213,31 @@ def _control_place(config_file: str | None, prefix: str | None, state_dir: str |
     last = last_status_file(cfg.state_dir, cfg.application_id_prefix)
     if endpoint:
         return endpoint, last
+    ep = default_endpoint(cfg)
     record = endpoint_file(cfg)
     if record.exists():
-        text = record.read_text().strip()
-        if text:
-            return text, last
-    return default_endpoint(cfg), last
+        ep = record.read_text().strip() or ep
+    if not (state_dir or values.get("state_dir")) and cfg.state_dir != legacy_state_dir():
+        ep = _or_pre_upgrade(ep, pre_upgrade_endpoints(cfg.application_id_prefix))
+    return ep, last
+
+
+def _or_pre_upgrade(ep: str, older: list[str]) -> str:
+    """``ep``, unless nothing listens there and a coordinator of an earlier build listens
+    at one of ``older`` (under ``<tmp>/parsley``, their default state dir); says so on
+    stderr (docs/operations.md, "The state dir")."""
+    from coordinator.state_dir import legacy_state_dir
+    from coordinator.status_socket import listening
+
+    if listening(ep) is not False:
+        return ep
+    for where in older:
+        if listening(where) is True:
+            click.echo(f"nothing listens at {ep}; using {where}, under the default state dir "
+                       f"of earlier builds, {legacy_state_dir()} (docs/operations.md, "
+                       "\"The state dir\")", err=True)
+            return where
+    return ep
 
 
 _CONFIG = click.option("--config", "config_file", type=click.Path(dir_okay=False),
@@ -369,7 +390,6 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
         _keep_last(config, ExitCode.USAGE, {},
                    StartFailure(None, f"wrong configuration: {problem}"))
         sys.exit(ExitCode.USAGE)
-    _drop_last(config)
     log.info("started %s with control socket %s", [p.name for p in processes],
              handle.control_endpoint)
     asked = threading.Event()
@@ -429,17 +449,6 @@ def _keep_last(config: Any, code: ExitCode, statuses: Any, start_error: Any = No
         log.warning("could not keep the last status report in %s: %s", path, exc)
         return
     log.info("last status kept in %s (exit code %d, %s)", path, code, code.name)
-
-
-def _drop_last(config: Any) -> None:
-    """Remove the previous run's last report once this run's control socket answers."""
-    from coordinator.last_status import last_status_file, remove_last_report
-
-    path = last_status_file(config.state_dir, config.application_id_prefix)
-    try:
-        remove_last_report(path)
-    except OSError as exc:
-        log.warning("could not remove the previous last status report %s: %s", path, exc)
 
 
 def _ms(seconds: float | None) -> int | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
 import socket
 import threading
 import time
@@ -99,6 +100,47 @@ def endpoint_file(config: ParsleyConfig) -> Path:
 def default_endpoint(config: ParsleyConfig) -> str:
     """``ipc://<state_dir>/<prefix>.coordinator.ipc``."""
     return f"ipc://{Path(config.state_dir) / (config.application_id_prefix + '.coordinator.ipc')}"
+
+
+MAX_IPC_PATH_BYTES: Final = 107
+"""The longest ``ipc://`` path ZeroMQ binds, bytes: ``sockaddr_un.sun_path`` (108 on
+Linux) less its terminating NUL; ZeroMQ refuses a longer one with ``ENAMETOOLONG``."""
+
+
+def check_ipc_length(endpoint: str) -> None:
+    """Refuse an ``ipc://`` endpoint whose path ZeroMQ cannot bind (pure).
+
+    Raises:
+        ValueError: the path is longer than :data:`MAX_IPC_PATH_BYTES`; the message
+            names it and the remedies (a shorter state dir or prefix, ``--listen tcp``).
+    """
+    if not endpoint.startswith("ipc://"):
+        return
+    size = len(endpoint[len("ipc://"):].encode())
+    if size > MAX_IPC_PATH_BYTES:
+        raise ValueError(
+            f"the control socket {endpoint} is {size} bytes long, over the "
+            f"{MAX_IPC_PATH_BYTES} an ipc:// path may have: give a shorter --state-dir "
+            "(or PARSLEY_STATE_DIR) or prefix, or --listen tcp")
+
+
+def pre_upgrade_endpoints(prefix: str) -> list[str]:
+    """Where a coordinator started by a build before the per-user default state dir
+    serves ``prefix``: the endpoint it recorded under ``<tmp>/parsley``, then its
+    default ipc path there (:func:`coordinator.state_dir.legacy_state_dir`;
+    docs/operations.md, "The state dir")."""
+    from coordinator.state_dir import legacy_state_dir
+
+    old = Path(legacy_state_dir())
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        recorded = (old / f"{prefix}.coordinator.endpoint").read_text().strip()
+        if recorded:
+            found.append(recorded)
+    default = f"ipc://{old / (prefix + '.coordinator.ipc')}"
+    if default not in found:
+        found.append(default)
+    return found
 
 
 def resolve_endpoint(listen: str | None, config: ParsleyConfig) -> str:
@@ -281,7 +323,9 @@ def listening(endpoint: str, *, timeout_s: float = 0.5) -> bool | None:
     A ZeroMQ ``REQ`` connects lazily and waits its whole deadline for a peer that
     is not there; this asks the operating system instead, so "nothing runs" is
     known at once: an ``ipc://`` path that is absent, or not a socket, or refuses
-    (a socket file left by a coordinator killed with SIGKILL) gives ``False``;
+    (a socket file left by a coordinator killed with SIGKILL) gives ``False``, and
+    so does an abstract ``ipc://@name`` nothing has bound; a path this user may not
+    search gives ``None``;
     a ``tcp://`` port that refuses gives ``False``.
 
     Args:
@@ -294,14 +338,17 @@ def listening(endpoint: str, *, timeout_s: float = 0.5) -> bool | None:
     """
     if endpoint.startswith("ipc://"):
         path = endpoint[len("ipc://"):]
+        abstract = path.startswith("@")  # Linux's abstract namespace, as ZeroMQ spells it
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             probe.settimeout(timeout_s)
             try:
-                probe.connect(path)
+                probe.connect("\0" + path[1:] if abstract else path)
             except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
                 return False
-            except OSError:  # not a socket, a path too long, no permission
-                return False if not Path(path).exists() else None
+            except PermissionError:
+                return None
+            except OSError:  # not a socket, a path too long
+                return None if abstract or os.path.lexists(path) else False
             return True
     if endpoint.startswith("tcp://"):
         host, _, port = endpoint[len("tcp://"):].rpartition(":")
