@@ -104,6 +104,17 @@ def _until(url: str, run: subprocess.Popen[str], pred: Callable[[Scrape], bool],
                          f"{ {k: v for k, v in samples.items() if k[0].startswith('parsley_')} }")
 
 
+def _handler_runs_match(scrape: Scrape, task: dict[str, str]) -> None:
+    """The handler latency histogram counts every run, those in aborted transactions too
+    (an abortable error on a loaded broker is allowed): at least one per delivery, and
+    more only when a transaction aborted. Only ``delivered``/``received`` are exact."""
+    runs = _get(scrape, "parsley_handler_latency_seconds_count", **task) or 0
+    delivered = _get(scrape, "parsley_delivered_total", **task) or 0
+    aborted = _get(scrape, "parsley_transactions_aborted_total", **task) or 0
+    assert runs >= delivered > 0, (runs, delivered)
+    assert runs == delivered or aborted >= 1, (runs, delivered, aborted)
+
+
 def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
     kafka_bootstrap: str, create_topic: Any, unique_names: Any, tmp_path: Path
 ) -> None:
@@ -151,7 +162,7 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
         assert (_get(s, "parsley_transactions_committed_total", **join0) or 0) >= 1
         assert (_get(s, "parsley_frontier_bytes", **join0) or 0) > 0
         assert _get(s, "parsley_metadata_budget_bytes", **join0) == 262144
-        assert _get(s, "parsley_handler_latency_seconds_count", **join0) == 2
+        _handler_runs_match(s, join0)
         assert (_get(s, "parsley_transaction_duration_seconds_count", **join0) or 0) >= 1
         assert _get(s, "parsley_refusals_total", **bad0,
                     reason="UNDECODABLE_METADATA") is None, "no refusal yet"
@@ -167,7 +178,7 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
         assert _get(s, "parsley_process_refusal", process="bad",
                     reason="UNDECODABLE_METADATA") == 1
         assert _get(s, "parsley_task_exits_total", **bad0, kind="REFUSAL") == 1
-        assert _get(s, "parsley_transactions_aborted_total", **bad0) == 1, \
+        assert (_get(s, "parsley_transactions_aborted_total", **bad0) or 0) >= 1, \
             "the refused record's transaction, counted from the worker's last report"
         assert _get(s, "parsley_delivered_total", **bad0) == 0
         assert _get(s, "parsley_held_messages", **bad0) is None, "no live task, no gauge"
@@ -181,8 +192,7 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
                    "join to deliver the released messages")
         assert _get(s, "parsley_received_total", **join0) == 5
         assert _get(s, "parsley_held_oldest_age_seconds", **join0) == 0
-        assert _get(s, "parsley_handler_latency_seconds_count", **join0) == 5
-        assert _get(s, "parsley_transactions_aborted_total", **join0) == 0
+        _handler_runs_match(s, join0)
         assert _get(s, "parsley_task_restarts_total", **join0) == 0
         assert _get(s, "parsley_lag_offsets", **join0) is not None
         values = [r.value for r in read_committed(kafka_bootstrap, out.name)]
