@@ -632,8 +632,10 @@ class Supervisor:
                       if t.exited_at is None and self._reap(t)]
         for run, t in exited:
             code = t.exit_code
+            # Every stop kind's exit, a clean one included, follows its final report,
+            # which carries the counts since the last status (the last commit's too).
             if t.final is None and code is not None and (
-                    (code in EXIT_CODES.values() and code != 0) or code >= REFUSAL_EXIT_BASE):
+                    code in EXIT_CODES.values() or code >= REFUSAL_EXIT_BASE):
                 deadline = time.monotonic() + FINAL_GRACE_S
                 while t.final is None and time.monotonic() < deadline:
                     self._drain()

@@ -13,6 +13,7 @@ once per drain pass or per commit, never per message.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -67,7 +68,8 @@ def add_counts(total: Mapping[str, Any] | None, more: Mapping[str, Any] | None,
     Args:
         total, more: :meth:`BucketCounts.to_json` forms, or ``None`` for none.
         buckets: how many buckets the histogram has (its bounds + 1); a form with
-            another count (a report from a different build) is taken as empty.
+            another count (a report from a different build), or a malformed one
+            (a count not an int >= 0, a sum not a finite number), is taken as empty.
 
     Returns:
         A new form with ``buckets`` counts.
@@ -75,12 +77,27 @@ def add_counts(total: Mapping[str, Any] | None, more: Mapping[str, Any] | None,
     counts = [0] * buckets
     sum_s = 0.0
     for form in (total, more):
-        if not form:
+        parsed = _parsed(form, buckets)
+        if parsed is None:
             continue
-        got = form.get("counts")
-        if not isinstance(got, list) or len(got) != buckets:
-            continue
-        for i, c in enumerate(got):
-            counts[i] += int(c)
-        sum_s += float(form.get("sum", 0.0))
+        for i, c in enumerate(parsed[0]):
+            counts[i] += c
+        sum_s += parsed[1]
     return {"counts": counts, "sum": sum_s}
+
+
+def _parsed(form: Mapping[str, Any] | None, buckets: int) -> tuple[list[int], float] | None:
+    """A form's counts and sum, or ``None`` for no form or a malformed one: another
+    bucket count, a count that is not an int >= 0, a sum that is not a finite number."""
+    if not form:
+        return None
+    got = form.get("counts")
+    raw_sum = form.get("sum", 0.0)
+    if not isinstance(got, list) or len(got) != buckets:
+        return None
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in got):
+        return None
+    if isinstance(raw_sum, bool) or not isinstance(raw_sum, int | float) \
+            or not math.isfinite(raw_sum):
+        return None
+    return list(got), float(raw_sum)

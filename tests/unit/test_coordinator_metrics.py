@@ -86,6 +86,22 @@ def test_buckets_are_inclusive_upper_bounds_and_sums_add_up() -> None:
         "a form with another bucket count is taken as empty"
 
 
+def test_a_malformed_histogram_is_skipped_not_raised() -> None:
+    empty = {"counts": [0, 0, 0], "sum": 0.0}
+    for form in ({"counts": ["x", 0, 0], "sum": 1.0}, {"counts": [1, 0, 0], "sum": "soon"},
+                 {"counts": [None, 0, 0]}, {"counts": [-1, 0, 0], "sum": 0.0},
+                 {"counts": [1, 0, 0], "sum": float("nan")}):
+        assert add_counts(form, None, 3) == empty, form
+    book = MetricsBook()
+    book.spawned("p", 0, 11)
+    bad = _metrics(2, 2, 1, handler=(0.001,))
+    bad["handler_seconds"] = {"counts": ["many"] * len(bad["handler_seconds"]["counts"]),
+                              "sum": 0.0}
+    book.reported("p", 0, 11, _status(11, bad))  # raised ValueError inside the observer
+    (t,) = book.snapshot()
+    assert t.delivered == 2
+
+
 def test_counters_add_up_across_a_tasks_workers_and_never_decrease() -> None:
     book = MetricsBook()
     book.spawned("p", 0, 11)
