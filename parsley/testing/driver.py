@@ -56,8 +56,8 @@ class ParsleyTestDriver:
 
     Each process runs ``W`` tasks, ``W`` the largest partition count of the topics
     it receives; task ``i`` receives partition ``i`` of each (docs/model.md,
-    "tasks"). Every topic a process receives or sends exists, with the partition
-    count given in ``partitions`` (default 1).
+    "Channels and positions"). Every topic a process receives or sends exists, with
+    the partition count given in ``partitions`` (default 1).
 
     :meth:`pipe` appends a record and then runs the processes (:meth:`run`) until
     nothing more can be fed or delivered: each task in turn feeds every record

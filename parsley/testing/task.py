@@ -94,7 +94,7 @@ class DrivenTask:
     Args:
         process: the declaration.
         task: the task number: it receives partition ``task`` of each received topic
-            that has one (docs/model.md, "tasks").
+            that has one (docs/model.md, "Channels and positions").
         channels: received topic name -> its channel (topic id, partition ``task``),
             in the order the task is fed.
         budget_bytes: the metadata budget, bytes (docs/operations.md, "Configuration").
