@@ -10,6 +10,9 @@
 //! `python`, which setuptools-rust builds.
 
 pub mod wire;
+pub mod engine;
+#[cfg(feature = "python")]
+mod py_engine;
 
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
@@ -25,5 +28,6 @@ fn version() -> &'static str {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    py_engine::register(m)?;
     Ok(())
 }
