@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.engines import ENGINES, engine_cls, set_current
 from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from tests.kafka_support import create_topic as _create_topic
 
@@ -249,3 +250,33 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"CI=true: {len(_SKIPPED)} skipped test(s) fail the run: " + ", ".join(_SKIPPED[:10]),
             red=True,
         )
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine_impl(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run an engine test module against each engine (``tests/engines.py``).
+
+    Rebinds the module's ``ProcessEngine`` (to the native class for ``native``) and
+    ``engine_class`` (sabotage engines of that implementation) and the simulator's default
+    engine for the module's tests, and restores them afterwards. Module-scoped, so
+    Hypothesis tests may use it.
+    """
+    import functools
+
+    from parsley.engine import sabotage
+
+    name = request.param
+    module = request.module
+    saved = {attr: getattr(module, attr) for attr in ("ProcessEngine", "engine_class")
+             if hasattr(module, attr)}
+    if "ProcessEngine" in saved:
+        module.ProcessEngine = engine_cls(name)
+    if "engine_class" in saved:
+        module.engine_class = functools.partial(sabotage.engine_class, implementation=name)
+    previous = set_current(name)
+    try:
+        yield name
+    finally:
+        set_current(previous)
+        for attr, value in saved.items():
+            setattr(module, attr, value)

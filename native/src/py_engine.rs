@@ -1295,6 +1295,40 @@ impl EngineCore {
         PyFrozenSet::new(py, &items)
     }
 
+    /// The metadata budget, bytes (tests lower it under a restored frontier).
+    #[getter]
+    fn get__budget(&self) -> usize {
+        self.budget
+    }
+
+    #[setter]
+    fn set__budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    /// What the engine keeps in memory, for the tests that bound it: `(held bodies not
+    /// yet persisted as [(channel, position)], {channel: causes of its head},
+    /// the one decoded blob as (channel, position) or None)`.
+    fn _memory<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let bodies = PyList::empty(py);
+        for &(r, q) in &self.body_order {
+            if self.bodies.contains_key(&(r, q)) {
+                bodies.append((self.py_by_rank[r].clone_ref(py), q))?;
+            }
+        }
+        let heads = PyDict::new(py);
+        for r in 0..self.by_rank.len() {
+            if let Some(c) = self.head_causes[r].clone() {
+                heads.set_item(self.py_by_rank[r].clone_ref(py), self.causes_tuple(py, &c)?)?;
+            }
+        }
+        let loaded = match &self.loaded {
+            Some((r, q, _)) => (self.py_by_rank[*r].clone_ref(py), *q).into_pyobject(py)?.into_any(),
+            None => py.None().into_bound(py),
+        };
+        (bodies, heads, loaded).into_pyobject(py)
+    }
+
     /// Messages accepted with a cause the task could not enforce.
     fn cross_partition_causes(&self) -> u64 {
         self.cross_count

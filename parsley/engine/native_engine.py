@@ -82,7 +82,6 @@ def _build() -> type[Any] | None:
                     raise TypeError(
                         f"received channels must be ChannelId, got {type(ch).__name__}")
             self._store = store
-            self._budget = budget_bytes
             self._received: frozenset[ChannelId] = frozenset(ordered)
             self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
             self._received_topics: frozenset[UUID] = frozenset(ch.topic_id for ch in ordered)
@@ -223,7 +222,23 @@ def _build() -> type[Any] | None:
         @property
         def budget_bytes(self) -> int:
             """The metadata budget, bytes."""
-            return self._budget
+            return int(self._budget)
+
+        @property
+        def _bodies(self) -> dict[tuple[ChannelId, int], None]:
+            """Held messages whose bodies are in memory (not yet persisted), for tests."""
+            return dict.fromkeys(self._memory()[0])
+
+        @property
+        def _head_causes(self) -> dict[ChannelId, tuple[tuple[ChannelId, int], ...]]:
+            """Causes of each channel's head, once read, for tests."""
+            return dict(self._memory()[1])
+
+        @property
+        def _loaded(self) -> tuple[ChannelId, int] | None:
+            """The one decoded blob kept, as (channel, position), for tests."""
+            loaded: tuple[ChannelId, int] | None = self._memory()[2]
+            return loaded
 
         def diagnose(self) -> TaskDiagnosis:
             """As :meth:`ProcessEngine.diagnose`."""
@@ -236,7 +251,7 @@ def _build() -> type[Any] | None:
                 names=self._names,
                 frontier_channels=len(self._frontier_dict()),
                 frontier_bytes=self.frontier_bytes(),
-                budget_bytes=self._budget,
+                budget_bytes=self.budget_bytes,
                 cross_partition_causes=self.cross_partition_causes(),
             )
 

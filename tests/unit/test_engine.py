@@ -16,6 +16,8 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes, encoded_size
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 A = ChannelId(UUID(int=0xA), 0)
 B = ChannelId(UUID(int=0xB), 0)
 C = ChannelId(UUID(int=0xC), 0)
@@ -187,7 +189,7 @@ def test_covered_position_fed_invariant_guard() -> None:
     # No public path reaches it (docs/runbooks.md, COVERED_POSITION_FED): poke coverage
     # above the floor to show the branch refuses rather than dropping or delivering.
     e = engine(start={A: 3})
-    e._fed[A] = 8  # the invariant guard has no known public trigger
+    e._advance_fed(A, 8)  # the invariant guard has no known public trigger
     err = refusal(e.receive, msg(A, 5))
     assert err.reason is Reason.COVERED_POSITION_FED
     assert err.detail == (
@@ -197,7 +199,7 @@ def test_covered_position_fed_invariant_guard() -> None:
         "record, and this refusal then does not recur (docs/runbooks.md, "
         "COVERED_POSITION_FED).")
     e2 = engine()
-    e2._fed[B] = 8
+    e2._advance_fed(B, 8)
     err = refusal(e2.receive, msg(B, 1))
     assert err.reason is Reason.COVERED_POSITION_FED
     assert "above the session floor of none" in err.detail
