@@ -13,6 +13,7 @@
 //! same detail text as the Python engine; channels in details are rendered by
 //! `parsley.engine.channel.describe_channel`, so the text is the Python engine's own.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
@@ -50,7 +51,7 @@ type Causes = Rc<[(Channel, i64)]>;
 struct Decoded {
     causes: Causes,
     foreign: Causes,
-    merged_epoch: i64,
+    merged_epoch: Cell<i64>,
 }
 
 /// A held message in memory: timestamp ms, key, value, headers, causes.
@@ -132,13 +133,14 @@ pub struct EngineCore {
     dirty_p: OrderedSet,
     dirty_h: Vec<(usize, i64)>,
 
-    decoded: FxMap<Box<[u8]>, Decoded>,
+    decoded: FxMap<Box<[u8]>, Rc<Decoded>>,
     epoch: i64,
     last_past: Option<Causes>,
     warned: bool,
     stamp_version: bool,
     cross_warned: FxSet<(usize, Channel)>,
     cross_count: u64,
+    no_causes: Causes,
 }
 
 fn bytes_of<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
@@ -146,7 +148,10 @@ fn bytes_of<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         Ok(b) => Ok(b.clone()),
         Err(_) => {
             let builtins = obj.py().import("builtins")?;
-            Ok(builtins.getattr("bytes")?.call1((obj,))?.downcast_into::<PyBytes>()?)
+            Ok(builtins
+                .getattr("bytes")?
+                .call1((obj,))?
+                .downcast_into::<PyBytes>()?)
         }
     }
 }
@@ -162,7 +167,11 @@ fn optional_bytes<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Py
 /// The channel a Python `ChannelId` names, or `None` for anything else.
 fn channel_of(obj: &Bound<'_, PyAny>) -> Option<Channel> {
     let py = obj.py();
-    let topic = obj.getattr(intern!(py, "topic_id")).ok()?.getattr(intern!(py, "bytes")).ok()?;
+    let topic = obj
+        .getattr(intern!(py, "topic_id"))
+        .ok()?
+        .getattr(intern!(py, "bytes"))
+        .ok()?;
     let raw = topic.downcast::<PyBytes>().ok()?.as_bytes();
     let topic: TopicId = raw.try_into().ok()?;
     let partition: i32 = obj.getattr(intern!(py, "partition")).ok()?.extract().ok()?;
@@ -171,7 +180,9 @@ fn channel_of(obj: &Bound<'_, PyAny>) -> Option<Channel> {
 
 impl EngineCore {
     fn refs(&self) -> &Refs {
-        self.refs.as_ref().expect("EngineCore used before its setup")
+        self.refs
+            .as_ref()
+            .expect("EngineCore used before its setup")
     }
 
     fn refuse(&self, py: Python<'_>, reason: &str, detail: String) -> PyErr {
@@ -216,7 +227,11 @@ impl EngineCore {
                 Some(l) => l.clone_ref(py).into_bound(py).into_any(),
                 None => PyDict::new(py).into_any(),
             };
-            self.refs().describe_channel.bind(py).call1((obj, labels, position))?.extract()
+            self.refs()
+                .describe_channel
+                .bind(py)
+                .call1((obj, labels, position))?
+                .extract()
         })();
         rendered.unwrap_or_else(|e| format!("{ch:?} ({e})"))
     }
@@ -431,7 +446,9 @@ impl EngineCore {
             self.is_candidate[r] = false;
         }
         for r in candidates {
-            let Some(&q) = self.queues[r].front() else { continue };
+            let Some(&q) = self.queues[r].front() else {
+                continue;
+            };
             let causes = self.causes_of_head(py, r, q)?;
             match self.first_blocker(&causes) {
                 None => self.ready.push(Reverse(r)),
@@ -452,7 +469,11 @@ impl EngineCore {
         for h in headers.try_iter()? {
             let h = h?;
             let key = h.get_item(0)?;
-            if key.downcast::<PyString>()?.to_str()?.starts_with(RESERVED_PREFIX) {
+            if key
+                .downcast::<PyString>()?
+                .to_str()?
+                .starts_with(RESERVED_PREFIX)
+            {
                 stripped = true;
             } else {
                 kept.push(h);
@@ -469,7 +490,9 @@ impl EngineCore {
         if !self.candidates.is_empty() {
             self.decide_candidates(py)?;
         }
-        let Some(Reverse(r)) = self.ready.pop() else { return Ok(None) };
+        let Some(Reverse(r)) = self.ready.pop() else {
+            return Ok(None);
+        };
         let ch = self.by_rank[r];
         let q = *self.queues[r].front().expect("a ready head");
         let body = match self.bodies.remove(&(r, q)) {
@@ -523,7 +546,10 @@ impl EngineCore {
 
     fn header_bytes(&mut self, py: Python<'_>) -> PyResult<Py<PyBytes>> {
         let frontier = &self.frontier;
-        if self.encoding.refresh(frontier.iter(), |c| frontier.get(c).unwrap_or(0)) {
+        if self
+            .encoding
+            .refresh(frontier.iter(), |c| frontier.get(c).unwrap_or(0))
+        {
             self.header = None;
         }
         let bytes = match &self.header {
@@ -618,9 +644,7 @@ impl EngineCore {
         }
 
         // -- causes: budget before decode
-        let mut causes: Causes = Rc::from(Vec::new());
-        let mut foreign: Causes = causes.clone();
-        let mut cache_key: Option<Box<[u8]>> = None;
+        let mut entry: Option<Rc<Decoded>> = None;
         if found {
             let raw = match raw {
                 Some(v) if !v.is_none() => v,
@@ -646,11 +670,8 @@ impl EngineCore {
             }
             let raw = bytes_of(&raw)?;
             let data = raw.as_bytes();
-            match self.decoded.get(data) {
-                Some(entry) => {
-                    causes = entry.causes.clone();
-                    foreign = entry.foreign.clone();
-                }
+            entry = match self.decoded.get(data) {
+                Some(e) => Some(e.clone()),
                 None => {
                     let decoded = match decode_causes(data) {
                         Ok(d) => d,
@@ -659,23 +680,27 @@ impl EngineCore {
                     if self.decoded.len() >= DECODE_CACHE_ENTRIES {
                         self.decoded.clear();
                     }
-                    let f: Vec<(Channel, i64)> = decoded
+                    let foreign: Vec<(Channel, i64)> = decoded
                         .iter()
                         .filter(|(c, _)| {
                             self.received_topics.contains(&c.topic) && !self.rank.contains_key(c)
                         })
                         .copied()
                         .collect();
-                    causes = decoded.into();
-                    foreign = f.into();
-                    self.decoded.insert(
-                        data.into(),
-                        Decoded { causes: causes.clone(), foreign: foreign.clone(), merged_epoch: -1 },
-                    );
+                    let e = Rc::new(Decoded {
+                        causes: decoded.into(),
+                        foreign: foreign.into(),
+                        merged_epoch: Cell::new(-1),
+                    });
+                    self.decoded.insert(data.into(), e.clone());
+                    Some(e)
                 }
-            }
-            cache_key = Some(data.into());
+            };
         }
+        let causes: Causes = match &entry {
+            Some(e) => e.causes.clone(),
+            None => self.no_causes.clone(),
+        };
 
         // -- in-execution order
         if let Some(before) = self.fed_exec[r] {
@@ -693,17 +718,11 @@ impl EngineCore {
         self.fed_exec[r] = Some(q);
 
         // -- receipt merges every cause into the frontier, before the duplicate check
-        if !causes.is_empty() {
+        if let Some(e) = &entry {
             let epoch = self.epoch;
-            let merged = cache_key
-                .as_ref()
-                .and_then(|k| self.decoded.get(k))
-                .is_some_and(|e| e.merged_epoch == epoch);
-            if !merged {
-                self.merge_causes(py, &causes)?;
-                if let Some(entry) = cache_key.as_ref().and_then(|k| self.decoded.get_mut(k)) {
-                    entry.merged_epoch = epoch;
-                }
+            if !e.causes.is_empty() && e.merged_epoch.get() != epoch {
+                self.merge_causes(py, &e.causes)?;
+                e.merged_epoch.set(epoch);
             }
         }
 
@@ -721,8 +740,7 @@ impl EngineCore {
                 }
                 let floor_at = self.floor.as_ref().and_then(|f| f.get(&ch).copied());
                 if floor_at.is_none() || q > floor_at.unwrap() {
-                    let floor_text =
-                        floor_at.map_or_else(|| "none".to_string(), |f| f.to_string());
+                    let floor_text = floor_at.map_or_else(|| "none".to_string(), |f| f.to_string());
                     let detail = format!(
                         "fed {} which this execution's own coverage already records as fed \
                          or never arriving (fedUpTo={fed}), above the session floor of \
@@ -738,8 +756,10 @@ impl EngineCore {
             }
         }
 
-        if !foreign.is_empty() && self.sabotage != SABOTAGE_IGNORE_CROSS_PARTITION {
-            self.cross_partition(py, r, q, key, &foreign)?;
+        if let Some(e) = &entry {
+            if !e.foreign.is_empty() && self.sabotage != SABOTAGE_IGNORE_CROSS_PARTITION {
+                self.cross_partition(py, r, q, key, &e.foreign)?;
+            }
         }
 
         // -- accept: cover, hold
@@ -815,7 +835,11 @@ impl EngineCore {
         Ok(())
     }
 
-    fn causes_tuple<'py>(&mut self, py: Python<'py>, causes: &[(Channel, i64)]) -> PyResult<Bound<'py, PyTuple>> {
+    fn causes_tuple<'py>(
+        &mut self,
+        py: Python<'py>,
+        causes: &[(Channel, i64)],
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let mut items = Vec::with_capacity(causes.len());
         for (c, p) in causes {
             let obj = self.py_channel(py, c)?;
@@ -824,7 +848,11 @@ impl EngineCore {
         PyTuple::new(py, items)
     }
 
-    fn map_dict<'py>(&mut self, py: Python<'py>, entries: Vec<(Channel, i64)>) -> PyResult<Bound<'py, PyDict>> {
+    fn map_dict<'py>(
+        &mut self,
+        py: Python<'py>,
+        entries: Vec<(Channel, i64)>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for (c, p) in entries {
             d.set_item(self.py_channel(py, &c)?, p)?;
@@ -888,6 +916,7 @@ impl EngineCore {
             stamp_version: false,
             cross_warned: FxSet::default(),
             cross_count: 0,
+            no_causes: Rc::from(Vec::new()),
         }
     }
 
@@ -969,7 +998,9 @@ impl EngineCore {
         }
         for (k, v) in held.iter() {
             let ch = channel_of(&k).ok_or_else(|| PyValueError::new_err("bad held channel"))?;
-            let Some(&r) = self.rank.get(&ch) else { continue };
+            let Some(&r) = self.rank.get(&ch) else {
+                continue;
+            };
             let positions: Vec<i64> = v.extract()?;
             self.held_total += positions.len();
             self.queues[r].extend(positions);
@@ -977,7 +1008,11 @@ impl EngineCore {
         self.settled = (0..n)
             .map(|r| match self.queues[r].front() {
                 Some(&head) => head - 1,
-                None => self.fed.get(&self.by_rank[r]).copied().unwrap_or(NOTHING_SETTLED),
+                None => self
+                    .fed
+                    .get(&self.by_rank[r])
+                    .copied()
+                    .unwrap_or(NOTHING_SETTLED),
             })
             .collect();
         for r in 0..n {
@@ -1003,8 +1038,10 @@ impl EngineCore {
     /// Prune frontier and delivered-past entries on the given topic ids (16-byte bytes);
     /// returns whether anything was pruned.
     fn _prune(&mut self, dead: Vec<Vec<u8>>) -> bool {
-        let dead: FxSet<TopicId> =
-            dead.iter().filter_map(|t| t.as_slice().try_into().ok()).collect();
+        let dead: FxSet<TopicId> = dead
+            .iter()
+            .filter_map(|t| t.as_slice().try_into().ok())
+            .collect();
         let gone_c = self.frontier.remove_where(|c| dead.contains(&c.topic));
         for c in &gone_c {
             self.encoding.removed(c);
@@ -1029,7 +1066,9 @@ impl EngineCore {
     fn _held_heads<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for r in 0..self.by_rank.len() {
-            let Some(&head) = self.queues[r].front() else { continue };
+            let Some(&head) = self.queues[r].front() else {
+                continue;
+            };
             let causes = self.causes_of_head(py, r, head)?;
             let causes = self.causes_tuple(py, &causes)?;
             let positions = PyTuple::new(py, self.queues[r].iter().copied())?;
@@ -1041,7 +1080,9 @@ impl EngineCore {
     /// `start(start_positions)`: see `ProcessEngine.start`.
     fn start(&mut self, py: Python<'_>, start_positions: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.floor.is_some() {
-            return Err(PyRuntimeError::new_err("start() was already called for this engine"));
+            return Err(PyRuntimeError::new_err(
+                "start() was already called for this engine",
+            ));
         }
         for r in 0..self.by_rank.len() {
             let ch = self.by_rank[r];
@@ -1079,7 +1120,9 @@ impl EngineCore {
     /// Take one `ReceivedMessage`: see `ProcessEngine.receive`.
     fn receive(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         let obj = msg.getattr(intern!(py, "channel"))?;
-        let Some(r) = self.rank_of_obj(&obj) else { return Err(Self::undeclared(&obj)) };
+        let Some(r) = self.rank_of_obj(&obj) else {
+            return Err(Self::undeclared(&obj));
+        };
         let q: i64 = msg.getattr(intern!(py, "position"))?.extract()?;
         let ts: i64 = msg.getattr(intern!(py, "timestamp_ms"))?.extract()?;
         let key = msg.getattr(intern!(py, "key"))?;
@@ -1087,7 +1130,11 @@ impl EngineCore {
         let headers = msg.getattr(intern!(py, "headers"))?;
         let accepted = self.feed_one(py, r, q, ts, &key, &value, &headers)?;
         let refs = self.refs();
-        Ok(if accepted { refs.accepted.clone_ref(py) } else { refs.dropped.clone_ref(py) })
+        Ok(if accepted {
+            refs.accepted.clone_ref(py)
+        } else {
+            refs.dropped.clone_ref(py)
+        })
     }
 
     /// Feed a fetched batch of `confluent_kafka.Message`-like records: see
@@ -1099,7 +1146,7 @@ impl EngineCore {
         channels: &Bound<'py, PyAny>,
     ) -> PyResult<(usize, usize, Bound<'py, PyDict>)> {
         let last = PyDict::new(py);
-        let mut topics: Vec<(Bound<'py, PyAny>, usize)> = Vec::new();
+        let mut topics: Vec<(Bound<'py, PyAny>, usize, i64)> = Vec::new();
         let mut count = 0usize;
         let mut duplicates = 0usize;
         for rec in records.try_iter()? {
@@ -1107,54 +1154,75 @@ impl EngineCore {
             let topic = rec.call_method0(intern!(py, "topic"))?;
             let offset: i64 = rec.call_method0(intern!(py, "offset"))?.extract()?;
             let headers = rec.call_method0(intern!(py, "headers"))?;
-            let mut rank = None;
-            for (t, r) in &topics {
+            let mut slot = None;
+            for (i, (t, _, _)) in topics.iter().enumerate() {
                 if t.is(&topic) || t.eq(&topic)? {
-                    rank = Some(*r);
+                    slot = Some(i);
                     break;
                 }
             }
-            let r = match rank {
-                Some(r) => r,
+            let slot = match slot {
+                Some(i) => i,
                 None => {
                     let obj = channels.get_item(&topic)?;
                     let Some(r) = self.rank_of_obj(&obj) else {
                         return Err(Self::undeclared(&obj));
                     };
-                    topics.push((topic.clone(), r));
-                    r
+                    topics.push((topic.clone(), r, -1));
+                    topics.len() - 1
                 }
             };
-            let ts: i64 = rec.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?;
+            let r = topics[slot].1;
+            let ts: i64 = rec
+                .call_method0(intern!(py, "timestamp"))?
+                .get_item(1)?
+                .extract()?;
             let key = rec.call_method0(intern!(py, "key"))?;
             let value = rec.call_method0(intern!(py, "value"))?;
             if !self.feed_one(py, r, offset, ts, &key, &value, &headers)? {
                 duplicates += 1;
             }
-            last.set_item(&topic, offset)?;
+            topics[slot].2 = offset;
             count += 1;
+        }
+        for (t, _, at) in &topics {
+            if *at >= 0 {
+                last.set_item(t, *at)?;
+            }
         }
         Ok((count, duplicates, last))
     }
 
     /// Deliver the next head whose causes are all settled: see `ProcessEngine.deliver_next`.
     fn deliver_next(&mut self, py: Python<'_>) -> PyResult<PyObject> {
-        let Some((r, q, body)) = self.deliver_one(py)? else { return Ok(py.None()) };
+        let Some((r, q, body)) = self.deliver_one(py)? else {
+            return Ok(py.None());
+        };
         let causes = self.causes_tuple(py, &body.causes)?;
         let ch = self.py_by_rank[r].clone_ref(py);
-        let msg = self
-            .refs()
-            .deliverable
-            .bind(py)
-            .call1((ch, q, body.ts, body.key, body.value, body.headers, causes))?;
+        let msg = self.refs().deliverable.bind(py).call1((
+            ch,
+            q,
+            body.ts,
+            body.key,
+            body.value,
+            body.headers,
+            causes,
+        ))?;
         Ok(msg.unbind())
     }
 
     /// Deliver up to `limit` heads: see `ProcessEngine.deliver_batch`.
-    fn deliver_batch<'py>(&mut self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+    fn deliver_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         while out.len() < limit {
-            let Some((r, q, body)) = self.deliver_one(py)? else { break };
+            let Some((r, q, body)) = self.deliver_one(py)? else {
+                break;
+            };
             let header = self.header_bytes(py)?;
             let ch = self.py_by_rank[r].clone_ref(py);
             out.append((ch, q, body.ts, body.key, body.value, body.headers, header))?;
@@ -1177,7 +1245,9 @@ impl EngineCore {
         let order = std::mem::take(&mut self.body_order);
         let mut bodies = std::mem::take(&mut self.bodies);
         for (r, q) in order {
-            let Some(body) = bodies.remove(&(r, q)) else { continue };
+            let Some(body) = bodies.remove(&(r, q)) else {
+                continue;
+            };
             let key = body.key.bind(py);
             let value = body.value.bind(py);
             let key = optional_bytes(key)?;
@@ -1202,7 +1272,10 @@ impl EngineCore {
                 &body.causes,
             );
             let ch = self.by_rank[r];
-            out.append((PyBytes::new(py, &rows::held_key(&ch, q)), PyBytes::new(py, &blob)))?;
+            out.append((
+                PyBytes::new(py, &rows::held_key(&ch, q)),
+                PyBytes::new(py, &blob),
+            ))?;
         }
         for (r, q) in std::mem::take(&mut self.dirty_h) {
             let ch = self.by_rank[r];
@@ -1214,7 +1287,10 @@ impl EngineCore {
         }
         for ch in self.dirty_c.items() {
             let v = long_value(py, self.frontier.get(ch));
-            out.append((PyBytes::new(py, &rows::channel_key(rows::TAG_FRONTIER, ch)), v))?;
+            out.append((
+                PyBytes::new(py, &rows::channel_key(rows::TAG_FRONTIER, ch)),
+                v,
+            ))?;
         }
         for ch in self.dirty_p.items() {
             let v = long_value(py, self.past.get(ch));
@@ -1262,7 +1338,11 @@ impl EngineCore {
     }
 
     /// Positions held on `ch` in FIFO (ascending) order.
-    fn held_positions<'py>(&self, py: Python<'py>, ch: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+    fn held_positions<'py>(
+        &self,
+        py: Python<'py>,
+        ch: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         match channel_of(ch).and_then(|c| self.rank.get(&c).copied()) {
             None => Ok(PyTuple::empty(py)),
             Some(r) => PyTuple::new(py, self.queues[r].iter().copied()),
@@ -1296,13 +1376,13 @@ impl EngineCore {
     }
 
     /// The metadata budget, bytes (tests lower it under a restored frontier).
-    #[getter]
-    fn get__budget(&self) -> usize {
+    #[getter(_budget)]
+    fn budget_get(&self) -> usize {
         self.budget
     }
 
-    #[setter]
-    fn set__budget(&mut self, budget: usize) {
+    #[setter(_budget)]
+    fn budget_set(&mut self, budget: usize) {
         self.budget = budget;
     }
 
@@ -1323,7 +1403,9 @@ impl EngineCore {
             }
         }
         let loaded = match &self.loaded {
-            Some((r, q, _)) => (self.py_by_rank[*r].clone_ref(py), *q).into_pyobject(py)?.into_any(),
+            Some((r, q, _)) => (self.py_by_rank[*r].clone_ref(py), *q)
+                .into_pyobject(py)?
+                .into_any(),
             None => py.None().into_bound(py),
         };
         (bodies, heads, loaded).into_pyobject(py)

@@ -47,7 +47,10 @@ pub fn encode_held(
         18 + key.map_or(0, |k| k.len() + 4)
             + value.map_or(0, |v| v.len() + 4)
             + causes.len() * 28
-            + headers.iter().map(|(k, v)| 8 + k.len() + v.map_or(0, |v| v.len())).sum::<usize>(),
+            + headers
+                .iter()
+                .map(|(k, v)| 8 + k.len() + v.map_or(0, |v| v.len()))
+                .sum::<usize>(),
     );
     out.push(1u8);
     out.extend_from_slice(&timestamp_ms.to_be_bytes());
