@@ -44,4 +44,4 @@ def test_the_native_engine_is_there_when_the_core_imports_and_always_under_ci() 
 
     assert (NativeProcessEngine is None) == (NATIVE_IMPORT_ERROR is not None)
     if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-        assert NativeProcessEngine is not None, f"parsley._native is not built: {NATIVE_IMPORT_ERROR}"
+        assert NativeProcessEngine is not None, f"not built: {NATIVE_IMPORT_ERROR}"
