@@ -35,6 +35,7 @@ from parsley.engine.store import OrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.status import TaskDiagnosis
 
+_EngineCore: type[Any] | None
 try:
     from parsley._native import EngineCore as _EngineCore
 except ImportError:  # the extension module is not built: the reference engine only
