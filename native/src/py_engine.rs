@@ -446,8 +446,9 @@ impl EngineCore {
             self.is_candidate[r] = false;
         }
         for r in candidates {
-            let Some(&q) = self.queues[r].front() else {
-                continue;
+            let q = match self.queues[r].front() {
+                Some(&q) => q,
+                None => continue,
             };
             let causes = self.causes_of_head(py, r, q)?;
             match self.first_blocker(&causes) {
@@ -490,8 +491,9 @@ impl EngineCore {
         if !self.candidates.is_empty() {
             self.decide_candidates(py)?;
         }
-        let Some(Reverse(r)) = self.ready.pop() else {
-            return Ok(None);
+        let r = match self.ready.pop() {
+            Some(Reverse(r)) => r,
+            None => return Ok(None),
         };
         let ch = self.by_rank[r];
         let q = *self.queues[r].front().expect("a ready head");
@@ -998,8 +1000,9 @@ impl EngineCore {
         }
         for (k, v) in held.iter() {
             let ch = channel_of(&k).ok_or_else(|| PyValueError::new_err("bad held channel"))?;
-            let Some(&r) = self.rank.get(&ch) else {
-                continue;
+            let r = match self.rank.get(&ch) {
+                Some(&r) => r,
+                None => continue,
             };
             let positions: Vec<i64> = v.extract()?;
             self.held_total += positions.len();
@@ -1066,8 +1069,9 @@ impl EngineCore {
     fn _held_heads<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for r in 0..self.by_rank.len() {
-            let Some(&head) = self.queues[r].front() else {
-                continue;
+            let head = match self.queues[r].front() {
+                Some(&head) => head,
+                None => continue,
             };
             let causes = self.causes_of_head(py, r, head)?;
             let causes = self.causes_tuple(py, &causes)?;
@@ -1120,8 +1124,9 @@ impl EngineCore {
     /// Take one `ReceivedMessage`: see `ProcessEngine.receive`.
     fn receive(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         let obj = msg.getattr(intern!(py, "channel"))?;
-        let Some(r) = self.rank_of_obj(&obj) else {
-            return Err(Self::undeclared(&obj));
+        let r = match self.rank_of_obj(&obj) {
+            Some(r) => r,
+            None => return Err(Self::undeclared(&obj)),
         };
         let q: i64 = msg.getattr(intern!(py, "position"))?.extract()?;
         let ts: i64 = msg.getattr(intern!(py, "timestamp_ms"))?.extract()?;
@@ -1165,8 +1170,9 @@ impl EngineCore {
                 Some(i) => i,
                 None => {
                     let obj = channels.get_item(&topic)?;
-                    let Some(r) = self.rank_of_obj(&obj) else {
-                        return Err(Self::undeclared(&obj));
+                    let r = match self.rank_of_obj(&obj) {
+                        Some(r) => r,
+                        None => return Err(Self::undeclared(&obj)),
                     };
                     topics.push((topic.clone(), r, -1));
                     topics.len() - 1
@@ -1195,8 +1201,9 @@ impl EngineCore {
 
     /// Deliver the next head whose causes are all settled: see `ProcessEngine.deliver_next`.
     fn deliver_next(&mut self, py: Python<'_>) -> PyResult<PyObject> {
-        let Some((r, q, body)) = self.deliver_one(py)? else {
-            return Ok(py.None());
+        let (r, q, body) = match self.deliver_one(py)? {
+            Some((r, q, body)) => (r, q, body),
+            None => return Ok(py.None()),
         };
         let causes = self.causes_tuple(py, &body.causes)?;
         let ch = self.py_by_rank[r].clone_ref(py);
@@ -1220,8 +1227,9 @@ impl EngineCore {
     ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         while out.len() < limit {
-            let Some((r, q, body)) = self.deliver_one(py)? else {
-                break;
+            let (r, q, body) = match self.deliver_one(py)? {
+                Some((r, q, body)) => (r, q, body),
+                None => break,
             };
             let header = self.header_bytes(py)?;
             let ch = self.py_by_rank[r].clone_ref(py);
@@ -1245,8 +1253,9 @@ impl EngineCore {
         let order = std::mem::take(&mut self.body_order);
         let mut bodies = std::mem::take(&mut self.bodies);
         for (r, q) in order {
-            let Some(body) = bodies.remove(&(r, q)) else {
-                continue;
+            let body = match bodies.remove(&(r, q)) {
+                Some(body) => body,
+                None => continue,
             };
             let key = body.key.bind(py);
             let value = body.value.bind(py);
