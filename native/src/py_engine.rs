@@ -595,7 +595,7 @@ impl EngineCore {
         }
         let ch = self.by_rank[r];
 
-        // -- split the causes header from the application's headers
+        // -- split the causes header from the application's headers, in one pass
         let n = if headers.is_none() { 0 } else { headers.len()? };
         let mut found = false;
         let mut raw: Option<Bound<'_, PyAny>> = None;
@@ -605,43 +605,43 @@ impl EngineCore {
         } else {
             let mut reserved = false;
             let mut duplicate = false;
-            let mut only_causes = false;
-            if n == 1 {
-                let h = headers.get_item(0)?;
-                if h.get_item(0)?.downcast::<PyString>()?.to_str()? == CAUSES_HEADER {
-                    found = true;
-                    only_causes = true;
-                    raw = Some(h.get_item(1)?);
-                }
-            }
-            if !only_causes {
-                for h in headers.try_iter()? {
-                    let h = h?;
-                    let k = h.get_item(0)?;
-                    let k = k.downcast::<PyString>()?.to_str()?;
-                    if k == CAUSES_HEADER {
-                        if found {
-                            duplicate = true;
-                            break;
-                        }
-                        found = true;
-                        raw = Some(h.get_item(1)?);
-                    } else if k.starts_with(RESERVED_PREFIX) {
-                        reserved = true;
+            let mut kept: Vec<Bound<'_, PyAny>> = Vec::with_capacity(n);
+            for h in headers.try_iter()? {
+                let h = h?;
+                let (k, v) = match h.downcast::<PyTuple>() {
+                    Ok(t) if t.len() == 2 => (t.get_item(0)?, Some(t)),
+                    _ => (h.get_item(0)?, None),
+                };
+                let text = k.downcast::<PyString>()?.to_str()?;
+                if text == CAUSES_HEADER {
+                    if found {
+                        duplicate = true;
+                        break;
                     }
+                    found = true;
+                    raw = Some(match v {
+                        Some(t) => t.get_item(1)?,
+                        None => h.get_item(1)?,
+                    });
+                } else if text.starts_with(RESERVED_PREFIX) {
+                    reserved = true;
+                } else {
+                    kept.push(h);
                 }
             }
             if duplicate {
                 return Err(self.undecodable(py, &ch, q, "duplicate parsley.causes headers"));
             }
-            app = if only_causes {
-                PyTuple::empty(py).into_any()
-            } else if found || reserved {
-                Self::strip_reserved(headers)?
+            app = if found || reserved {
+                if kept.is_empty() {
+                    PyTuple::empty(py).into_any()
+                } else {
+                    PyTuple::new(py, kept)?.into_any()
+                }
             } else if headers.is_instance_of::<PyTuple>() {
                 headers.clone()
             } else {
-                PyTuple::new(py, headers.try_iter()?.collect::<PyResult<Vec<_>>>()?)?.into_any()
+                PyTuple::new(py, kept)?.into_any()
             };
         }
 
@@ -659,7 +659,8 @@ impl EngineCore {
                     ))
                 }
             };
-            let raw_len = raw.len()?;
+            let raw = bytes_of(&raw)?;
+            let raw_len = raw.as_bytes().len();
             if raw_len > self.budget {
                 let detail = format!(
                     "{} carries {raw_len} bytes of causal metadata; the configured budget is \
@@ -670,7 +671,6 @@ impl EngineCore {
                 );
                 return Err(self.refuse(py, "METADATA_BUDGET_EXCEEDED", detail));
             }
-            let raw = bytes_of(&raw)?;
             let data = raw.as_bytes();
             entry = match self.decoded.get(data) {
                 Some(e) => Some(e.clone()),
