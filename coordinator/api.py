@@ -11,8 +11,9 @@ Mirrors the Java API (docs/runbooks.md, "Before an incident")::
 ``start`` is all-or-nothing (docs/runbooks.md, "If `start` raised"): it runs the
 bootstrap for every process (:mod:`coordinator.bootstrap`), then spawns one
 worker per task (:mod:`coordinator.supervisor`) and serves the control socket
-(:mod:`coordinator.status_socket`). An exception from it means nothing is
-running.
+(:mod:`coordinator.status_socket`), and with ``config.metrics_port`` set,
+Prometheus ``/metrics`` (:mod:`coordinator.metrics`). An exception from it means
+nothing is running.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from typing import Any, Final
 import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
+from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
+from coordinator.main_guard import check_main_guard
+from coordinator.metrics import MetricsServer
+from coordinator.state_dir import ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
     BadRequest,
@@ -48,9 +53,19 @@ from coordinator.supervisor import (
 )
 from parsley.declarations import Process
 
-__all__ = ["MAX_CONTROL_STOP_DEADLINE_S", "Parsley", "control_stop_deadline"]
+__all__ = [
+    "MAX_CONTROL_STOP_DEADLINE_S",
+    "CoordinatorRunningError",
+    "Parsley",
+    "control_stop_deadline",
+]
 
 log = logging.getLogger("parsley.coordinator")
+
+
+class CoordinatorRunningError(StartError):
+    """A coordinator already runs this prefix under this state dir (docs/operations.md,
+    "One coordinator per prefix"); the message says how to stop it."""
 
 
 def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
@@ -64,7 +79,7 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
     first from this check (docs/operations.md, "One coordinator per prefix").
 
     Raises:
-        StartError: a coordinator answers on either endpoint.
+        CoordinatorRunningError: a coordinator answers on either endpoint.
     """
     candidates = [endpoint]
     with contextlib.suppress(OSError):
@@ -79,7 +94,7 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
         except (NoReplyError, zmq.ZMQError):
             continue  # a stale socket or record from a coordinator that died
         prefix = config.application_id_prefix
-        raise StartError(
+        raise CoordinatorRunningError(
             f"a coordinator (pid {reply.get('pid')}) already runs prefix '{prefix}': it "
             f"serves {where}. Running two coordinators on one prefix is not supported: they "
             "would fence each other's workers (running a prefix's processes across several "
@@ -130,10 +145,11 @@ class Parsley:
     """
 
     def __init__(self, config: ParsleyConfig, supervisor: Supervisor,
-                 control: ControlServer | None) -> None:
+                 control: ControlServer | None, metrics: MetricsServer | None = None) -> None:
         self._config = config
         self._supervisor = supervisor
         self._control = control
+        self._metrics = metrics
         self._closed: ShutdownReport | None = None
         self._stop_report: ShutdownReport | None = None
 
@@ -178,35 +194,61 @@ class Parsley:
                 diagnosis and remedy in the message).
             StartRetryableError: a lagging metadata view; the message ends
                 "Retry this start.".
-            StartError: a missing prerequisite (a topic, connectivity, ACLs), or
-                a coordinator already running this prefix under this state dir.
-            ValueError: a wrong declaration or argument.
+            StartError: a missing prerequisite (a topic, connectivity, ACLs), a
+                ``metrics_port`` that cannot be bound, or a start at a script's top
+                level outside ``if __name__ == "__main__":``
+                (:func:`coordinator.main_guard.check_main_guard`), refused before
+                anything runs; :class:`CoordinatorRunningError` for a coordinator
+                already running this prefix under this state dir.
+            StateDirError: the state dir is owned by another user, or cannot be
+                created (a ``ValueError``; :mod:`coordinator.state_dir`).
+            ValueError: a wrong declaration or argument, a per-process Kafka
+                property Parsley owns (:meth:`ParsleyConfig.check_processes`) or
+                librdkafka refuses (:func:`coordinator.client_check.check_process_clients`).
         """
+        check_main_guard()
+        ensure_state_dir(config.state_dir)
         policy = RestartPolicy(restart)
         procs = list(processes)
+        config.check_processes(procs)
+        check_process_clients(config, procs)
         endpoint = None
         if control not in (None, False):
             endpoint = resolve_endpoint(None if control is True else str(control), config)
             _refuse_a_second_coordinator(endpoint, config)
-        # Fresh clients for the start and for each restart attempt (never one long-lived
-        # AdminClient, which a broker outage can leave wedged).
-        plans = bootstrap(config, procs, group_window_s=group_window_s)
-        by_name = {p.name: p for p in procs}
+        # Bound first, so that a port in use stops the start before anything runs.
+        metrics = None if config.metrics_port is None else \
+            MetricsServer(config.metrics_host, config.metrics_port)
+        try:
+            # Fresh clients for the start and for each restart attempt (never one
+            # long-lived AdminClient, which a broker outage can leave wedged).
+            plans = bootstrap(config, procs, group_window_s=group_window_s)
+            by_name = {p.name: p for p in procs}
 
-        def rebootstrap(name: str) -> ProcessPlan:
-            return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
+            def rebootstrap(name: str) -> ProcessPlan:
+                return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
 
-        supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
-                                rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
-                                max_attempts=max_attempts, backoff_s=backoff_s)
-        supervisor.start()
-        handle = cls(config, supervisor, None)
+            supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
+                                    rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
+                                    max_attempts=max_attempts, backoff_s=backoff_s,
+                                    observer=None if metrics is None else metrics.book)
+            supervisor.start()
+        except BaseException:
+            if metrics is not None:
+                metrics.close()
+            raise
+        handle = cls(config, supervisor, None, metrics)
+        if metrics is not None:
+            metrics.attach(handle.status)
+            log.info("metrics on %s", metrics.url)
         if endpoint is not None:
             try:
                 handle._control = ControlServer(endpoint, handle._handlers(),
                                                 record_to=endpoint_file(config))
             except BaseException:
                 supervisor.close(stop_deadline_s)
+                if metrics is not None:
+                    metrics.close()
                 raise
             log.info("control socket on %s", handle._control.endpoint)
         return handle
@@ -240,6 +282,8 @@ class Parsley:
         together with any the close itself stopped (so the last word on the
         shutdown names the workers that stopped, not the nothing left to stop).
         """
+        if self._metrics is not None:
+            self._metrics.stopping()
         report = self._supervisor.stop(deadline_s)
         self._stop_report = report if self._stop_report is None \
             else self._stop_report.merge(report)
@@ -255,11 +299,15 @@ class Parsley:
         """
         if self._closed is not None:
             return self._closed
+        if self._metrics is not None:
+            self._metrics.stopping()
         report = self._supervisor.close(deadline_s)
         if self._stop_report is not None:
             report = self._stop_report.merge(report)
         if self._control is not None:
             self._control.close()
+        if self._metrics is not None:
+            self._metrics.close()
         self._closed = report
         if not report.clean:
             log.error("shutdown: %s", report.summary())
@@ -269,6 +317,11 @@ class Parsley:
     def control_endpoint(self) -> str | None:
         """The control socket's endpoint, or ``None`` when none is served."""
         return None if self._control is None else self._control.endpoint
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://HOST:PORT/metrics`` when ``config.metrics_port`` is set, else ``None``."""
+        return None if self._metrics is None else self._metrics.url
 
     @property
     def config(self) -> ParsleyConfig:

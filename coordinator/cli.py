@@ -7,7 +7,8 @@ Exit status (every command; :class:`ExitCode`):
 1     unexpected error (a bug: the traceback is logged)
 2     usage error or a wrong declaration (``ValueError``)
 3     a refusal: ``run``'s start was refused, or a process stopped with a
-      ``refusal_reason``; ``inspect`` found state it cannot trust
+      ``refusal_reason``; ``inspect`` found state it cannot trust; ``reset``
+      refused and changed nothing (a live member or coordinator)
 4     a failure: a process stopped with no reason (application or
       substrate failure, a crashed worker), or a start prerequisite is
       missing (a topic, connectivity, ACLs)
@@ -22,14 +23,16 @@ variables, then flags (:mod:`coordinator.config`).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -39,9 +42,11 @@ import orjson
 
 from coordinator.config import (
     DEFAULT_MAX_RESTARTS,
+    DEFAULT_METRICS_HOST,
     DEFAULT_RESTART_BACKOFF_MS,
     DEFAULT_RESTART_RESET_MS,
     DEFAULT_STALE_TASK_MS,
+    default_state_dir,
 )
 
 __all__ = ["ExitCode", "inspect_process", "load_app", "main"]
@@ -169,11 +174,21 @@ def _local_broker() -> str:
     return state.bootstrap
 
 
-def _endpoint(config_file: str | None, prefix: str | None, state_dir: str | None,
-              endpoint: str | None) -> str:
-    if endpoint:
-        return endpoint
-    from coordinator.config import ParsleyConfig, default_state_dir
+def _control_place(config_file: str | None, prefix: str | None, state_dir: str | None,
+                   endpoint: str | None) -> tuple[str, Path | None]:
+    """The coordinator's control endpoint, and where its last status report is kept.
+
+    ``--endpoint`` wins; otherwise the endpoint the running coordinator recorded under
+    the state dir, else its default ``ipc://`` path. The report's file needs the prefix
+    and state dir (``None`` with ``--endpoint`` and no prefix).
+
+    Raises:
+        click.UsageError: no prefix and no endpoint, an unreadable --config, or a state
+            dir owned by another user (:mod:`coordinator.state_dir`).
+    """
+    from coordinator.config import ParsleyConfig
+    from coordinator.last_status import last_status_file
+    from coordinator.state_dir import StateDirError, check_state_dir
     from coordinator.status_socket import default_endpoint, endpoint_file
 
     try:
@@ -183,27 +198,45 @@ def _endpoint(config_file: str | None, prefix: str | None, state_dir: str | None
         raise click.UsageError(str(exc)) from exc
     prefix = prefix or values.get("application_id_prefix")
     if not prefix:
+        if endpoint:
+            return endpoint, None
         raise click.UsageError("give --prefix (or --config / PARSLEY_APPLICATION_ID_PREFIX) "
                                "or --endpoint to find the coordinator")
     cfg = ParsleyConfig("unused:0", prefix, state_dir=state_dir or values.get("state_dir")
                         or default_state_dir())
+    try:
+        check_state_dir(cfg.state_dir)
+    except StateDirError as exc:
+        raise click.UsageError(str(exc)) from exc
+    last = last_status_file(cfg.state_dir, cfg.application_id_prefix)
+    if endpoint:
+        return endpoint, last
     record = endpoint_file(cfg)
     if record.exists():
         text = record.read_text().strip()
         if text:
-            return text
-    return default_endpoint(cfg)
+            return text, last
+    return default_endpoint(cfg), last
 
 
 _CONFIG = click.option("--config", "config_file", type=click.Path(dir_okay=False),
                        help="TOML settings file (see docs/operations.md).")
-_PREFIX = click.option("--prefix", "prefix", help="application_id_prefix.")
-_STATE_DIR = click.option("--state-dir", "state_dir", help="Root of local state and sockets.")
+_PREFIX = click.option("--prefix", "prefix",
+                       help="application_id_prefix. [required: here, in --config, or as "
+                            "PARSLEY_APPLICATION_ID_PREFIX]")
+_PREFIX_OR_ENDPOINT = click.option(
+    "--prefix", "prefix",
+    help="application_id_prefix. [required: here, in --config, as "
+         "PARSLEY_APPLICATION_ID_PREFIX, or --endpoint instead]")
+_STATE_DIR = click.option("--state-dir", "state_dir", show_default=default_state_dir(),
+                          help="Root of local state and sockets (also state_dir in --config, "
+                               "PARSLEY_STATE_DIR); created with mode 0700; one owned by "
+                               "another user is refused.")
 _ENDPOINT = click.option("--endpoint", help="Control endpoint (default: the one the running "
                          "coordinator recorded under the state dir, else its ipc:// path).")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               help="Log level of the coordinator's stderr log.")
@@ -212,7 +245,8 @@ def cli(log_level: str) -> None:
 
     `run` starts the declared processes (one worker OS process per task) and
     serves status on a control socket; `status` and `stop` talk to that
-    socket; `inspect` reads a stopped process's ordering state from Kafka.
+    socket; `inspect` reads a stopped process's ordering state from Kafka;
+    `reset` starts a stopped process anew at a chosen boundary (docs/runbooks.md).
     Exit status: 0 clean, 2 usage/declaration, 3 refusal, 4 failure,
     5 retry the start, 6 shutdown incomplete, 7 no coordinator answered.
     """
@@ -221,7 +255,9 @@ def cli(log_level: str) -> None:
 
 @cli.command()
 @click.argument("app")
-@click.option("--bootstrap-servers", help="Kafka bootstrap.servers.")
+@click.option("--bootstrap-servers",
+              help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
+                   "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True,
               help="Use the parsley-devbroker on this machine (started if not running).")
 @_CONFIG
@@ -260,22 +296,32 @@ def cli(log_level: str) -> None:
               help="Seconds a worker may send no report before it is killed (SIGKILL) as "
                    "stale: respawned under transient, its process stopped under never. Also "
                    "stale_task_ms / PARSLEY_STALE_TASK_MS (milliseconds).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus /metrics on this TCP port (0: any free port, logged); "
+                   "default: none. Also metrics_port / PARSLEY_METRICS_PORT.")
+@click.option("--metrics-host", default=None, show_default=DEFAULT_METRICS_HOST,
+              help="The address /metrics is bound to. Also metrics_host / "
+                   "PARSLEY_METRICS_HOST.")
 def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
         prefix: str | None, state_dir: str | None, restart: str, listen: str,
         stop_deadline: float, log_status_every: float, max_restarts: int | None,
         restart_backoff: float | None, restart_reset: float | None,
-        stale_after: float | None) -> None:
-    """Start the processes APP (module:attribute) and supervise them until they stop.
+        stale_after: float | None, metrics_port: int | None,
+        metrics_host: str | None) -> None:
+    """Start the processes APP (module:attribute, required) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the
     ordering state (refusing what cannot be resumed against), creates the
     changelogs and commits initial positions, then one worker per task is
     spawned. Logs go to stderr. Ctrl-C, SIGTERM or `parsley-coordinator stop`
     is a bounded shutdown that reports any worker that did not stop in time.
-    The command returns when every process has stopped.
+    The command returns when every process has stopped, leaving its last
+    status (and exit code) in the state dir for `status` to show.
     """
-    from coordinator.api import Parsley
+    from coordinator.api import CoordinatorRunningError, Parsley
     from coordinator.bootstrap import StartError, StartRetryableError
+    from coordinator.last_status import StartFailure
+    from coordinator.state_dir import StateDirError
     from parsley.refusals import ParsleyFailClosedError
 
     if bootstrap_servers and local_broker:
@@ -288,28 +334,42 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
                           max_restarts=max_restarts,
                           restart_backoff_ms=_ms(restart_backoff),
                           restart_reset_ms=_ms(restart_reset),
-                          stale_task_ms=_ms(stale_after))
+                          stale_task_ms=_ms(stale_after),
+                          metrics_port=metrics_port, metrics_host=metrics_host)
     try:
         handle = Parsley.start(config, *processes, restart=restart, control=listen,
                                stop_deadline_s=stop_deadline)
+    except StateDirError as exc:  # not ours to write a report into
+        log.error("state dir refused: %s", exc)
+        sys.exit(ExitCode.USAGE)
+    except CoordinatorRunningError as exc:  # the running one's report is not this start's
+        log.error("start failed: %s", exc)
+        sys.exit(ExitCode.FAILURE)
     except ParsleyFailClosedError as exc:
         log.error("start refused: %s (failing closed)", exc)
+        _keep_last(config, ExitCode.REFUSAL, {}, StartFailure(exc.reason, exc.detail))
         sys.exit(ExitCode.REFUSAL)
     except StartRetryableError as exc:
         log.error("start failed: %s", exc)
+        _keep_last(config, ExitCode.RETRY, {}, StartFailure(None, str(exc)))
         sys.exit(ExitCode.RETRY)
     except StartError as exc:
         log.error("start failed: %s", exc)
+        _keep_last(config, ExitCode.FAILURE, {}, StartFailure(None, str(exc)))
         sys.exit(ExitCode.FAILURE)
     except ValueError as exc:
         log.error("wrong declaration: %s", exc)
+        _keep_last(config, ExitCode.USAGE, {}, StartFailure(None, f"wrong declaration: {exc}"))
         sys.exit(ExitCode.USAGE)
     except Exception as exc:
         problem = _kafka_config_problem(exc, config, config_file)
         if problem is None:
             raise
         log.error("wrong configuration: %s", problem)
+        _keep_last(config, ExitCode.USAGE, {},
+                   StartFailure(None, f"wrong configuration: {problem}"))
         sys.exit(ExitCode.USAGE)
+    _drop_last(config)
     log.info("started %s with control socket %s", [p.name for p in processes],
              handle.control_endpoint)
     asked = threading.Event()
@@ -328,22 +388,58 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
             _log_status(handle.status())
     report = handle.close(stop_deadline)
     statuses = handle.status()  # after the stop: the states the processes ended in
-    code = ExitCode.CLEAN
+    code = _exit_code(statuses, report.clean)
+    _keep_last(config, code, statuses)
     for name, st in statuses.items():
         if st.refusal_reason is not None:
             log.error("%s: %s refusal=%s detail=%s (failing closed)", name, st.state.value,
                       st.refusal_reason.name, st.failure_detail)
-            code = ExitCode.REFUSAL
         elif st.failure_detail is not None:
             log.error("%s: %s refusal=None detail=%s", name, st.state.value, st.failure_detail)
-            code = max(code, ExitCode.FAILURE) if code != ExitCode.REFUSAL else code
         else:
             log.info("%s: %s", name, st.state.value)
     if report.clean:  # Parsley.close logged an incomplete one as an error already
         log.info("shutdown: %s", report.summary())
-    if code == ExitCode.CLEAN and not report.clean:
-        code = ExitCode.SHUTDOWN_INCOMPLETE
     sys.exit(code)
+
+
+def _exit_code(statuses: Any, clean: bool) -> ExitCode:
+    """``run``'s exit status from the processes' final states (pure): a refusal (3) over a
+    failure (4) over an incomplete shutdown (6) over clean (0)."""
+    code = ExitCode.CLEAN
+    for st in statuses.values():
+        if st.refusal_reason is not None:
+            code = ExitCode.REFUSAL
+        elif st.failure_detail is not None and code != ExitCode.REFUSAL:
+            code = ExitCode.FAILURE
+    if code == ExitCode.CLEAN and not clean:
+        code = ExitCode.SHUTDOWN_INCOMPLETE
+    return code
+
+
+def _keep_last(config: Any, code: ExitCode, statuses: Any, start_error: Any = None) -> None:
+    """Write ``run``'s last status report (coordinator.last_status); a failure to write it
+    is logged, never a change to the exit status."""
+    from coordinator.last_status import LastReport, last_status_file, write_last_report
+
+    path = last_status_file(config.state_dir, config.application_id_prefix)
+    try:
+        write_last_report(path, LastReport.now(int(code), code.name, statuses, start_error))
+    except OSError as exc:
+        log.warning("could not keep the last status report in %s: %s", path, exc)
+        return
+    log.info("last status kept in %s (exit code %d, %s)", path, code, code.name)
+
+
+def _drop_last(config: Any) -> None:
+    """Remove the previous run's last report once this run's control socket answers."""
+    from coordinator.last_status import last_status_file, remove_last_report
+
+    path = last_status_file(config.state_dir, config.application_id_prefix)
+    try:
+        remove_last_report(path)
+    except OSError as exc:
+        log.warning("could not remove the previous last status report %s: %s", path, exc)
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -364,103 +460,182 @@ def _log_status(statuses: Any) -> None:
                  st.failure_detail, tasks)
 
 
-def _render(doc: dict[str, Any]) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    from coordinator.status import parse_status
-
-    statuses = parse_status(doc)
-    table = Table(title="parsley processes", show_lines=False)
-    for col in ("process", "state", "task", "pid", "held", "head blockers", "frontier",
-                "lag", "age"):
-        table.add_column(col)
-    notes: list[Any] = []
-    for name, st in statuses.items():
-        if not st.tasks:
-            table.add_row(name, st.state.value, "-", "-", "-", "-", "-", "-", "-")
-        for t in st.tasks:
-            blockers = []
-            for h in t.held:
-                waits = ", ".join(
-                    f"{b.topic}[{b.partition}] needs {b.required} settled "
-                    f"{'-' if b.settled is None else b.settled}" for b in h.blockers
-                ) or "deliverable"
-                blockers.append(f"{h.topic}[{h.partition}]@{h.head} x{h.count}: {waits}")
-            age = f"{t.updated_ms_ago} ms" + (" STALE" if t.stale else "")
-            table.add_row(name, st.state.value, str(t.task), str(t.pid), str(t.held_count),
-                          "\n".join(blockers) or "-",
-                          f"{t.frontier_channels} ch / {t.frontier_bytes} of {t.budget_bytes} B",
-                          "-" if t.lag is None else str(t.lag), age)
-        if st.refusal_reason is not None or st.failure_detail is not None:
-            reason = st.refusal_reason.name if st.refusal_reason else "no refusal reason"
-            notes.append(Text(f"{name}: {reason}: {st.failure_detail}", style="bold red"))
-    return Group(table, *notes)
+class _NotRunning(Exception):
+    """No coordinator answers at the endpoint (the message says how that was found)."""
 
 
-@cli.command()
+def _json_error(message: str, code: int) -> None:
+    """Print ``{"running": null, "error": ..., "exit_code": ...}`` on stdout and exit."""
+    click.echo(orjson.dumps({"running": None, "error": message, "exit_code": int(code)},
+                            option=orjson.OPT_INDENT_2).decode())
+    sys.exit(code)
+
+
+class _JsonErrorsCommand(click.Command):
+    """A command whose ``--json`` output is JSON on every path: a usage error, a failed
+    request and an unexpected error print a JSON object too (docs/operations.md, "Status")."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        wants_json = "--json" in args
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as exc:
+            if not wants_json:
+                raise
+            _json_error(exc.format_message(), exc.exit_code)
+            raise  # not reached: _json_error exits
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            if not ctx.params.get("as_json"):
+                raise
+            _json_error(exc.format_message(), exc.exit_code)
+        except (click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:
+            if not ctx.params.get("as_json"):
+                raise
+            log.exception("unexpected error")
+            _json_error(f"unexpected error: {type(exc).__name__}: {exc}", ExitCode.ERROR)
+
+
+@contextlib.contextmanager
+def _quiet_on_closed_pipe() -> Iterator[None]:
+    """Exit 0 without a traceback when stdout's reader went away (``... | head``).
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises ``BrokenPipeError``;
+    stdout is pointed at /dev/null so that the interpreter's final flush cannot raise
+    again, as the Python documentation's note on SIGPIPE advises.
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(ExitCode.CLEAN)
+
+
+def _fetch_status(ep: str, timeout: float) -> dict[str, Any]:
+    """The running coordinator's status document, with ``"running": true``.
+
+    Raises:
+        _NotRunning: nothing listens at ``ep`` (known at once) or no reply within
+            ``timeout`` s.
+        click.ClickException: the coordinator answered with an error.
+    """
+    from coordinator.status_socket import NoReplyError, listening, request
+
+    if listening(ep) is False:
+        raise _NotRunning(f"no coordinator answers at {ep}: nothing listens there")
+    try:
+        reply = request(ep, {"op": "status"}, timeout_s=timeout)
+    except NoReplyError as exc:
+        raise _NotRunning(str(exc)) from exc
+    if reply.get("outcome") != "OK":
+        raise click.ClickException(f"{reply.get('outcome')}: {reply.get('error')}")
+    return {"running": True, "last_report": None, **dict(reply["status"])}
+
+
+def _last_or_nothing(message: str, last_file: Path | None) -> dict[str, Any]:
+    """What ``status`` shows when no coordinator answers: the last report, else a
+    document saying there is none. The note goes to stderr.
+
+    Raises:
+        click.ClickException: the report file exists but cannot be read.
+    """
+    from coordinator.last_status import read_last_report
+
+    report = None
+    if last_file is not None:
+        try:
+            report = read_last_report(last_file)
+        except (ValueError, OSError) as exc:
+            raise click.ClickException(f"{message}; and {exc}") from exc
+    if report is not None:
+        click.echo(f"{message}; showing the last report, kept in {last_file}", err=True)
+        return report.to_json()
+    where = f"no last report in {last_file}" if last_file is not None else \
+        "no last report (give --prefix to find one)"
+    click.echo(f"{message}; {where}", err=True)
+    return {"running": False, "last_report": None, "start_error": None, "processes": {},
+            "error": f"{message}; {where}"}
+
+
+@cli.command(cls=_JsonErrorsCommand)
 @_CONFIG
-@_PREFIX
+@_PREFIX_OR_ENDPOINT
 @_STATE_DIR
 @_ENDPOINT
-@click.option("--json", "as_json", is_flag=True, help="Print the status JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON (always: a last report, or an object with an \"error\", too).")
+@click.option("--wide", is_flag=True,
+              help="Every detail in the table: all held channels, task state, restore, "
+                   "memory, CPU, restarts (lines may exceed the terminal).")
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option("--interval", type=float, default=1.0, show_default=True,
+@click.option("--interval", type=float, default=1.0,
               help="Seconds between refreshes with --watch.")
-@click.option("--timeout", type=float, default=5.0, show_default=True,
-              help="Seconds to wait for the coordinator's reply.")
+@click.option("--timeout", type=float, default=5.0,
+              help="Seconds to wait for a listening coordinator's reply (when nothing "
+                   "listens at the endpoint the answer is immediate).")
 def status(config_file: str | None, prefix: str | None, state_dir: str | None,
-           endpoint: str | None, as_json: bool, watch: bool, interval: float,
+           endpoint: str | None, as_json: bool, wide: bool, watch: bool, interval: float,
            timeout: float) -> None:
     """Show the running coordinator's status: processes, tasks, held counts, blockers.
 
-    Per task: held messages per channel with the head's blockers (required
-    and settled positions), frontier channels and bytes against the budget,
-    lag, and how old the entry is (STALE beyond three status intervals).
-    A stopped process shows its refusal reason and failure detail.
+    Per task: held messages, lag, whether it is caught up (RUNNING, lag 0,
+    nothing held), the head's blockers (required and settled positions),
+    frontier channels and bytes, and how old the entry is (STALE beyond three
+    status intervals); --wide and --json give every detail. A stopped process
+    shows its refusal reason and failure detail. With no coordinator running
+    it shows the last report `run` kept in the state dir (marked, with the
+    exit time and code) and exits 7.
     """
-    from coordinator.status_socket import NoReplyError, request
+    from rich.console import Console
 
-    ep = _endpoint(config_file, prefix, state_dir, endpoint)
+    from coordinator.status_view import render
 
-    def fetch() -> dict[str, Any]:
-        reply = request(ep, {"op": "status"}, timeout_s=timeout)
-        if reply.get("outcome") != "OK":
-            raise click.ClickException(f"{reply.get('outcome')}: {reply.get('error')}")
-        return dict(reply["status"])
+    ep, last_file = _control_place(config_file, prefix, state_dir, endpoint)
+    console = Console(width=max(Console().width, 1000)) if wide else Console()
 
-    try:
-        if not watch:
-            doc = fetch()
-            if as_json:
-                click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-            else:
-                from rich.console import Console
+    def show(doc: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        else:
+            console.print(render(doc, wide=wide, width=console.width))
 
-                Console().print(_render(doc))
+    with _quiet_on_closed_pipe():
+        try:
+            if not watch:
+                show(_fetch_status(ep, timeout))
+                return
+            from rich.live import Live
+
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    doc = _fetch_status(ep, timeout)
+                    if as_json:
+                        live.console.print_json(orjson.dumps(doc).decode())
+                    else:
+                        live.update(render(doc, wide=wide, width=console.width),
+                                    refresh=True)
+                    time.sleep(interval)
+        except _NotRunning as exc:
+            doc = _last_or_nothing(str(exc), last_file)
+            if as_json or doc["last_report"] is not None:
+                show(doc)
+            sys.stdout.flush()
+            sys.exit(ExitCode.NO_COORDINATOR)
+        except KeyboardInterrupt:
             return
-        from rich.console import Console
-        from rich.live import Live
-
-        with Live(console=Console(), auto_refresh=False) as live:
-            while True:
-                doc = fetch()
-                if as_json:
-                    live.console.print_json(orjson.dumps(doc).decode())
-                else:
-                    live.update(_render(doc), refresh=True)
-                time.sleep(interval)
-    except NoReplyError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(ExitCode.NO_COORDINATOR)
-    except KeyboardInterrupt:
-        return
 
 
 @cli.command()
 @_CONFIG
-@_PREFIX
+@_PREFIX_OR_ENDPOINT
 @_STATE_DIR
 @_ENDPOINT
 @click.option("--deadline", type=float, default=10.0, show_default=True,
@@ -476,15 +651,18 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
     then returns.
     """
     from coordinator.api import MAX_CONTROL_STOP_DEADLINE_S
-    from coordinator.status_socket import NoReplyError, request
+    from coordinator.status_socket import NoReplyError, listening, request
 
-    ep = _endpoint(config_file, prefix, state_dir, endpoint)
-    try:
-        request(ep, {"op": "ping"}, timeout_s=PING_TIMEOUT_S)
-    except NoReplyError:
-        click.echo(f"no coordinator answers at {ep} (no reply to a ping within "
-                   f"{PING_TIMEOUT_S:g} s); check --prefix/--state-dir/--endpoint and that "
-                   "`parsley-coordinator run` is running", err=True)
+    ep, _last = _control_place(config_file, prefix, state_dir, endpoint)
+    why = "nothing listens there" if listening(ep) is False else None  # known at once
+    if why is None:
+        try:
+            request(ep, {"op": "ping"}, timeout_s=PING_TIMEOUT_S)
+        except NoReplyError:
+            why = f"no reply to a ping within {PING_TIMEOUT_S:g} s"
+    if why is not None:
+        click.echo(f"no coordinator answers at {ep} ({why}); check --prefix/--state-dir/"
+                   "--endpoint and that `parsley-coordinator run` is running", err=True)
         sys.exit(ExitCode.NO_COORDINATOR)
     try:
         reply = request(ep, {"op": "stop", "deadline_s": deadline},
@@ -509,7 +687,11 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
         Topic ids in Kafka's printed form (``kafka-topics --describe``).
         ``{"changelog", "tasks": [{"task", "records", "held": [{"topic_id",
         "topic", "partition", "count"}], "covered": [{"topic_id", "topic",
-        "partition", "covered", "fed_to_end"}], "bindings": {name: id}}]}``.
+        "partition", "covered", "fed_to_end"}], "bindings": {name: id}}],
+        "group_members": [str] | None}``: ``group_members`` describes each member
+        of the process's consumer group ``<prefix>-<process>`` (empty: no worker is
+        running; ``None``: the group could not be described), read before the
+        changelog.
 
     Raises:
         ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for state that
@@ -521,7 +703,9 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
 
     from coordinator.bootstrap import StartError, kafka_topic_id, read_ordering_state
     from coordinator.bootstrap.common import check_reachable, with_client_logger
+    from coordinator.bootstrap.group import group_members
     from parsley.declarations import ordering_changelog
+    from parsley.naming import application_id
     from workers.changelog import describe_topic
     from workers.kafka import admin_config, restore_consumer_config
 
@@ -532,6 +716,11 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     info = describe_topic(admin, name)
     if info is None:
         raise StartError(f"the ordering changelog {name} does not exist")
+    try:
+        found = group_members(admin, application_id(config.application_id_prefix, process))
+        members = None if found is None else [m.describe() for m in found]
+    except StartError:
+        members = None
     cfg = restore_consumer_config(config.bootstrap_servers, config.application_id_prefix,
                                   process, 0, config.kafka_properties)
     cfg["client.id"] = f"parsley-inspect-{process}"
@@ -557,12 +746,33 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
                         for ch, pos in s.inspector.covered_positions().items()],
             "bindings": {k: kafka_topic_id(v) for k, v in bindings.items()},
         })
-    return {"changelog": name, "tasks": tasks}
+    return {"changelog": name, "tasks": tasks, "group_members": members}
+
+
+def _warn_if_running(config: Any, process: str, members: list[str] | None) -> None:
+    """Warn on stderr that ``inspect`` may be reading state that moves under it."""
+    from coordinator.bootstrap.group import session_timeout_ms
+    from parsley.naming import application_id
+
+    group = application_id(config.application_id_prefix, process)
+    if members is None:
+        click.echo(f"warning: could not describe consumer group '{group}', so whether "
+                   f"process '{process}' is running is not known; if it runs, its ordering "
+                   "state may move while this reads it", err=True)
+    elif members:
+        click.echo(f"warning: consumer group '{group}' has {len(members)} member(s) "
+                   f"({'; '.join(members)}): process '{process}' may be running, and its "
+                   "ordering state may move while this reads it (a stopped worker stays a "
+                   "member until its session times out, session.timeout.ms "
+                   f"{session_timeout_ms(config.kafka_properties)} ms). Stop it first "
+                   "(parsley-coordinator stop) for a settled view", err=True)
 
 
 @cli.command()
 @click.option("--process", "process", required=True, help="The process name.")
-@click.option("--bootstrap-servers", help="Kafka bootstrap.servers.")
+@click.option("--bootstrap-servers",
+              help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
+                   "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True, help="Use the parsley-devbroker on this machine.")
 @_CONFIG
 @_PREFIX
@@ -574,7 +784,9 @@ def inspect(process: str, bootstrap_servers: str | None, local_broker: bool,
     For each task (changelog partition): which channels hold messages and how
     many, how far each channel is covered (fed, or known never to arrive;
     "fed to end" for a deleted topic), and which topic id each name was
-    bound to. Run it on a stopped process: a running one changes underneath.
+    bound to. Run it on a stopped process: a running one changes underneath,
+    and a warning on stderr says so when the process's consumer group has
+    members.
     """
     from coordinator.bootstrap import StartError
     from parsley.refusals import ParsleyFailClosedError
@@ -597,20 +809,28 @@ def inspect(process: str, bootstrap_servers: str | None, local_broker: bool,
             raise
         click.echo(f"wrong configuration: {problem}", err=True)
         sys.exit(ExitCode.USAGE)
-    if as_json:
-        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
-        return
-    click.echo(f"changelog {report['changelog']}")
-    for t in report["tasks"]:
-        click.echo(f"task {t['task']}: {t['records']} record(s)")
-        for h in t["held"]:
-            click.echo(f"  held     {h['topic'] or h['topic_id']}[{h['partition']}]: "
-                       f"{h['count']} message(s)  (topic id {h['topic_id']})")
-        for c in t["covered"]:
-            pos = "fed to end" if c["fed_to_end"] else str(c["covered"])
-            click.echo(f"  covered  {c['topic'] or c['topic_id']}[{c['partition']}] up to {pos}")
-        for n, i in t["bindings"].items():
-            click.echo(f"  binding  {n} -> {i}")
+    _warn_if_running(config, process, report["group_members"])
+    with _quiet_on_closed_pipe():
+        if as_json:
+            click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+            return
+        click.echo(f"changelog {report['changelog']}")
+        for t in report["tasks"]:
+            click.echo(f"task {t['task']}: {t['records']} record(s)")
+            for h in t["held"]:
+                click.echo(f"  held     {h['topic'] or h['topic_id']}[{h['partition']}]: "
+                           f"{h['count']} message(s)  (topic id {h['topic_id']})")
+            for c in t["covered"]:
+                pos = "fed to end" if c["fed_to_end"] else str(c["covered"])
+                click.echo(f"  covered  {c['topic'] or c['topic_id']}[{c['partition']}] "
+                           f"up to {pos}")
+            for n, i in t["bindings"].items():
+                click.echo(f"  binding  {n} -> {i}")
+
+
+from coordinator.reset import command as _reset_command  # noqa: E402  (docs/runbooks.md, "Resetting a process")
+
+cli.add_command(_reset_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -15,9 +15,14 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
        max_restarts = 5
        restart_backoff_ms = 1000
        restart_reset_ms = 60000
+       metrics_port = 9464            # absent: no /metrics
+       metrics_host = "127.0.0.1"
 
        [kafka_properties]
        "linger.ms" = 5
+
+       [process_kafka_properties.tally]      # the workers of process "tally" only
+       "consumer.fetch.max.bytes" = 65536
 
 2. ``PARSLEY_*`` environment variables: ``PARSLEY_BOOTSTRAP_SERVERS``,
    ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
@@ -26,29 +31,35 @@ Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
    (``auto``/``refuse``/``warn``), ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
    (``true``/``false``, the older spelling of ``refuse``), ``PARSLEY_STALE_TASK_MS``,
    ``PARSLEY_MAX_RESTARTS``,
-   ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``, and one
+   ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``,
+   ``PARSLEY_METRICS_PORT``, ``PARSLEY_METRICS_HOST``, and one
    ``PARSLEY_KAFKA_<NAME>`` per client
    property, ``<NAME>`` upper-cased with dots as underscores
    (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
 3. explicit overrides (the CLI's flags).
 
-The Kafka properties Parsley owns are refused, naming the property.
+The Kafka properties Parsley owns are refused, naming the property (and the process,
+for a per-process one). A process's workers' clients get, key by key, the coordinator's
+``kafka_properties``, then the process's declared ``Process(...,
+kafka_properties=...)``, then the file's ``[process_kafka_properties.<process>]``
+(:meth:`ParsleyConfig.kafka_properties_for`); the coordinator's own clients get the first
+only.
 
 The supervision settings (stale bound, restart budget, backoff and the healthy
-period that resets them) are described in docs/operations.md, "Supervision".
+period that resets them) are described in docs/operations.md, "Supervision"; the
+metrics port and host in docs/operations.md, "Metrics".
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from coordinator.state_dir import default_state_dir as _per_user_state_dir
 from parsley.engine.engine import CROSS_PARTITION_SETTINGS
 from workers.kafka import OWNED_PROPERTIES
 
@@ -57,6 +68,7 @@ __all__ = [
     "DEFAULT_COMMIT_INTERVAL_MS",
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_METADATA_BUDGET_BYTES",
+    "DEFAULT_METRICS_HOST",
     "DEFAULT_RESTART_BACKOFF_MS",
     "DEFAULT_RESTART_RESET_MS",
     "DEFAULT_STALE_TASK_MS",
@@ -64,6 +76,7 @@ __all__ = [
     "ENV_PREFIX",
     "OWNED_KAFKA_PROPERTIES",
     "ParsleyConfig",
+    "check_process_properties",
     "default_state_dir",
 ]
 
@@ -85,6 +98,8 @@ DEFAULT_RESTART_BACKOFF_MS: Final = 1_000
 DEFAULT_RESTART_RESET_MS: Final = 60_000
 """How long a task must have been RUNNING, without a break, for its restart budget
 and backoff to start again from zero, ms."""
+DEFAULT_METRICS_HOST: Final = "127.0.0.1"
+"""Where ``/metrics`` is served when ``metrics_port`` is set: this machine only."""
 ENV_PREFIX: Final = "PARSLEY_"
 _ENV_KAFKA: Final = "PARSLEY_KAFKA_"
 
@@ -108,6 +123,7 @@ tell the user where to give it (the flag names are not the field names)."""
 _POSITIVE_INTS: Final = ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms",
                           "stale_task_ms", "restart_reset_ms")
 _NON_NEGATIVE_INTS: Final = ("max_restarts", "restart_backoff_ms")
+_OPTIONAL_INTS: Final = ("metrics_port",)
 
 _CLIENT_PREFIXES: Final = (
     "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",
@@ -115,11 +131,13 @@ _CLIENT_PREFIXES: Final = (
 
 
 def default_state_dir() -> str:
-    """``<tmp>/parsley``: local state's root when none is configured.
+    """The per-user state dir used when none is configured: ``$XDG_STATE_HOME/parsley``,
+    else ``~/.local/state/parsley``, else ``<tmp>/parsley-<uid>``
+    (:func:`coordinator.state_dir.default_state_dir`; docs/operations.md, "The state dir").
 
-    Java's default is ``/tmp/kafka-streams``.
+    Java's default is ``/tmp/kafka-streams``, shared by every user of a machine.
     """
-    return str(Path(tempfile.gettempdir()) / "parsley")
+    return _per_user_state_dir()
 
 
 def _owned(key: str) -> str | None:
@@ -129,6 +147,40 @@ def _owned(key: str) -> str | None:
             bare = bare[len(prefix):]
             break
     return bare if bare in OWNED_KAFKA_PROPERTIES else None
+
+
+def check_process_properties(process: str, properties: Mapping[str, Any],
+                             where: str) -> dict[str, Any]:
+    """One process's client properties, checked: the owned ones refused (pure).
+
+    Args:
+        process: the process name, for the message.
+        properties: the properties (``consumer.``/``producer.``/``admin.`` prefixes allowed).
+        where: where they were given, for the message.
+
+    Returns:
+        A plain copy.
+
+    Raises:
+        ValueError: a property Parsley owns (the message names it, the process and
+            ``where``), or one with no value.
+        TypeError: a property name that is not a string.
+    """
+    out: dict[str, Any] = {}
+    for key, value in dict(properties or {}).items():
+        if not isinstance(key, str):
+            raise TypeError(f"process '{process}': kafka property names must be str, "
+                            f"got {key!r}")
+        owned = _owned(key)
+        if owned is not None:
+            raise ValueError(
+                f"kafka property '{key}' of process '{process}' ({where}) is owned by Parsley "
+                f"and cannot be set ('{owned}' is set per process and task by the coordinator)")
+        if value is None:
+            raise ValueError(f"kafka property '{key}' of process '{process}' ({where}) has "
+                             "no value")
+        out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -162,6 +214,14 @@ class ParsleyConfig:
             backoff, ms, >= 1.
         kafka_properties: librdkafka properties for every client (``consumer.``,
             ``producer.``, ``admin.`` prefixes select one kind); read-only.
+        metrics_port: the TCP port the coordinator serves Prometheus ``/metrics`` on
+            (0: any free port), or ``None`` (default) for none (docs/operations.md,
+            "Metrics").
+        metrics_host: the address ``/metrics`` is bound to; non-blank.
+        process_kafka_properties: ``{process name: properties}`` for that
+            process's workers' clients only, over ``kafka_properties`` (same
+            prefixes); read-only. A name no started process has is refused at
+            the start (:meth:`check_processes`).
 
     Raises:
         ValueError: a blank server list or prefix, a prefix containing
@@ -169,7 +229,8 @@ class ParsleyConfig:
             ``cross_partition_causes`` outside ``auto``/``refuse``/``warn``,
             ``refuse_cross_partition_causes = true`` with
             ``cross_partition_causes = "warn"``, a property
-            Parsley owns (the message names it), or a property with no value.
+            Parsley owns (the message names it), a property with no value, a
+            ``metrics_port`` outside 0..65535 or a blank ``metrics_host``.
         TypeError: a property name that is not a string.
     """
 
@@ -186,6 +247,9 @@ class ParsleyConfig:
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restart_backoff_ms: int = DEFAULT_RESTART_BACKOFF_MS
     restart_reset_ms: int = DEFAULT_RESTART_RESET_MS
+    metrics_port: int | None = None
+    metrics_host: str = DEFAULT_METRICS_HOST
+    process_kafka_properties: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -218,6 +282,12 @@ class ParsleyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        port = self.metrics_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 0 <= port <= 65535):
+            raise ValueError(f"metrics_port must be a TCP port 0..65535, got {port!r}")
+        if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
+            raise ValueError("metrics_host must be non-blank")
         if self.stale_task_ms <= self.status_interval_ms:
             raise ValueError(f"stale_task_ms ({self.stale_task_ms}) must exceed "
                              f"status_interval_ms ({self.status_interval_ms}): a healthy "
@@ -238,11 +308,52 @@ class ParsleyConfig:
                 raise ValueError(f"kafka property '{key}' has no value")
             props[key] = value
         object.__setattr__(self, "kafka_properties", MappingProxyType(props))
+        per: dict[str, Mapping[str, Any]] = {}
+        for process, table in dict(self.process_kafka_properties or {}).items():
+            if not isinstance(process, str) or not isinstance(table, Mapping):
+                raise ValueError("process_kafka_properties maps a process name to a table of "
+                                 f"properties, got {process!r} = {table!r}")
+            per[process] = MappingProxyType(
+                check_process_properties(process, table, "process_kafka_properties"))
+        object.__setattr__(self, "process_kafka_properties", MappingProxyType(per))
 
     @property
     def status_interval_s(self) -> float:
         """The status interval in seconds."""
         return self.status_interval_ms / 1000.0
+
+    def kafka_properties_for(self, process: Any) -> dict[str, Any]:
+        """The client properties of ``process``'s workers (a ``parsley.Process``).
+
+        Key by key: :attr:`kafka_properties`, then the declaration's
+        ``kafka_properties``, then :attr:`process_kafka_properties` for its name
+        (the operator's file over the application's code).
+
+        Raises:
+            ValueError: a declared property Parsley owns (the message names the
+                property and the process).
+        """
+        declared = check_process_properties(process.name, process.kafka_properties,
+                                            "Process(..., kafka_properties=...)")
+        return {**self.kafka_properties, **declared,
+                **self.process_kafka_properties.get(process.name, {})}
+
+    def check_processes(self, processes: Any) -> None:
+        """Refuse per-process properties before a start (``processes``: ``parsley.Process``es).
+
+        Raises:
+            ValueError: a declared property Parsley owns, or a
+                ``process_kafka_properties`` table naming no started process
+                (a typo would otherwise leave the setting unused).
+        """
+        names = []
+        for process in processes:
+            self.kafka_properties_for(process)
+            names.append(process.name)
+        unknown = sorted(set(self.process_kafka_properties) - set(names))
+        if unknown:
+            raise ValueError(f"process_kafka_properties names {unknown}, which this start does "
+                             f"not run (its processes: {sorted(names)})")
 
     def with_overrides(self, **overrides: Any) -> ParsleyConfig:
         """A copy with the given fields replaced (``None`` values are ignored)."""
@@ -252,6 +363,8 @@ class ParsleyConfig:
         """The fields as plain values (``kafka_properties`` as a dict)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["kafka_properties"] = dict(self.kafka_properties)
+        out["process_kafka_properties"] = {k: dict(v) for k, v in
+                                           self.process_kafka_properties.items()}
         return out
 
     # --- loading ---------------------------------------------------------
@@ -288,10 +401,10 @@ class ParsleyConfig:
         env = os.environ if environ is None else environ
         out: dict[str, Any] = {}
         props: dict[str, Any] = {}
-        ints = set(_POSITIVE_INTS) | set(_NON_NEGATIVE_INTS)
+        ints = set(_POSITIVE_INTS) | set(_NON_NEGATIVE_INTS) | set(_OPTIONAL_INTS)
         for f in fields(ParsleyConfig):
-            if f.name == "kafka_properties":
-                continue
+            if f.name in ("kafka_properties", "process_kafka_properties"):
+                continue  # PARSLEY_KAFKA_* below; per-process tables: the file or code
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None or raw == "":
                 continue

@@ -828,7 +828,7 @@ _DIR_OPTION = click.option(
 )
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 def main() -> None:
     """A local single-node Apache Kafka broker (KRaft) for Parsley's tests and demos."""
 

@@ -10,7 +10,8 @@ The JSON form (docs/operations.md, "Status"; docs/failing-closed.md, "Diagnosis"
                                          "settled": 0}]}],
                  "frontier_channels": 2, "frontier_bytes": 54, "budget_bytes": 262144,
                  "lag": 0, "restore": null, "rss_bytes": 31457280, "cpu_percent": 1.5,
-                 "updated_ms_ago": 230, "stale": false}]}}}
+                 "updated_ms_ago": 230, "stale": false, "caught_up": false}],
+      "caught_up": false}}}
 
 ``settled`` is ``null`` where the channel has settled nothing yet. A task's
 entry is its last report, aged by ``updated_ms_ago`` (ms since the coordinator
@@ -19,6 +20,16 @@ older than three intervals is ``stale`` — docs/failing-closed.md's ("Diagnosis
 task
 loop. A task's entry is retired when its worker exits. After a stop the
 process keeps ``refusal_reason`` and ``failure_detail``, with no tasks.
+
+``caught_up`` is derived, never parsed: a task is caught up when it is
+``RUNNING``, its entry is not stale, its lag is known and 0, and it holds
+nothing (every record on its received partitions up to the log end has been
+read and delivered); a process is caught up when it is ``RUNNING`` and every
+task entry is (docs/operations.md, "Status").
+
+``ProcessStatus.state`` is a :class:`ProcessState` and ``TaskStatus.state`` a
+:class:`TaskState` (the worker's own enum, ``workers.protocol``): both are
+``str`` enums whose values are the JSON strings.
 
 The Python objects mirror the JSON with the same field names
 (:meth:`ProcessStatus.to_json`, :meth:`ProcessStatus.from_json`).
@@ -33,12 +44,14 @@ from typing import Any, Final
 
 from parsley.refusals import Reason
 from parsley.status import Blocker, HeldChannel
+from workers.protocol import TaskState
 
 __all__ = [
     "STALE_INTERVALS",
     "ProcessState",
     "ProcessStatus",
     "RestoreStatus",
+    "TaskState",
     "TaskStatus",
     "aggregate_state",
     "parse_status",
@@ -52,9 +65,12 @@ STALE_INTERVALS: Final = 3
 "Status")."""
 
 
-class ProcessState(enum.Enum):
+class ProcessState(enum.StrEnum):
     """A process's state as ``status()`` reports it (docs/failing-closed.md; docs/runbooks.md,
-    "Triage")."""
+    "Triage").
+
+    A ``str`` enum like :class:`TaskState`: each member is its JSON string.
+    """
 
     STARTING = "STARTING"
     """Workers spawned; not every task reports RUNNING yet (a task whose worker
@@ -97,8 +113,8 @@ class TaskStatus:
     Attributes:
         task: the task index.
         pid: the worker's OS process id.
-        state: the worker's own state (``STARTING``, ``RESTORING``, ``RUNNING``,
-            ``REBALANCING``).
+        state: the worker's own :class:`TaskState` (``STARTING``, ``RESTORING``,
+            ``RUNNING``, ``REBALANCING``).
         held: per channel with held messages: count, head, blockers.
         frontier_channels: channels the frontier names.
         frontier_bytes: the frontier's encoded size, bytes.
@@ -117,7 +133,7 @@ class TaskStatus:
 
     task: int
     pid: int
-    state: str
+    state: TaskState
     held: tuple[HeldChannel, ...]
     frontier_channels: int
     frontier_bytes: int
@@ -135,12 +151,18 @@ class TaskStatus:
         """Messages held across the task's channels."""
         return sum(h.count for h in self.held)
 
+    @property
+    def caught_up(self) -> bool:
+        """``RUNNING``, not stale, lag known and 0, nothing held (module docstring)."""
+        return (self.state is TaskState.RUNNING and not self.stale and self.lag == 0
+                and not self.held)
+
     def to_json(self) -> dict[str, Any]:
         """The task's JSON object (module docstring)."""
         return {
             "task": self.task,
             "pid": self.pid,
-            "state": self.state,
+            "state": self.state.value,
             "held": [h.to_json() for h in self.held],
             "frontier_channels": self.frontier_channels,
             "frontier_bytes": self.frontier_bytes,
@@ -152,19 +174,21 @@ class TaskStatus:
             "updated_ms_ago": self.updated_ms_ago,
             "stale": self.stale,
             "cross_partition_causes": self.cross_partition_causes,
+            "caught_up": self.caught_up,
         }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TaskStatus:
-        """Parse :meth:`to_json`'s form (missing optional fields default to ``None``).
+        """Parse :meth:`to_json`'s form (missing optional fields default to ``None``;
+        ``caught_up`` is derived, not read).
 
         Raises:
-            KeyError, TypeError, ValueError: a malformed object.
+            KeyError, TypeError, ValueError: a malformed object or an unknown state.
         """
         return cls(
             task=int(obj["task"]),
             pid=int(obj["pid"]),
-            state=str(obj.get("state", "RUNNING")),
+            state=TaskState(str(obj.get("state", "RUNNING"))),
             held=_held(obj.get("held") or ()),
             frontier_channels=int(obj.get("frontier_channels", 0)),
             frontier_bytes=int(obj.get("frontier_bytes", 0)),
@@ -236,21 +260,24 @@ def task_status_from_report(
     return TaskStatus.from_json(fields)
 
 
-def aggregate_state(task_states: Iterable[str | None]) -> ProcessState:
+def aggregate_state(task_states: Iterable[TaskState | str | None]) -> ProcessState:
     """A live process's state from its tasks' states (``None``: no report yet).
 
-    No report from some task, or any task STARTING: ``STARTING``; any task
-    ``RESTORING`` or ``REBALANCING``: ``REBALANCING``; all ``RUNNING``: ``RUNNING``.
+    A state may be a :class:`TaskState` or a report's raw string (a ``str`` enum
+    compares equal to its value). No report from some task, or any task
+    STARTING: ``STARTING``; any task ``RESTORING`` or ``REBALANCING``:
+    ``REBALANCING``; all ``RUNNING``: ``RUNNING``.
     """
     states = list(task_states)
-    if not states or any(s is None or s == "STARTING" for s in states):
+    if not states or any(s is None or s == TaskState.STARTING for s in states):
         return ProcessState.STARTING
-    if all(s == "RUNNING" for s in states):
+    if all(s == TaskState.RUNNING for s in states):
         return ProcessState.RUNNING
     return ProcessState.REBALANCING
 
 
-def process_state(task_count: int, task_states: Mapping[int, str | None]) -> ProcessState:
+def process_state(task_count: int,
+                  task_states: Mapping[int, TaskState | str | None]) -> ProcessState:
     """A live process's state over all of its ``task_count`` tasks (pure).
 
     Every task ``0 <= i < task_count`` counts: one absent from ``task_states``
@@ -294,6 +321,13 @@ class ProcessStatus:
         """Messages held across all tasks."""
         return sum(t.held_count for t in self.tasks)
 
+    @property
+    def caught_up(self) -> bool:
+        """``RUNNING`` with at least one task entry, and every entry caught up
+        (:attr:`TaskStatus.caught_up`)."""
+        return (self.state is ProcessState.RUNNING and bool(self.tasks)
+                and all(t.caught_up for t in self.tasks))
+
     def to_json(self) -> dict[str, Any]:
         """The process's JSON object (module docstring)."""
         return {
@@ -302,6 +336,7 @@ class ProcessStatus:
             "failure_detail": self.failure_detail,
             "restarts": self.restarts,
             "tasks": [t.to_json() for t in self.tasks],
+            "caught_up": self.caught_up,
         }
 
     @classmethod

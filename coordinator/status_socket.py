@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -52,6 +53,7 @@ __all__ = [
     "Outcome",
     "default_endpoint",
     "endpoint_file",
+    "listening",
     "request",
     "resolve_endpoint",
 ]
@@ -271,6 +273,49 @@ class ControlServer:
         if self.endpoint.startswith("ipc://"):
             with contextlib.suppress(OSError):
                 Path(self.endpoint[len("ipc://"):]).unlink()
+
+
+def listening(endpoint: str, *, timeout_s: float = 0.5) -> bool | None:
+    """Whether anything accepts connections at ``endpoint``, without a ZeroMQ request.
+
+    A ZeroMQ ``REQ`` connects lazily and waits its whole deadline for a peer that
+    is not there; this asks the operating system instead, so "nothing runs" is
+    known at once: an ``ipc://`` path that is absent, or not a socket, or refuses
+    (a socket file left by a coordinator killed with SIGKILL) gives ``False``;
+    a ``tcp://`` port that refuses gives ``False``.
+
+    Args:
+        endpoint: an ``ipc://path`` or ``tcp://host:port`` endpoint.
+        timeout_s: bound on a TCP connect, s (an unanswered connect: ``None``).
+
+    Returns:
+        ``True`` when a connection was accepted, ``False`` when refused or absent,
+        ``None`` when it cannot be told (an unanswered TCP connect, another transport).
+    """
+    if endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://"):]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(timeout_s)
+            try:
+                probe.connect(path)
+            except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+                return False
+            except OSError:  # not a socket, a path too long, no permission
+                return False if not Path(path).exists() else None
+            return True
+    if endpoint.startswith("tcp://"):
+        host, _, port = endpoint[len("tcp://"):].rpartition(":")
+        if not port.isdigit():
+            return None
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
+                                          timeout=timeout_s):
+                return True
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return None
+    return None
 
 
 def request(endpoint: str, payload: Mapping[str, Any] | bytes, *, timeout_s: float = 5.0

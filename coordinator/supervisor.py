@@ -53,7 +53,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import multiprocess  # type: ignore[import-untyped]
 import orjson
@@ -86,6 +86,7 @@ __all__ = [
     "ShutdownReport",
     "StoppedWorker",
     "Supervisor",
+    "TaskObserver",
     "WorkerTarget",
     "classify_exit",
     "describe_exit",
@@ -104,6 +105,26 @@ BACKOFF_CAP_S: Final = 30.0
 
 WorkerTarget = Callable[[TaskSpec], int]
 """``run(spec) -> exit code``: a worker's entry point (``workers.main.run``)."""
+
+
+class TaskObserver(Protocol):
+    """What the supervisor tells an observer of its workers (the metrics,
+    :class:`coordinator.metrics.MetricsBook`).
+
+    Called under the supervisor's lock, from its watch thread or the thread
+    that spawns: an observer must return quickly and never call the supervisor.
+    An exception from it is logged and otherwise ignored.
+    """
+
+    def spawned(self, process: str, task: int, pid: int) -> None:
+        """A worker for ``process``/``task`` was spawned as ``pid``."""
+
+    def reported(self, process: str, task: int, pid: int, message: Mapping[str, Any]) -> None:
+        """The current worker's ``status`` or ``final`` message (:mod:`workers.protocol`)."""
+
+    def exited(self, process: str, task: int, pid: int, kind: StopKind,
+               reason: Reason | None) -> None:
+        """A worker's exit, classified (:func:`classify_exit`)."""
 
 
 class RestartPolicy(enum.Enum):
@@ -323,6 +344,8 @@ class Supervisor:
             ``config.stale_task_ms`` if ``None``.
         reset_after_s: a task RUNNING this long resets the budget and backoff, s;
             ``config.restart_reset_ms`` if ``None``.
+        observer: told of every spawn, accepted report and classified exit
+            (:class:`TaskObserver`), or ``None``.
     """
 
     def __init__(
@@ -339,8 +362,10 @@ class Supervisor:
         stop_deadline_s: float = DEFAULT_STOP_DEADLINE_S,
         stale_after_s: float | None = None,
         reset_after_s: float | None = None,
+        observer: TaskObserver | None = None,
     ) -> None:
         self._config = config
+        self._observer = observer
         self._policy = RestartPolicy(restart)
         self._target = target
         self._rebootstrap = rebootstrap
@@ -403,7 +428,7 @@ class Supervisor:
             process=plan.process, prefix=plan.prefix, task=task, task_count=plan.task_count,
             bootstrap_servers=c.bootstrap_servers, status_endpoint=self._endpoint,
             state_dir=c.state_dir, topic_ids=plan.topic_ids, partitions=plan.partitions,
-            kafka_properties=dict(c.kafka_properties),
+            kafka_properties=c.kafka_properties_for(plan.process),
             metadata_budget_bytes=c.metadata_budget_bytes,
             commit_interval_ms=c.commit_interval_ms, status_interval_ms=c.status_interval_ms,
             cross_partition_causes=c.cross_partition_causes,
@@ -427,6 +452,7 @@ class Supervisor:
         except psutil.Error:
             handle = None
         log.info("%s: task %d started as pid %d", plan.application_id, task, pid)
+        self._observe("spawned", plan.name, task, pid)
         return _Task(task, proc, pid, handle)
 
     def _spawn_all(self, run: _Run) -> None:
@@ -531,6 +557,7 @@ class Supervisor:
                     continue  # a previous incarnation's report
                 now = time.monotonic()
                 t.heard_at = now
+                self._observe("reported", name, task, pid, msg)
                 if kind == STATUS:
                     t.report, t.report_at = msg, now
                     state = msg.get("state")
@@ -675,6 +702,8 @@ class Supervisor:
         name = run.plan.name
         final = t.final or {}
         kind, reason, detail = classify_exit(final, code)
+        with self._lock:
+            self._observe("exited", name, t.index, t.pid, kind, reason)
         if t.stale is not None and not final:
             detail = self._stale_detail(run, t)
         elif not final and detail is not None:
@@ -733,6 +762,15 @@ class Supervisor:
                       run.plan.application_id, reason.name if reason else kind.value, detail)
             self._changed.notify_all()
         self._helper(self._stop_siblings, run)
+
+    def _observe(self, event: str, *args: Any) -> None:
+        """Tell the observer, if any, of ``event`` (a :class:`TaskObserver` method)."""
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, event)(*args)
+        except Exception:
+            log.exception("the supervisor's observer failed on %s", event)
 
     def _delay(self, attempt: int) -> float:
         return float(min(self._backoff_cap_s, self._backoff_s * (2 ** attempt)))

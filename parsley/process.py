@@ -9,7 +9,9 @@ Source: README.md, "Write your own process" (``Process``). Re-exported by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from parsley.channels import Channel, Store, check_name
@@ -43,20 +45,43 @@ class Process:
         inputs: received channels with their handlers, in declaration order.
         outputs: channels it may send to.
         declared_stores: stores it may read and write.
+        kafka_properties: librdkafka properties for this process's workers'
+            clients only, over the coordinator's (``consumer.``, ``producer.``,
+            ``admin.`` prefixes select one kind, as in the coordinator's
+            ``kafka_properties``); read-only. The properties Parsley owns are
+            refused at the start, naming the property and the process
+            (docs/operations.md, "Configuration").
 
     Raises:
         ValueError: a blank or reserved name; a channel received twice, a
-            channel name sent twice, or a store name declared twice.
-        TypeError: a handler that is not callable, or a non-Channel/Store argument.
+            channel name sent twice, or a store name declared twice; a
+            kafka property with no value.
+        TypeError: a handler that is not callable, a non-Channel/Store
+            argument, or a kafka property name that is not a string.
     """
 
     name: str
     inputs: tuple[Input, ...] = ()
     outputs: tuple[Channel[Any, Any], ...] = ()
     declared_stores: tuple[Store[Any, Any], ...] = field(default=())
+    kafka_properties: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False)
 
     def __post_init__(self) -> None:
         check_name("process", self.name)
+        props: dict[str, Any] = {}
+        for key, value in dict(self.kafka_properties or {}).items():
+            if not isinstance(key, str):
+                raise TypeError(f"process '{self.name}': kafka property names must be str, "
+                                f"got {key!r}")
+            if value is None:
+                raise ValueError(f"process '{self.name}': kafka property '{key}' has no value")
+            props[key] = value
+        object.__setattr__(self, "kafka_properties", MappingProxyType(props))
+
+    def with_kafka_properties(self, properties: Mapping[str, Any]) -> Process:
+        """Add (or replace) client properties for this process's workers only."""
+        return replace(self, kafka_properties={**self.kafka_properties, **properties})
 
     def receives(self, channel: Channel[K, V], handler: Handler) -> Process:
         """Add a received channel and the handler for its messages."""

@@ -82,8 +82,11 @@ from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.assignment import IncompleteAssignment
 from workers.changelog import RestoreProgress, read_partition
+from workers.client_log import serve_client_logs, with_task_logger
 from workers.frame import HandlerFailure, HandlerFrame
+from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
 from workers.identity import (
     RECEIVED_CHECK_INTERVAL_S,
     Backoff,
@@ -229,7 +232,9 @@ class Worker:
             for s in process.declared_stores
         }
         self.dir = task_state_dir(spec.state_dir, self.app_id, self.task)
-        props = dict(spec.kafka_properties)
+        # librdkafka's lines through logging, naming the task (workers.client_log).
+        self.client_props = props = with_task_logger(spec.kafka_properties, self.app_id,
+                                                     self.task)
         W = spec.task_count
         self.admin = AdminClient(admin_config(spec.bootstrap_servers, props))
         self.producer = Producer(producer_config(
@@ -251,10 +256,17 @@ class Worker:
         self.restore: dict[str, RestoreProgress] = {}
         self.assignment: frozenset[tuple[str, int]] = frozenset()
         self.assignment_changed = False
+        self.incomplete = IncompleteAssignment()
         self.needs_rebuild = False
         self.callback_error: BaseException | None = None
         self.delivered_before = 0
         self.commits_before = 0
+        self.fed_committed = 0
+        """Records fed in transactions that committed, over every step of this worker."""
+        self._fed_mark = 0  # the current step's ``fed`` at its last commit
+        self._commit_s = 0.0  # time spent in :meth:`_commit`, s (taken out of drain timing)
+        self.handler_latency = BucketCounts(HANDLER_BUCKETS_S)
+        """Per drain pass, its time per delivered message (see :meth:`_drain`)."""
         self.abortable_in_a_row = 0
         self.next_shape_check = 0.0
         self.next_received_check = 0.0
@@ -299,7 +311,7 @@ class Worker:
 
     def _fresh_admin(self) -> None:
         self.admin = AdminClient(admin_config(self.spec.bootstrap_servers,
-                                              dict(self.spec.kafka_properties)))
+                                              self.client_props))
         self.identity = IdentityChecker(self.admin)
 
     def restore_state(self) -> None:
@@ -370,6 +382,7 @@ class Worker:
         if self.step is not None:
             # Only what was committed: an aborted transaction's deliveries are made again.
             self.delivered_before += self.step.delivered_committed
+        self._fed_mark = 0
         self.step = TaskStep(
             task=self.task, engine=engine, frame=frame, stores=self.stores, txn=self.txn,
             channels=self.channels, ordering_topic=self.ordering_topic,
@@ -477,6 +490,7 @@ class Worker:
                 if off >= 0:
                     self.consumer.seek(TopicPartition(t, p, off))
         self.state = TaskState.RUNNING
+        self.incomplete.running()
         if self.names_learned and self.step is not None:
             # Learned names are committed even when nothing arrives: an id that dies
             # before the next step would otherwise be unnamed again at the next start.
@@ -518,11 +532,12 @@ class Worker:
         self.assignment_changed = False
         if self.assignment != self.expected:
             self.state = TaskState.REBALANCING
-            if self.assignment:
-                log.warning(
-                    "%s task %d was assigned %s, not exactly %s: processing nothing until the "
-                    "missing members rejoin", self.app_id, self.task, sorted(self.assignment),
-                    sorted(self.expected))
+            level = self.incomplete.assigned(bool(self.assignment), time.monotonic())
+            if level is not None:  # INFO at a start: the siblings are still joining
+                log.log(level, "%s task %d was assigned %s, not exactly %s: processing nothing "
+                        "until the missing members %s", self.app_id, self.task,
+                        sorted(self.assignment), sorted(self.expected),
+                        "rejoin" if level == logging.WARNING else "join")
             return
         if self.needs_rebuild or self.engine is None or self.engine.started:
             self.build_state()
@@ -622,7 +637,26 @@ class Worker:
             restore=self.restore,
             delivered=self.delivered_before + (self.step.delivered if self.step else 0),
             lag=self._lag(), commits=self.txn.commits,
-            commit_latency_ms=self.txn.last_commit_ms)
+            commit_latency_ms=self.txn.last_commit_ms) | {"metrics": self.metric_fields()}
+
+    def metric_fields(self) -> dict[str, Any]:
+        """This worker's counters and histograms, the ``metrics`` field of its status and
+        final messages (:mod:`workers.protocol`; docs/operations.md, "Metrics").
+
+        Each counts from this worker's start and never decreases; the coordinator adds
+        up the task's successive workers. ``received`` and ``delivered`` count what
+        committed transactions carry (an aborted transaction's records are fed and
+        delivered again, and counted then).
+        """
+        step = self.step
+        return {
+            "received": self.fed_committed,
+            "delivered": self.delivered_before + (step.delivered_committed if step else 0),
+            "commits": self.txn.commits,
+            "aborts": self.txn.aborts,
+            "transaction_seconds": self.txn.durations.to_json(),
+            "handler_seconds": self.handler_latency.to_json(),
+        }
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -637,11 +671,12 @@ class Worker:
         status reads cached watermarks only (:meth:`_lag`).
         """
         now = time.monotonic()
+        serve_client_logs(self.admin, self.producer, self.restore_consumer)
         step = self.step
         running = self.state is TaskState.RUNNING and step is not None
         if running:
             assert step is not None
-            step.drain()
+            self._drain()
         if now >= self.next_shape_check and self.consumer is not None:
             self.next_shape_check = now + max(SHAPE_CHECK_INTERVAL_S,
                                               self.spec.status_interval_ms / 1000.0)
@@ -667,7 +702,7 @@ class Worker:
             self.pending_identity = dict(result.pending)
             if self.pending_identity:
                 self.backoff.failed(time.monotonic())
-            step.drain()
+            self._drain()
         if running:
             self._commit_past_markers()
         self._maybe_status()
@@ -702,7 +737,7 @@ class Worker:
             gone = apply_received_verdicts(self.engine, result.verdicts, self.channels)
             if gone is not None:
                 self.step.touch()
-                self.step.drain()
+                self._drain()
                 self._commit()
         if gone is not None:
             # A sibling task may hold messages from the topic: its refusal, within one
@@ -731,12 +766,39 @@ class Worker:
     def _commit(self) -> None:
         assert self.step is not None and self.consumer is not None
         step = self.step
-        if self.state is TaskState.RUNNING:
-            step.advance_positions(self._past_markers())
-        sent = dict(step.pending_positions)
-        if step.commit(self.consumer.consumer_group_metadata()):
-            self.abortable_in_a_row = 0
-            self.read_positions.update(sent)
+        began = time.perf_counter()
+        try:
+            if self.state is TaskState.RUNNING:
+                step.advance_positions(self._past_markers())
+            sent = dict(step.pending_positions)
+            if step.commit(self.consumer.consumer_group_metadata()):
+                self.abortable_in_a_row = 0
+                self.read_positions.update(sent)
+                self.fed_committed += step.fed - self._fed_mark
+                self._fed_mark = step.fed
+        finally:
+            self._commit_s += time.perf_counter() - began
+
+    def _drain(self) -> int:
+        """One :meth:`TaskStep.drain` pass, timed for the handler latency histogram.
+
+        The pass's time, less any commit made inside it, divided by the messages it
+        delivered, is counted once per delivered message: two clock reads per pass,
+        nothing per message (docs/operations.md, "Metrics"). It covers the engine's
+        delivery decision, the handler, its store writes and handing its sends to the
+        producer.
+
+        Returns:
+            How many messages the pass delivered.
+        """
+        assert self.step is not None
+        commit_s = self._commit_s
+        began = time.perf_counter()
+        count = self.step.drain()
+        if count:
+            spent = time.perf_counter() - began - (self._commit_s - commit_s)
+            self.handler_latency.observe(max(0.0, spent) / count, count)
+        return count
 
     def _commit_past_markers(self) -> None:
         """With no transaction open, commit positions that moved past transaction markers
@@ -833,7 +895,7 @@ class Worker:
                     raise mapped from exc
         # Clean stop: commit what was fed and delivered, and positions past markers.
         if self.state is TaskState.RUNNING and self.step is not None:
-            self.step.drain()
+            self._drain()
             self._commit()
             self._commit_past_markers()
         raise Stop(StopKind.CLEAN, None, None)
@@ -855,6 +917,13 @@ class Worker:
             raise failure
         if self.assignment_changed:
             self._handle_assignment()
+        elif self.state is TaskState.REBALANCING:
+            waited = self.incomplete.overdue(time.monotonic())
+            if waited is not None:
+                log.warning("%s task %d has been assigned %s, not exactly %s, for %.0f s "
+                            "since its start: processing nothing until the missing members "
+                            "join", self.app_id, self.task, sorted(self.assignment),
+                            sorted(self.expected), waited)
         if messages:
             good: list[Message] = []
             for msg in messages:
@@ -867,12 +936,12 @@ class Worker:
                 assert self.step is not None
                 began = time.monotonic()
                 self.step.feed(good)
-                self.sizer.observe(self.step.drain(), time.monotonic() - began)
+                self.sizer.observe(self._drain(), time.monotonic() - began)
                 draining = False
         if draining and self.state is TaskState.RUNNING:
             # The previous pass ended mid-drain (its time ran out or it committed): go on.
             assert step is not None and step is self.step
-            step.drain()
+            self._drain()
         if txn.open and time.monotonic() - txn.opened_at >= interval:
             self._commit()
         if time.monotonic() >= self._next_status:
@@ -904,7 +973,7 @@ class Worker:
             except (KafkaException, RuntimeError):
                 mine = None
         admin = AdminClient(admin_config(self.spec.bootstrap_servers,
-                                         dict(self.spec.kafka_properties)))
+                                         self.client_props))
         deadline = time.monotonic() + wait_s
         seen: dict[str, float] = {}
         while True:
@@ -1142,7 +1211,8 @@ def run(spec: TaskSpec) -> int:
         except Exception:
             log.debug("last status failed", exc_info=True)
         worker.close(outcome.kind is StopKind.CLEAN)
-    reporter.final(outcome.kind, outcome.reason, outcome.detail)
+    reporter.final(outcome.kind, outcome.reason, outcome.detail,
+                   metrics=None if worker is None else worker.metric_fields())
     reporter.close()
     code = exit_code_for(outcome.kind, outcome.reason)
     if _in_spawned_child():

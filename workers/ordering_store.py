@@ -24,7 +24,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-__all__ = ["SqliteOrderingStore", "prefix_upper_bound", "task_state_dir"]
+__all__ = ["IN_MEMORY", "SqliteOrderingStore", "prefix_upper_bound", "task_state_dir"]
+
+IN_MEMORY: Final = ":memory:"
+"""The path of a store kept in a private in-memory sqlite database, no file
+(:meth:`SqliteOrderingStore.in_memory`)."""
 
 _SCAN_PAGE: Final = 256
 _LOAD_CHUNK: Final = 4096
@@ -72,9 +76,11 @@ class SqliteOrderingStore:
     """
 
     def __init__(self, path: str | Path) -> None:
-        """Open (or create) the sqlite file at ``path`` as is. Prefer :meth:`create`."""
+        """Open (or create) the sqlite file at ``path`` as is, or a private in-memory
+        database for :data:`IN_MEMORY`. Prefer :meth:`create` or :meth:`in_memory`."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if str(path) != IN_MEMORY:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=True)
         self._db.execute("PRAGMA journal_mode=MEMORY")
         self._db.execute("PRAGMA synchronous=OFF")
@@ -97,6 +103,12 @@ class SqliteOrderingStore:
         for suffix in ("", "-journal", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         return cls(path)
+
+    @classmethod
+    def in_memory(cls) -> SqliteOrderingStore:
+        """A fresh, empty store in a private in-memory sqlite database (no file): the
+        same store, for hosts that keep no local state, such as ``parsley.testing``."""
+        return cls(IN_MEMORY)
 
     # -- the OrderingStore protocol -------------------------------------------
 

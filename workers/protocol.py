@@ -23,13 +23,25 @@ stalled loop shows as an ageing entry (docs/failing-closed.md, "Diagnosis")::
      "lag": int | None,                       # sum over owned partitions, offsets
      "restore": {"records": int, "position": int, "end": int, "done": bool} | None,
      "delivered": int, "commits": int, "commit_latency_ms": float | None,
+     "metrics": METRICS,
      "rss_bytes": int, "cpu_percent": float}
 
 ``final`` — exactly one, as the worker's last message::
 
     {"kind": "final", "process": str, "task": int, "pid": int, "sent_ms": int,
      "stop_kind": StopKind value, "refusal_reason": Reason name | None,
-     "failure_detail": str | None}
+     "failure_detail": str | None, "metrics": METRICS}   # metrics: absent if none
+
+``METRICS`` — the worker's counters since it started, never decreasing within one
+worker (the coordinator adds up a task's successive workers; docs/operations.md,
+"Metrics")::
+
+    {"received": int, "delivered": int,      # in transactions that committed
+     "commits": int, "aborts": int,          # transactions
+     "transaction_seconds": {"counts": [int, ...], "sum": float},
+     "handler_seconds": {"counts": [int, ...], "sum": float}}
+
+with per-bucket (not cumulative) counts over :mod:`workers.histogram`'s bounds.
 
 Exit codes mirror the stop kind (:data:`EXIT_CODES`), so a worker whose final
 message was lost is still classified; a refusal's exit code also carries its
@@ -69,8 +81,12 @@ STATUS: Final = "status"
 FINAL: Final = "final"
 
 
-class TaskState(enum.Enum):
-    """A running task's lifecycle as its status messages report it."""
+class TaskState(enum.StrEnum):
+    """A running task's lifecycle as its status messages report it.
+
+    A ``str`` enum: each member is its JSON string (``TaskState.RUNNING == "RUNNING"``),
+    and the coordinator's ``TaskStatus.state`` is this same type.
+    """
 
     STARTING = "STARTING"
     """Spawned; building clients and checking identity."""

@@ -92,10 +92,14 @@ class StatusReporter:
         return message
 
     def final(
-        self, stop_kind: StopKind, reason: Reason | None, detail: str | None
+        self, stop_kind: StopKind, reason: Reason | None, detail: str | None,
+        metrics: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Push the ``final`` message (the worker's last)."""
+        """Push the ``final`` message (the worker's last), with the worker's last
+        ``metrics`` field when given (:mod:`workers.protocol`)."""
         message = final_message(self.process, self.task, self.pid, stop_kind, reason, detail)
+        if metrics is not None:
+            message["metrics"] = dict(metrics)
         self._send(message, block=True)
         return message
 

@@ -16,7 +16,7 @@ commits; :meth:`TaskStores.discard` drops them on an abort.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from workers.frame import SerializedWrite
@@ -29,17 +29,21 @@ class TaskStores:
     """The stores of one task: committed values on disk, pending writes in memory.
 
     Args:
-        directory: the task's state directory (``workers.ordering_store.task_state_dir``).
+        directory: the task's state directory (``workers.ordering_store.task_state_dir``),
+            or ``None`` to keep each cache in memory (``parsley.testing``, which has no
+            local state directory).
         names: the declared store names.
 
     Each store is a fresh :class:`SqliteOrderingStore` file ``store-<name>.sqlite``
-    (any previous file is deleted: the cache is never trusted across starts).
+    (any previous file is deleted: the cache is never trusted across starts), or a
+    fresh in-memory one.
     """
 
-    def __init__(self, directory: str | Path, names: Iterable[str]) -> None:
-        self._dir = Path(directory)
+    def __init__(self, directory: str | Path | None, names: Iterable[str]) -> None:
+        self._dir = None if directory is None else Path(directory)
         self._caches: dict[str, SqliteOrderingStore] = {
-            name: SqliteOrderingStore.create(self._dir, f"store-{name}") for name in names
+            name: SqliteOrderingStore.in_memory() if self._dir is None
+            else SqliteOrderingStore.create(self._dir, f"store-{name}") for name in names
         }
         self._pending: dict[str, dict[bytes, bytes | None]] = {n: {} for n in self._caches}
 
@@ -72,6 +76,22 @@ class TaskStores:
         if key in pending:
             return pending[key]
         return self._caches[store_name].get(key)
+
+    def items(self, store_name: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` of store ``store_name`` as :meth:`get` sees it (the open
+        transaction's writes over the committed ones, a delete as absence), ascending
+        by key bytes.
+
+        Raises:
+            KeyError: ``store_name`` is not declared.
+        """
+        pending = self._pending[store_name]
+        merged: dict[bytes, bytes | None] = dict(self._caches[store_name].scan())
+        merged.update(pending)
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not None:
+                yield key, value
 
     # -- the transaction --------------------------------------------------------
 

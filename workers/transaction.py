@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from parsley.engine.channel import Header
 from workers.changelog import write_records
+from workers.histogram import TRANSACTION_BUCKETS_S, BucketCounts
 from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
 from workers.positions import TASK_METADATA
@@ -52,7 +53,10 @@ class TaskTransaction:
     Attributes:
         open: whether a transaction is open.
         commits: transactions committed.
+        aborts: transactions aborted (an abort that found none open is not counted).
         last_commit_ms: duration of the last commit (offsets + flush + commit), ms.
+        durations: each committed transaction's duration, from its begin to its
+            commit's return, s (:mod:`workers.histogram`; docs/operations.md, "Metrics").
     """
 
     def __init__(self, producer: Producer, *, timeout_s: float = 20.0,
@@ -65,7 +69,9 @@ class TaskTransaction:
         self._on_delivery = self.ledger.on_delivery
         self.open = False
         self.commits = 0
+        self.aborts = 0
         self.last_commit_ms: float | None = None
+        self.durations = BucketCounts(TRANSACTION_BUCKETS_S)
         self.opened_at = 0.0
 
     def init(self) -> None:
@@ -233,7 +239,9 @@ class TaskTransaction:
             raise
         self.open = False
         self.commits += 1
-        self.last_commit_ms = (time.monotonic() - started) * 1000.0
+        ended = time.monotonic()
+        self.last_commit_ms = (ended - started) * 1000.0
+        self.durations.observe(ended - self.opened_at)
 
     def abort(self) -> None:
         """Abort the open transaction, if any (nothing written in it becomes visible).
@@ -249,4 +257,5 @@ class TaskTransaction:
                 bounded("abort_transaction"):
             self.producer.abort_transaction(self.timeout_s)
         self.open = False
+        self.aborts += 1
         self.ledger.reset()

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
-import threading
-import time
-from collections.abc import Callable
 from typing import Any, Final
 
 from confluent_kafka import KafkaError
 
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.client_log import RepeatFilter
 
 __all__ = [
     "ADMIN_TIMEOUT_S",
@@ -61,46 +58,6 @@ REACH_TIMEOUT_S: Final = 10.0
 """How long the first metadata request may take before the start says the cluster
 cannot be reached, s (fail fast instead of the 30 s admin timeout)."""
 
-_NUMBERS = re.compile(r"\d+")
-
-
-class RepeatFilter(logging.Filter):
-    """Pass a librdkafka log line the first time; hold its repeats for ``window_s``.
-
-    Lines are the same when they differ only in numbers ("after 0ms", "#producer-1"
-    vs "-2"). A repeat after the window passes with "(N similar line(s) suppressed
-    in the last W s)" appended. A down broker otherwise prints ~20 lines a second.
-
-    Args:
-        window_s: the hold, s.
-        clock: monotonic seconds (tests pass a fake).
-    """
-
-    def __init__(self, window_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self._window_s = window_s
-        self._clock = clock
-        self._seen: dict[str, tuple[float, int]] = {}
-        self._lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = _NUMBERS.sub("#", record.getMessage())
-        now = self._clock()
-        with self._lock:
-            first, held = self._seen.get(key, (None, 0))
-            if first is not None and now - first < self._window_s:
-                self._seen[key] = (first, held + 1)
-                return False
-            self._seen[key] = (now, 0)
-            if len(self._seen) > 1000:
-                self._seen = {key: (now, 0)}
-        if held:
-            record.msg = f"{record.getMessage()} ({held} similar line(s) suppressed in the " \
-                         f"last {self._window_s:g} s)"
-            record.args = ()
-        return True
-
 
 KAFKA_CLIENT_LOG: Final = logging.getLogger("parsley.coordinator.kafka")
 """Where the coordinator's own Kafka clients (admin, bootstrap and inspect consumers)
@@ -119,7 +76,8 @@ def with_client_logger(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def unreachable_message(bootstrap_servers: str, code: str) -> str:
-    """The message for a cluster no broker of which answered (code: a librdkafka name)."""
+    """The message for a cluster no broker of which answered (code: a librdkafka name,
+    or the probe's refusals)."""
     return (f"could not reach the Kafka cluster at {bootstrap_servers} ({code}); check the "
             "address and that the brokers are up, then retry")
 
@@ -128,12 +86,22 @@ def check_reachable(admin: Any, bootstrap_servers: str,
                     timeout_s: float = REACH_TIMEOUT_S) -> None:
     """Fail fast when no broker answers a metadata request within ``timeout_s``.
 
+    First a bare TCP connect to each bootstrap server
+    (:func:`coordinator.bootstrap.probe.probe_refusals`): when every one refuses (or
+    does not resolve), the start fails at once instead of after ``timeout_s``.
+
     Raises:
-        StartError: :func:`unreachable_message` for ``UNREACHABLE_CODES``; other
-            failures name their error.
+        StartError: :func:`unreachable_message` when every server refused the
+            connection (the refusals in parentheses) or for ``UNREACHABLE_CODES``;
+            other failures name their error.
     """
     from confluent_kafka import KafkaException
 
+    from coordinator.bootstrap.probe import probe_refusals
+
+    refusals = probe_refusals(bootstrap_servers)
+    if refusals is not None:
+        raise StartError(unreachable_message(bootstrap_servers, "; ".join(refusals)))
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:

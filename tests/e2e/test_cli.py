@@ -51,7 +51,8 @@ def test_help_explains_each_command(tmp_path: Path) -> None:
     env = dict(os.environ)
     for cmd, phrase in [([], "Exit status"), (["run"], "all-or-nothing"),
                         (["status"], "held counts"), (["stop"], "SIGKILL"),
-                        (["inspect"], "OrderingStateInspector")]:
+                        (["inspect"], "OrderingStateInspector"),
+                        (["reset"], "new causal boundary")]:
         res = _cli([*cmd, "--help"], tmp_path, env)
         assert res.returncode == 0, res.stderr
         assert phrase in " ".join(res.stdout.split()), f"{cmd} --help: {res.stdout}"
@@ -61,7 +62,7 @@ def test_status_without_a_coordinator_exits_7(tmp_path: Path) -> None:
     res = _cli(["status", "--prefix", "nobody", "--state-dir", str(tmp_path), "--timeout", "0.5"],
                tmp_path, dict(os.environ))
     assert res.returncode == ExitCode.NO_COORDINATOR, res.stderr
-    assert "no reply" in res.stderr
+    assert "no coordinator answers" in res.stderr
 
 
 def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
@@ -250,7 +251,7 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
     assert "could not reach the Kafka cluster at 127.0.0.1:9" in res.stderr, res.stderr
     assert "grant Describe" not in res.stderr
     connect_lines = [ln for ln in res.stderr.splitlines() if "Connect to" in ln]
-    assert 1 <= len(connect_lines) <= 2, res.stderr
+    assert len(connect_lines) <= 2, res.stderr  # none when the probe answers first
 
 
 def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
@@ -290,7 +291,7 @@ def test_the_operations_doc_commands_table_uses_real_flags_and_names_the_prefix(
 
     doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     rows = re.findall(r"^\| `parsley-coordinator (\w+) ([^`]*)`", doc, re.MULTILINE)
-    assert sorted(name for name, _ in rows) == ["inspect", "run", "status", "stop"]
+    assert sorted(name for name, _ in rows) == ["inspect", "reset", "run", "status", "stop"]
     for name, usage in rows:
         real = {opt for p in cli.commands[name].params for opt in getattr(p, "opts", [])}
         documented = set(re.findall(r"--[a-z-]+", usage))

@@ -4,8 +4,10 @@ The ``sh`` blocks of the runbooks are extracted, their placeholders filled in
 for a relay process that ``parsley-coordinator run`` is running, and each
 command is run: the Kafka tools through ``parsley-devbroker tool`` (the same
 jars as the broker), ``parsley-coordinator`` through its module, ``rm -rf``
-on the state directory. Each must exit 0. The run ends with the reset steps,
-after which the process's group and changelogs are gone. A meta-check: every
+on the state directory. Each must exit 0. The run ends with the reset: the
+``parsley-coordinator reset`` commands (a dry run that changes nothing, then the
+reset, which records its boundary), then the same steps by hand, after which the
+process's group and changelogs are gone. A meta-check: every
 refusal reason has a runbook on the page.
 """
 
@@ -83,12 +85,13 @@ def test_every_runbook_command_runs_against_the_broker(
     values = {"<servers>": kafka_bootstrap, "<prefix>": prefix, "<process>": "shipper",
               "<app-id>": app_id, "<state.dir>": str(state_dir), "<topic>": src.name,
               "<partition>": "0", "<position>": "0", "<bytes>": "2097152",
-              "<longer>": "604800000"}
+              "<longer>": "604800000", "<app>": "rbapp:processes"}
     run = subprocess.Popen([*CLI, "run", "rbapp:processes", "--bootstrap-servers",
                             kafka_bootstrap, "--prefix", prefix, "--state-dir", str(state_dir)],
                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     ran: list[str] = []
+    outputs: dict[str, str] = {}
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -132,7 +135,12 @@ def test_every_runbook_command_runs_against_the_broker(
                     break
                 time.sleep(2)
             assert not failed, f"{command}\nexit {res.returncode}\n{res.stdout}\n{res.stderr}"
+            if argv[:2] == ["parsley-coordinator", "reset"] and "--dry-run" not in argv:
+                # The reset ran: the changelogs are gone before the manual steps run.
+                assert describe_topic(kafka_admin, ordering_changelog(prefix, "shipper")) \
+                    is None
             ran.append(command)
+            outputs[command] = res.stdout
         run.communicate(timeout=60)
         assert run.returncode == 0, "run returns 0 after parsley-coordinator stop"
     finally:
@@ -140,6 +148,10 @@ def test_every_runbook_command_runs_against_the_broker(
             run.terminate()
             run.communicate(timeout=60)
     assert any(c.startswith("parsley-coordinator inspect") for c in ran)
+    resets = [c for c in ran if c.startswith("parsley-coordinator reset")]
+    assert [("--dry-run" in c) for c in resets] == [True, False], resets
+    assert "dry run: nothing changed" in outputs[resets[0]]
+    assert "boundary recorded in" in outputs[resets[1]]
     assert describe_topic(kafka_admin, ordering_changelog(prefix, "shipper")) is None
     assert describe_topic(kafka_admin, f"{app_id}-inventory-changelog") is None
     assert not (state_dir / app_id).exists()

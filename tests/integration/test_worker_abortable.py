@@ -92,8 +92,19 @@ def test_a_transaction_timed_out_by_the_broker_stops_substrate_and_a_restart_res
                            and m["lag"] == 0 and m["held_total"] == 0
                            and m["state"] == "RUNNING", timeout_s=90)
         assert stop_worker(again) == EXIT_CODES[StopKind.CLEAN]
+        last = collector.final(again.pid)
     finally:
         collector.close()
     seen = [orjson.loads(r.value) for r in read_committed(kafka_bootstrap, out.name)]
     assert [s["off"] for s in seen] == list(range(N))
     assert [s["n"] for s in seen] == list(range(1, N + 1))
+    # The metrics count what committed transactions carry: the timed-out transaction's
+    # deliveries are not counted by the first worker, and the two workers' figures add up
+    # to each record once (docs/operations.md, "Metrics").
+    first, second = final["metrics"], last["metrics"]
+    assert first["delivered"] == len(committed)
+    assert first["delivered"] + second["delivered"] == N
+    assert first["received"] + second["received"] == N
+    assert second["commits"] >= 1
+    for m in (first, second):
+        assert sum(m["transaction_seconds"]["counts"]) == m["commits"]

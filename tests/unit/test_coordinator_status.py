@@ -62,3 +62,36 @@ def test_a_malformed_report_raises_what_the_supervisor_logs() -> None:
                 {k: v for k, v in REPORT.items() if k != "pid"}):
         with pytest.raises((KeyError, TypeError, ValueError)):
             task_status_from_report(bad, age_ms=0, status_interval_ms=200)
+
+
+def test_task_and_process_states_are_str_enums_that_keep_the_json_strings() -> None:
+    from coordinator.status import ProcessStatus, TaskState
+
+    entry = task_status_from_report(REPORT, age_ms=0, status_interval_ms=200)
+    assert entry.state is TaskState.RUNNING and entry.to_json()["state"] == "RUNNING"
+    proc = ProcessStatus(ProcessState.RUNNING, None, None, (entry,))
+    assert isinstance(proc.state, str) and isinstance(entry.state, str)
+    assert proc.to_json()["state"] == "RUNNING" and entry.state == "RUNNING"
+    assert ProcessStatus.from_json(proc.to_json()).tasks[0].state is TaskState.RUNNING
+    with pytest.raises(ValueError):
+        TaskStatus.from_json({**entry.to_json(), "state": "DANCING"})
+
+
+def test_caught_up_is_running_fresh_lag_zero_and_nothing_held() -> None:
+    from dataclasses import replace
+
+    from coordinator.status import ProcessStatus, TaskState
+
+    done = replace(task_status_from_report(REPORT, age_ms=0, status_interval_ms=200),
+                   held=(), lag=0)
+    assert done.caught_up and done.to_json()["caught_up"] is True
+    for not_yet in (replace(done, lag=None), replace(done, lag=1), replace(done, stale=True),
+                    replace(done, state=TaskState.RESTORING),
+                    task_status_from_report(REPORT, age_ms=0, status_interval_ms=200)):
+        assert not not_yet.caught_up, not_yet
+    behind = replace(done, task=2, lag=4)
+    assert ProcessStatus(ProcessState.RUNNING, None, None, (done,)).caught_up
+    assert not ProcessStatus(ProcessState.RUNNING, None, None, (done, behind)).caught_up
+    assert not ProcessStatus(ProcessState.STARTING, None, None, (done,)).caught_up
+    assert not ProcessStatus(ProcessState.RUNNING, None, None, ()).caught_up
+    assert ProcessStatus(ProcessState.RUNNING, None, None, (done,)).to_json()["caught_up"]

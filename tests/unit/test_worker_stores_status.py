@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import orjson
+import pytest
 import zmq
 
 from parsley.refusals import Reason
@@ -43,6 +44,21 @@ def test_a_new_task_stores_never_trusts_the_previous_cache(tmp_path: Path) -> No
     again = TaskStores(tmp_path, ["s"])
     assert again.get("s", b"k") is None  # rebuilt from the changelog only
     again.close()
+
+
+def test_in_memory_task_stores_keep_no_file_and_list_what_get_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    stores = TaskStores(None, ["s"])  # parsley.testing's stores
+    stores.apply([SerializedWrite("s", b"b", b"1"), SerializedWrite("s", b"a", b"2")])
+    stores.committed()
+    stores.apply([SerializedWrite("s", b"c", b"3"), SerializedWrite("s", b"b", None)])
+    assert list(stores.items("s")) == [(b"a", b"2"), (b"c", b"3")]  # ascending, pending first
+    stores.discard()
+    assert list(stores.items("s")) == [(b"a", b"2"), (b"b", b"1")]
+    stores.close()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_status_and_final_messages_have_the_protocol_shape() -> None:
