@@ -1223,10 +1223,10 @@ impl EngineCore {
     fn deliver_batch<'py>(
         &mut self,
         py: Python<'py>,
-        limit: usize,
+        limit: i64,
     ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        while out.len() < limit {
+        while (out.len() as i64) < limit {
             let (r, q, body) = match self.deliver_one(py)? {
                 Some((r, q, body)) => (r, q, body),
                 None => break,
