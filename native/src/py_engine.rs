@@ -1250,10 +1250,10 @@ impl EngineCore {
         if self.stamp_version {
             out.append((PyBytes::new(py, b"v"), PyBytes::new(py, b"\x01")))?;
         }
-        let order = std::mem::take(&mut self.body_order);
-        let mut bodies = std::mem::take(&mut self.bodies);
+        // Drained, not replaced: the maps keep their capacity from commit to commit.
+        let order: Vec<(usize, i64)> = self.body_order.drain(..).collect();
         for (r, q) in order {
-            let body = match bodies.remove(&(r, q)) {
+            let body = match self.bodies.remove(&(r, q)) {
                 Some(body) => body,
                 None => continue,
             };
