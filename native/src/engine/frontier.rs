@@ -150,3 +150,66 @@ impl FrontierEncoding {
         self.moved.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{encode_causes, encoded_size};
+    use std::collections::BTreeMap;
+
+    fn ch(topic: u8, partition: i32) -> Channel {
+        let mut id = [0u8; 16];
+        id[15] = topic;
+        id[0] = topic.wrapping_mul(37);
+        Channel::new(id, partition)
+    }
+
+    /// The kept bytes and size equal a fresh canonical encoding after every change.
+    #[test]
+    fn patched_bytes_and_size_equal_a_fresh_encoding() {
+        let mut enc = FrontierEncoding::default();
+        let mut frontier: BTreeMap<Channel, i64> = BTreeMap::new();
+        let mut seed = 7u64;
+        for step in 0..2_000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let c = ch((seed >> 33) as u8 % 9 + 1, ((seed >> 45) % 200) as i32);
+            let p = ((seed >> 20) % 1_000_000) as i64;
+            match frontier.get(&c).copied() {
+                None => {
+                    frontier.insert(c, p);
+                    enc.added(&c);
+                }
+                Some(old) if p > old => {
+                    frontier.insert(c, p);
+                    enc.moved.push(c);
+                }
+                Some(_) if step % 7 == 0 => {
+                    frontier.remove(&c);
+                    enc.removed(&c);
+                }
+                Some(_) => {}
+            }
+            let entries: Vec<(Channel, i64)> = frontier.iter().map(|(c, p)| (*c, *p)).collect();
+            assert_eq!(enc.size(), encoded_size(&entries));
+            if step % 3 == 0 {
+                enc.refresh(frontier.iter().map(|(c, p)| (c, *p)), |c| frontier[c]);
+                assert_eq!(enc.bytes(), encode_causes(&entries).as_slice());
+            }
+        }
+    }
+
+    #[test]
+    fn trim_forgets_moves_and_re_encodes() {
+        let mut enc = FrontierEncoding::default();
+        let a = ch(1, 0);
+        enc.added(&a);
+        enc.refresh(std::iter::once((&a, 5)), |_| 5);
+        for _ in 0..3 {
+            enc.moved.push(a);
+        }
+        enc.trim(1);
+        assert!(enc.moved.is_empty());
+        assert!(enc.refresh(std::iter::once((&a, 9)), |_| 9));
+        assert_eq!(enc.bytes(), encode_causes(&[(a, 9)]).as_slice());
+    }
+}

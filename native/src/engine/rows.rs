@@ -81,3 +81,39 @@ pub fn encode_held(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_tag_channel_position_big_endian() {
+        let mut id = [0u8; 16];
+        id[15] = 0x0b;
+        let c = Channel::new(id, 2);
+        let key = held_key(&c, 258);
+        assert_eq!(key[0], b'h');
+        assert_eq!(&key[1..17], &id);
+        assert_eq!(&key[17..21], &[0, 0, 0, 2]);
+        assert_eq!(&key[21..29], &[0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(channel_key(TAG_FED, &c)[..], key[..21].iter().enumerate()
+            .map(|(i, b)| if i == 0 { b'f' } else { *b }).collect::<Vec<u8>>()[..]);
+    }
+
+    /// The byte layout docs/model.md gives for a held blob, with both null flags.
+    #[test]
+    fn held_blob_layout() {
+        let blob = encode_held(5, None, Some(b"v"), &[(b"x", None)], &[]);
+        let mut want = vec![1u8];
+        want.extend_from_slice(&5i64.to_be_bytes());
+        want.push(1); // key null
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.push(b'v');
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.push(b'x');
+        want.extend_from_slice(&(-1i32).to_be_bytes());
+        want.extend_from_slice(&0i32.to_be_bytes());
+        assert_eq!(blob, want);
+    }
+}
