@@ -27,6 +27,7 @@ use crate::engine::frontier::FrontierEncoding;
 use crate::engine::fx::{FxMap, FxSet};
 use crate::engine::ordered::{OrderedMap, OrderedSet};
 use crate::engine::rows;
+use crate::state_codec;
 use crate::wire::{decode_causes, Channel, TopicId};
 
 /// `FED_TO_END` (Java `Long.MAX_VALUE`): a channel whose topic is confirmed deleted.
@@ -75,14 +76,13 @@ impl Body {
     }
 }
 
-/// Python objects the engine calls: refusals, detail rendering, the held-blob decoder.
+/// Python objects the engine calls: refusals and detail rendering.
 struct Refs {
     error: PyObject,
     reason: PyObject,
     describe_channel: PyObject,
     describe_key: PyObject,
     cached_channel: PyObject,
-    decode_held: PyObject,
     deliverable: PyObject,
     accepted: PyObject,
     dropped: PyObject,
@@ -389,7 +389,8 @@ impl EngineCore {
         }
     }
 
-    /// A held body from the store, decoded by `parsley.engine.state_codec.decode_held`.
+    /// A held body from the store, decoded by `crate::state_codec::decode_held` (the same
+    /// checks and diagnoses as `parsley.engine.state_codec.decode_held`).
     fn load(&mut self, py: Python<'_>, r: usize, q: i64) -> PyResult<Body> {
         if let Some((lr, lq, body)) = &self.loaded {
             if *lr == r && *lq == q {
@@ -409,20 +410,29 @@ impl EngineCore {
             );
             return Err(self.refuse(py, "UNKNOWN_ORDERING_STATE_FORMAT", detail));
         }
-        let held = self.refs().decode_held.bind(py).call1((blob,))?;
-        let mut causes = Vec::new();
-        for pair in held.getattr(intern!(py, "causes"))?.try_iter()? {
-            let pair = pair?;
-            let c = channel_of(&pair.get_item(0)?)
-                .ok_or_else(|| PyValueError::new_err("held cause is not a channel"))?;
-            causes.push((c, pair.get_item(1)?.extract::<i64>()?));
+        let blob = bytes_of(&blob)?;
+        let held = match state_codec::decode_held(blob.as_bytes()) {
+            Ok(held) => held,
+            Err(diagnosis) => {
+                return Err(self.refuse(py, "UNKNOWN_ORDERING_STATE_FORMAT", diagnosis));
+            }
+        };
+        let optional = |v: Option<&[u8]>| -> PyObject {
+            match v {
+                Some(b) => PyBytes::new(py, b).into_any().unbind(),
+                None => py.None(),
+            }
+        };
+        let mut headers = Vec::with_capacity(held.headers.len());
+        for (k, v) in &held.headers {
+            headers.push((PyString::new(py, k), optional(*v)).into_pyobject(py)?);
         }
         let body = Body {
-            ts: held.getattr(intern!(py, "timestamp_ms"))?.extract()?,
-            key: held.getattr(intern!(py, "key"))?.unbind(),
-            value: held.getattr(intern!(py, "value"))?.unbind(),
-            headers: held.getattr(intern!(py, "headers"))?.unbind(),
-            causes: causes.into(),
+            ts: held.timestamp_ms,
+            key: optional(held.key),
+            value: optional(held.value),
+            headers: PyTuple::new(py, headers)?.into_any().unbind(),
+            causes: held.causes.into(),
         };
         self.loaded = Some((r, q, body.clone_ref(py)));
         Ok(body)
@@ -950,7 +960,6 @@ impl EngineCore {
         let refusals = py.import("parsley.refusals")?;
         let channel = py.import("parsley.engine.channel")?;
         let wire = py.import("parsley.wire")?;
-        let sc = py.import("parsley.engine.state_codec")?;
         let engine = py.import("parsley.engine.engine")?;
         let outcome = engine.getattr("FeedOutcome")?;
         self.refs = Some(Refs {
@@ -959,7 +968,6 @@ impl EngineCore {
             describe_channel: channel.getattr("describe_channel")?.unbind(),
             describe_key: channel.getattr("describe_key")?.unbind(),
             cached_channel: wire.getattr("cached_channel")?.unbind(),
-            decode_held: sc.getattr("decode_held")?.unbind(),
             deliverable: channel.getattr("DeliverableMessage")?.unbind(),
             accepted: outcome.getattr("ACCEPTED")?.unbind(),
             dropped: outcome.getattr("DUPLICATE_DROPPED")?.unbind(),
