@@ -404,6 +404,24 @@ def test_a_held_head_absent_from_the_store_is_refused() -> None:
         f"held message at {at(B, 1)} is in the hold-back buffer but absent from the store. ")
 
 
+def test_a_held_head_corrupted_in_the_store_is_refused_with_the_codecs_diagnosis() -> None:
+    store = InMemoryOrderingStore()
+    e = engine(store)
+    e.receive(msg(B, 0, {A: 0}))
+    e.take_deltas()
+    copy = InMemoryOrderingStore(store.items())
+    e2 = engine(copy)  # restored and validated; then the blob is damaged under it
+    blob = copy.get(sc.held_key(B, 0))
+    assert blob is not None
+    copy.put(sc.held_key(B, 0), blob[:-3])
+    e2.receive(msg(A, 0))
+    err = refusal(e2.deliver_next)  # the decision reads B@0's causes from its blob
+    assert err.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
+    with pytest.raises(ParsleyFailClosedError) as codec:
+        sc.decode_held(blob[:-3])
+    assert err.detail == codec.value.detail and err.detail.startswith("corrupt held blob: ")
+
+
 # ------------------------------------------------------------------ restore
 
 
