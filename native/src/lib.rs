@@ -3,16 +3,25 @@
 //! The pure-Python modules (`parsley/wire.py`, `parsley/engine/`) are the reference
 //! implementation; this crate implements the same API with byte-identical headers and
 //! ordering-state records (docs/wire-format.md, docs/model.md "The stored form").
-//! `parsley/engine/__init__.py` chooses between them (`PARSLEY_ENGINE`).
+//! `parsley/native.py` chooses between them (`PARSLEY_ENGINE`).
+//!
+//! Pure-Rust modules carry no PyO3 and are tested with `cargo test --no-default-features`;
+//! the PyO3 wrappers (`py_*`) and the `#[pymodule]` compile only with the default feature
+//! `python`, which setuptools-rust builds.
 
+pub mod wire;
+
+#[cfg(feature = "python")]
 use pyo3::prelude::*;
 
 /// The crate's version, for `parsley._native.version()`.
+#[cfg(feature = "python")]
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+#[cfg(feature = "python")]
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
