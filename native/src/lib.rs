@@ -9,6 +9,7 @@
 //! the PyO3 wrappers (`py_*`) and the `#[pymodule]` compile only with the default feature
 //! `python`, which setuptools-rust builds.
 
+pub mod state_codec;
 pub mod wire;
 
 #[cfg(feature = "python")]

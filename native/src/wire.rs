@@ -181,7 +181,10 @@ pub fn decode_causes_into<S: CausesSink>(data: &[u8], sink: &mut S) -> Result<()
         }
         if let Some(prev) = previous {
             if raw <= prev {
-                return Err(format!("topics not strictly ascending at {}", UuidText(topic)));
+                return Err(format!(
+                    "topics not strictly ascending at {}",
+                    UuidText(topic)
+                ));
             }
         }
         previous = Some(raw);
@@ -232,7 +235,10 @@ pub fn decode_causes_into<S: CausesSink>(data: &[u8], sink: &mut S) -> Result<()
         }
     }
     if i != n {
-        return Err(format!("{} trailing bytes after {topics} topic groups", n - i));
+        return Err(format!(
+            "{} trailing bytes after {topics} topic groups",
+            n - i
+        ));
     }
     Ok(())
 }
@@ -298,7 +304,10 @@ pub fn encode_error(causes: &[(Channel, i64)]) -> Option<String> {
         ));
     }
     if let Some((channel, _)) = causes.iter().find(|c| c.0.partition < 0) {
-        return Some(format!("partition must be in 0..2^31-1, got {}", channel.partition));
+        return Some(format!(
+            "partition must be in 0..2^31-1, got {}",
+            channel.partition
+        ));
     }
     None
 }
@@ -346,7 +355,10 @@ fn topic_count(causes: &[(Channel, i64)]) -> usize {
     if causes.is_empty() {
         return 0;
     }
-    1 + causes.windows(2).filter(|w| w[0].0.topic != w[1].0.topic).count()
+    1 + causes
+        .windows(2)
+        .filter(|w| w[0].0.topic != w[1].0.topic)
+        .count()
 }
 
 /// Exact length in bytes of [`encode_causes`] for `causes` (in channel order).
@@ -461,33 +473,52 @@ mod tests {
              is beyond any position a channel can assign"
         );
         assert_eq!(
-            err("0102 00000000000000010000000000000002 01 00 0000000000000001
-                 00000000000000010000000000000001 01 00 0000000000000001"),
+            err(
+                "0102 00000000000000010000000000000002 01 00 0000000000000001
+                 00000000000000010000000000000001 01 00 0000000000000001"
+            ),
             "topics not strictly ascending at 00000000-0000-0001-0000-000000000001"
         );
         assert_eq!(
-            err("0102 00000000000000010000000000000002 01 00 0000000000000001
-                 00000000000000010000000000000002 01 00 0000000000000001"),
+            err(
+                "0102 00000000000000010000000000000002 01 00 0000000000000001
+                 00000000000000010000000000000002 01 00 0000000000000001"
+            ),
             "topics not strictly ascending at 00000000-0000-0001-0000-000000000002"
         );
     }
 
     #[test]
     fn varint_refusals() {
-        assert_eq!(err("01 8080808010"), "topic count varint exceeds the non-negative int range");
-        assert_eq!(err("01 ffffffff08"), "topic count varint exceeds the non-negative int range");
-        assert_eq!(err("01 ffffffff87"), "topic count varint exceeds the non-negative int range");
+        assert_eq!(
+            err("01 8080808010"),
+            "topic count varint exceeds the non-negative int range"
+        );
+        assert_eq!(
+            err("01 ffffffff08"),
+            "topic count varint exceeds the non-negative int range"
+        );
+        assert_eq!(
+            err("01 ffffffff87"),
+            "topic count varint exceeds the non-negative int range"
+        );
         assert_eq!(err("01 8000"), "non-minimal varint in topic count");
         assert_eq!(err("01 ff"), TRUNCATED);
         // 2^31-1 topics: legal count, runs out of bytes.
         assert_eq!(err("01 ffffffff07"), TRUNCATED);
         let t = "00000000000000010000000000000001";
-        assert_eq!(err(&format!("0101 {t} 8000")), "non-minimal varint in partition count");
+        assert_eq!(
+            err(&format!("0101 {t} 8000")),
+            "non-minimal varint in partition count"
+        );
         assert_eq!(
             err(&format!("0101 {t} 8080808008")),
             "partition count varint exceeds the non-negative int range"
         );
-        assert_eq!(err(&format!("0101 {t} 01 8100")), "non-minimal varint in partition");
+        assert_eq!(
+            err(&format!("0101 {t} 01 8100")),
+            "non-minimal varint in partition"
+        );
         assert_eq!(
             err(&format!("0101 {t} 01 ffffffff0f")),
             "partition varint exceeds the non-negative int range"
@@ -520,11 +551,16 @@ mod tests {
         // Partition order is judged before the position is read.
         assert_eq!(
             err(&format!("0101 {t} 02 05 0000000000000001 05")),
-            format!("partitions not strictly ascending at {}-5", UuidText(&topic(1)))
+            format!(
+                "partitions not strictly ascending at {}-5",
+                UuidText(&topic(1))
+            )
         );
         // Zero topic judged before order, order before partition count.
         assert_eq!(
-            err(&format!("0102 {t} 01 00 0000000000000001 00000000000000000000000000000000")),
+            err(&format!(
+                "0102 {t} 01 00 0000000000000001 00000000000000000000000000000000"
+            )),
             "zero topic id at group 1; the substrate never assigns it to a channel"
         );
     }
@@ -550,7 +586,9 @@ mod tests {
             assert_eq!(decode_causes(&bytes).unwrap(), causes);
         }
         // 130 partitions: a two-byte partition count.
-        let causes: Vec<_> = (0..130).map(|p| (Channel::new(topic(1), p), p as i64)).collect();
+        let causes: Vec<_> = (0..130)
+            .map(|p| (Channel::new(topic(1), p), p as i64))
+            .collect();
         let bytes = encode_causes(&causes);
         assert_eq!(bytes.len(), encoded_size(&causes));
         assert_eq!(&bytes[18..20], &[0x82, 0x01]);
@@ -563,7 +601,10 @@ mod tests {
         assert_eq!(encode_error(&[(c(0), 0), (c(1), FED_TO_END - 1)]), None);
         assert_eq!(
             encode_error(&[(c(0), 5), (c(1), -3), (c(2), FED_TO_END)]).unwrap(),
-            format!("position -3 on {} cannot be encoded: it must be in 0..2^63-2", c(1))
+            format!(
+                "position -3 on {} cannot be encoded: it must be in 0..2^63-2",
+                c(1)
+            )
         );
         assert_eq!(
             encode_error(&[(c(0), 5), (c(2), FED_TO_END)]).unwrap(),
@@ -603,7 +644,10 @@ mod tests {
                     let mut id = [0u8; 16];
                     id[0] = 1 + (k % 3) as u8;
                     let partition = [0, 1, 127, 128, 300, 16384, 1 << 28, i32::MAX][k % 8];
-                    (Channel::new(id, partition), (rng.next() >> 1) as i64 % FED_TO_END)
+                    (
+                        Channel::new(id, partition),
+                        (rng.next() >> 1) as i64 % FED_TO_END,
+                    )
                 })
                 .collect();
             causes.sort();
