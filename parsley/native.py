@@ -29,7 +29,7 @@ import os
 from types import ModuleType
 from typing import Final, Literal
 
-__all__ = ["ENGINE", "ENV_VAR", "NATIVE", "NATIVE_IMPORT_ERROR"]
+__all__ = ["BUILT", "ENGINE", "ENV_VAR", "NATIVE", "NATIVE_IMPORT_ERROR"]
 
 ENV_VAR: Final = "PARSLEY_ENGINE"
 """The environment variable choosing the implementation: ``native`` or ``python``."""
@@ -84,3 +84,7 @@ ENGINE: Final[Literal["native", "python"]] = (
 
 NATIVE: Final[ModuleType | None] = _module if ENGINE == "native" else None
 """The extension module ``parsley._native`` when :data:`ENGINE` is ``"native"``, else ``None``."""
+
+BUILT: Final[ModuleType | None] = _module
+"""The extension module when it imports, whichever engine was chosen (differential tests,
+benchmarks and cache clearing use it); ``None`` when it is not built."""

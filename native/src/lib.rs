@@ -13,6 +13,9 @@ pub mod state_codec;
 pub mod wire;
 
 #[cfg(feature = "python")]
+pub mod py_wire;
+
+#[cfg(feature = "python")]
 use pyo3::prelude::*;
 
 /// The crate's version, for `parsley._native.version()`.
@@ -26,5 +29,6 @@ fn version() -> &'static str {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    py_wire::register(m)?;
     Ok(())
 }
