@@ -13,6 +13,8 @@ pub mod state_codec;
 pub mod wire;
 
 #[cfg(feature = "python")]
+pub mod py_state_codec;
+#[cfg(feature = "python")]
 pub mod py_wire;
 
 #[cfg(feature = "python")]
@@ -30,5 +32,6 @@ fn version() -> &'static str {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     py_wire::register(m)?;
+    py_state_codec::register(m)?;
     Ok(())
 }

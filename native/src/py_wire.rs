@@ -342,7 +342,7 @@ pub fn encode_causes<'py>(
             if entries.is_empty() {
                 return Ok(PyBytes::new(py, &wire::EMPTY_CAUSES).into_any());
             }
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            entries.sort_unstable_by_key(|e| e.0);
             return Ok(PyBytes::new(py, &wire::encode_causes(&entries)).into_any());
         }
     }
@@ -367,7 +367,7 @@ pub fn encoded_size<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     if let Some(mut entries) = extract_causes(py, causes)? {
         if wire::encode_error(&entries).is_none() {
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            entries.sort_unstable_by_key(|e| e.0);
             return Ok(wire::encoded_size(&entries).into_pyobject(py)?.into_any());
         }
     }
