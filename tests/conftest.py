@@ -34,6 +34,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from parsley import wire
+from parsley.engine import state_codec
+from tests.codec_impls import ALL as ALL_CODECS
+from tests.codec_impls import STATE_FUNCTIONS, WIRE_FUNCTIONS, Codecs
 from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from tests.kafka_support import create_topic as _create_topic
 
@@ -225,6 +229,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
+
+
+@pytest.fixture(params=[c.name for c in ALL_CODECS])
+def codecs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Codecs:
+    """Run the test once per codec implementation (the Python reference, and the Rust
+    codec when built): ``parsley.wire``'s and ``parsley.engine.state_codec``'s public codec
+    functions are that implementation's for the test's duration. Use with
+    ``pytestmark = pytest.mark.usefixtures("codecs")``; returns the implementation."""
+    chosen = next(c for c in ALL_CODECS if c.name == request.param)
+    for name in WIRE_FUNCTIONS:
+        monkeypatch.setattr(wire, name, getattr(chosen, name))
+    for name in STATE_FUNCTIONS:
+        monkeypatch.setattr(state_codec, name, getattr(chosen, name))
+    return chosen
 
 
 _SKIPPED: list[str] = []

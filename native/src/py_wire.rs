@@ -213,6 +213,20 @@ pub fn clear_channel_cache() {
     drop(old);
 }
 
+/// channel_cache_size()
+/// --
+///
+/// ``(topics, channels, objects)`` the channel cache holds now (each bounded: 4,096
+/// topics, 65,536 channels, 65,536 reverse entries), for tests.
+#[pyfunction]
+pub fn channel_cache_size() -> (usize, usize, usize) {
+    with_cache(|c| {
+        let held: usize = c.topics.values().map(|t| t.channels.len()).sum();
+        debug_assert_eq!(held, c.channels);
+        (c.topics.len(), held, c.by_object.len())
+    })
+}
+
 /// The bytes of a header value: borrowed from `bytes`, copied from any other buffer (as
 /// `bytes(value)` in the reference).
 fn with_value<R>(
@@ -433,6 +447,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_causes, m)?)?;
     m.add_function(wrap_pyfunction!(encoded_size, m)?)?;
     m.add_function(wrap_pyfunction!(clear_channel_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(channel_cache_size, m)?)?;
     m.add_function(wrap_pyfunction!(decode_count, m)?)?;
     m.add_function(wrap_pyfunction!(bench_decode, m)?)?;
     m.add_function(wrap_pyfunction!(bench_encode, m)?)?;
