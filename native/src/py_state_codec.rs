@@ -20,6 +20,17 @@ static ORDERING_IMAGE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static REFERENCE_ENCODE_HELD: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static UUID_TYPE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 
+/// The value of a `Result`, or `Ok(None)` from the enclosing function (the reference
+/// decides).
+macro_rules! or_none {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(_) => return Ok(None),
+        }
+    };
+}
+
 const MODULE: &str = "parsley.engine.state_codec";
 
 /// `UNKNOWN_ORDERING_STATE_FORMAT` with `detail`.
@@ -122,12 +133,9 @@ fn held_parts<'py>(
         Vec<(Channel, i64)>,
     )>,
 > {
-    let Ok(timestamp) = m
+    let timestamp = or_none!(m
         .getattr(pyo3::intern!(py, "timestamp_ms"))?
-        .extract::<i64>()
-    else {
-        return Ok(None);
-    };
+        .extract::<i64>());
     let bytes_or_none = |v: Bound<'py, PyAny>| -> Result<Option<Bound<'py, PyBytes>>, ()> {
         if v.is_none() {
             Ok(None)
@@ -135,32 +143,39 @@ fn held_parts<'py>(
             v.downcast_into::<PyBytes>().map(Some).map_err(|_| ())
         }
     };
-    let Ok(key) = bytes_or_none(m.getattr(pyo3::intern!(py, "key"))?) else {
+    let key = or_none!(bytes_or_none(m.getattr(pyo3::intern!(py, "key"))?));
+    let value = or_none!(bytes_or_none(m.getattr(pyo3::intern!(py, "value"))?));
+    // Only tuples and lists: a one-pass iterable consumed here would reach the reference
+    // empty.
+    let sequence =
+        |v: Bound<'py, PyAny>| v.is_instance_of::<PyTuple>() || v.is_instance_of::<PyList>();
+    let raw_headers = m.getattr(pyo3::intern!(py, "headers"))?;
+    let raw_causes = m.getattr(pyo3::intern!(py, "causes"))?;
+    if !sequence(raw_headers.clone()) || !sequence(raw_causes.clone()) {
         return Ok(None);
-    };
-    let Ok(value) = bytes_or_none(m.getattr(pyo3::intern!(py, "value"))?) else {
-        return Ok(None);
-    };
+    }
     let mut headers = Vec::new();
-    for h in m.getattr(pyo3::intern!(py, "headers"))?.try_iter()? {
+    for h in raw_headers.try_iter()? {
         let h = h?;
-        let (Ok(k), Ok(v)) = (h.get_item(0), h.get_item(1)) else {
+        let k = or_none!(h.get_item(0));
+        let v = or_none!(h.get_item(1));
+        if h.len().ok() != Some(2) {
             return Ok(None);
-        };
-        let (Ok(k), Ok(v)) = (k.downcast_into::<PyString>(), bytes_or_none(v)) else {
-            return Ok(None);
-        };
+        }
+        let k = or_none!(k.downcast_into::<PyString>());
+        let v = or_none!(bytes_or_none(v));
         headers.push((k, v));
     }
     let mut causes = Vec::new();
-    for c in m.getattr(pyo3::intern!(py, "causes"))?.try_iter()? {
+    for c in raw_causes.try_iter()? {
         let c = c?;
-        let (Ok(ch), Ok(p)) = (c.get_item(0), c.get_item(1)) else {
+        if c.len().ok() != Some(2) {
             return Ok(None);
-        };
-        let (Ok(ch), Ok(p)) = (channel_of_object(py, &ch), p.extract::<i64>()) else {
-            return Ok(None);
-        };
+        }
+        let ch = or_none!(c.get_item(0));
+        let p = or_none!(c.get_item(1));
+        let ch = or_none!(channel_of_object(py, &ch));
+        let p = or_none!(p.extract::<i64>());
         causes.push((ch, p));
     }
     Ok(Some((timestamp, key, value, headers, causes)))
@@ -173,7 +188,7 @@ fn held_parts<'py>(
 /// :func:`parsley.engine.state_codec.reference_encode_held`: same bytes, same errors).
 #[pyfunction]
 pub fn encode_held<'py>(py: Python<'py>, m: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if let Some((timestamp, key, value, headers, causes)) = held_parts(py, m)? {
+    if let Ok(Some((timestamp, key, value, headers, causes))) = held_parts(py, m) {
         let mut texts: Vec<(&str, Option<&[u8]>)> = Vec::with_capacity(headers.len());
         let mut ok = true;
         for (k, v) in &headers {

@@ -318,10 +318,10 @@ fn extract_causes(
     if let Ok(d) = causes.downcast::<PyDict>() {
         out.reserve(d.len());
         for (k, v) in d.iter() {
-            let (Ok(ch), Ok(p)) = (channel_of_object(py, &k), v.extract::<i64>()) else {
-                return Ok(None);
-            };
-            out.push((ch, p));
+            match (channel_of_object(py, &k), v.extract::<i64>()) {
+                (Ok(ch), Ok(p)) => out.push((ch, p)),
+                _ => return Ok(None),
+            }
         }
         return Ok(Some(out));
     }
@@ -330,13 +330,14 @@ fn extract_causes(
         .try_iter()?
     {
         let item = item?;
-        let (Ok(k), Ok(v)) = (item.get_item(0), item.get_item(1)) else {
-            return Ok(None);
+        let (k, v) = match (item.get_item(0), item.get_item(1)) {
+            (Ok(k), Ok(v)) => (k, v),
+            _ => return Ok(None),
         };
-        let (Ok(ch), Ok(p)) = (channel_of_object(py, &k), v.extract::<i64>()) else {
-            return Ok(None);
-        };
-        out.push((ch, p));
+        match (channel_of_object(py, &k), v.extract::<i64>()) {
+            (Ok(ch), Ok(p)) => out.push((ch, p)),
+            _ => return Ok(None),
+        }
     }
     Ok(Some(out))
 }
@@ -408,6 +409,15 @@ pub fn decode_count(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<usize>
     })
 }
 
+/// An identity the optimizer cannot see through (`std::hint::black_box` needs Rust 1.66;
+/// the crate builds with Debian 12's 1.63).
+fn opaque<T>(x: T) -> T {
+    // SAFETY: reads a valid, initialized value once and forgets the original.
+    let y = unsafe { std::ptr::read_volatile(&x) };
+    std::mem::forget(x);
+    y
+}
+
 /// bench_decode(value, rounds, /)
 /// --
 ///
@@ -420,9 +430,8 @@ pub fn bench_decode(py: Python<'_>, value: &Bound<'_, PyBytes>, rounds: u32) -> 
     let start = std::time::Instant::now();
     for _ in 0..rounds {
         entries.clear();
-        wire::decode_causes_into(std::hint::black_box(data), &mut entries)
-            .map_err(|d| undecodable(py, &d))?;
-        std::hint::black_box(&entries);
+        wire::decode_causes_into(opaque(data), &mut entries).map_err(|d| undecodable(py, &d))?;
+        opaque(&entries);
     }
     Ok(start.elapsed().as_nanos() as f64 / rounds.max(1) as f64)
 }
@@ -436,7 +445,7 @@ pub fn bench_encode(py: Python<'_>, value: &Bound<'_, PyBytes>, rounds: u32) -> 
     let entries = wire::decode_causes(value.as_bytes()).map_err(|d| undecodable(py, &d))?;
     let start = std::time::Instant::now();
     for _ in 0..rounds {
-        std::hint::black_box(wire::encode_causes(std::hint::black_box(&entries)));
+        opaque(wire::encode_causes(opaque(&entries)));
     }
     Ok(start.elapsed().as_nanos() as f64 / rounds.max(1) as f64)
 }

@@ -647,7 +647,7 @@ impl ImageLoader {
         if self.failed.is_some() {
             if key == VERSION_KEY {
                 self.version = Some(value.to_vec());
-            } else if key.first().is_some_and(|&t| is_state_tag(t)) {
+            } else if key.first().map_or(false, |&t| is_state_tag(t)) {
                 self.state_seen = true;
             }
             return;
@@ -660,7 +660,7 @@ impl ImageLoader {
             }
             Err(diagnosis) => {
                 self.failed = Some(diagnosis);
-                self.state_seen = key.first().is_some_and(|&t| is_state_tag(t));
+                self.state_seen = key.first().map_or(false, |&t| is_state_tag(t));
             }
         }
     }
@@ -701,8 +701,9 @@ impl ImageLoader {
     }
 
     fn one_entry(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        let Some(&tag) = key.first() else {
-            return Err("corrupt ordering key: length 0".to_string());
+        let tag = match key.first() {
+            Some(&t) => t,
+            None => return Err("corrupt ordering key: length 0".to_string()),
         };
         match tag {
             TAG_HELD => {
@@ -794,12 +795,15 @@ fn check_held_within_coverage(
     // A message is fed (coverage raised to its position) before it is held, and a channel
     // is fed to its end only with nothing held. A hold above coverage would restore ahead of
     // a lower position fed later and deliver out of order.
-    let Some(fed) = fed else {
-        return Err(format!(
-            "held message at {ch}@{} on a channel with no coverage row; {}",
-            positions[0],
-            held_unfed()
-        ));
+    let fed = match fed {
+        Some(f) => f,
+        None => {
+            return Err(format!(
+                "held message at {ch}@{} on a channel with no coverage row; {}",
+                positions[0],
+                held_unfed()
+            ))
+        }
     };
     if fed == FED_TO_END {
         return Err(format!(

@@ -217,8 +217,9 @@ pub fn decode_causes_into<S: CausesSink>(data: &[u8], sink: &mut S) -> Result<()
                 ));
             }
             last = partition;
-            let Some(raw_position) = data.get(i..i + 8) else {
-                return Err(TRUNCATED.to_string());
+            let raw_position = match data.get(i..i + 8) {
+                Some(r) => r,
+                None => return Err(TRUNCATED.to_string()),
             };
             i += 8;
             let position = i64::from_be_bytes(raw_position.try_into().expect("8 bytes"));
