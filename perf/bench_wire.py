@@ -13,6 +13,9 @@ Columns, ns per header:
                                with its channel cache warm, and emptied before every call
     rs decode / rs cold        the Rust codec through the Python API (``parsley._native``):
                                the same dict of ``ChannelId`` -> int, cache warm and cold
+    rs pairs                   the Rust codec returning a tuple of (ChannelId, int) pairs
+                               (``parsley._native.decode_pairs``, the shape of
+                               ``DeliverableMessage.causes``): no dict, no ``__hash__`` calls
     rs core                    the Rust decoder alone, looped inside Rust (no Python values)
     dict floor                 ``dict(pairs)`` of the same cached channels and ints: what
                                building the returned dict costs in CPython, whoever decodes
@@ -35,7 +38,7 @@ from parsley.native import BUILT
 
 SIZES = (1, 16, 64, 200, 2000)
 PARTITIONS_PER_TOPIC = 8
-COLUMNS = ("py decode", "py cold", "rs decode", "rs cold", "rs core", "dict floor",
+COLUMNS = ("py decode", "py cold", "rs decode", "rs cold", "rs pairs", "rs core", "dict floor",
            "py encode", "rs encode", "rs enc core", "py size", "rs size")
 
 
@@ -84,6 +87,7 @@ def measure(entries: int, rnd: random.Random, repeat: int) -> dict[str, float]:
 
         row["rs decode"] = best_ns(lambda: native.decode_causes(value), calls, repeat)
         row["rs cold"] = best_ns(rs_cold, max(10, calls // 4), repeat)
+        row["rs pairs"] = best_ns(lambda: native.decode_pairs(value), calls, repeat)
         rounds = max(1000, 2_000_000 // entries)
         row["rs core"] = min(native.bench_decode(value, rounds) for _ in range(repeat))
         row["rs encode"] = best_ns(lambda: native.encode_causes(causes), calls, repeat)

@@ -16,6 +16,7 @@ use crate::state_codec::{self, HeldRef, ImageLoader};
 use crate::wire::Channel;
 
 static HELD_MESSAGE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static OBJECT_NEW: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static ORDERING_IMAGE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static REFERENCE_ENCODE_HELD: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static UUID_TYPE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
@@ -84,13 +85,32 @@ pub fn held_object<'py>(py: Python<'py>, m: &HeldRef<'_>) -> PyResult<Bound<'py,
             .expect("a pair")
         }),
     )?;
-    HELD_MESSAGE.import(py, MODULE, "HeldMessage")?.call1((
-        m.timestamp_ms,
-        optional_bytes(py, m.key),
-        optional_bytes(py, m.value),
-        headers,
-        causes,
-    ))
+    let cls = HELD_MESSAGE.import(py, MODULE, "HeldMessage")?;
+    // `object.__new__` and a generic set of each slot, as the frozen dataclass's own
+    // `__init__` does through `object.__setattr__`, without running its Python code.
+    let obj = OBJECT_NEW
+        .import(py, "builtins", "object")?
+        .call_method1(pyo3::intern!(py, "__new__"), (cls,))?;
+    let fields: [(&Bound<'py, PyString>, Bound<'py, PyAny>); 5] = [
+        (
+            pyo3::intern!(py, "timestamp_ms"),
+            m.timestamp_ms.into_pyobject(py)?.into_any(),
+        ),
+        (pyo3::intern!(py, "key"), optional_bytes(py, m.key)),
+        (pyo3::intern!(py, "value"), optional_bytes(py, m.value)),
+        (pyo3::intern!(py, "headers"), headers.into_any()),
+        (pyo3::intern!(py, "causes"), causes.into_any()),
+    ];
+    for (name, value) in fields {
+        // SAFETY: three valid owned references, held for the call.
+        let rc = unsafe {
+            pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr())
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(py));
+        }
+    }
+    Ok(obj)
 }
 
 /// decode_held(blob, /)

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::wire::{self, Channel, TopicId};
 
@@ -274,6 +274,40 @@ pub fn decode_bytes<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, Py
     Ok(dict)
 }
 
+/// decode_pairs(value, /)
+/// --
+///
+/// Decode a header value into a tuple of ``(ChannelId, position)`` pairs in channel order
+/// (the shape of ``DeliverableMessage.causes``), without the dict :func:`decode_causes`
+/// builds. Refusals as :func:`decode_causes`.
+#[pyfunction]
+pub fn decode_pairs<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    with_value(py, value, |data| {
+        let mut entries: Vec<(Channel, i64)> = Vec::with_capacity(data.len() / 9);
+        wire::decode_causes_into(data, &mut entries).map_err(|d| undecodable(py, &d))?;
+        pairs_tuple(py, &entries)
+    })
+}
+
+/// A tuple of ``(ChannelId, position)`` pairs for `entries`, in their order.
+pub fn pairs_tuple<'py>(
+    py: Python<'py>,
+    entries: &[(Channel, i64)],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let objects = channel_objects(py, entries)?;
+    let mut pairs = Vec::with_capacity(entries.len());
+    for ((_, position), ch) in entries.iter().zip(objects) {
+        pairs.push(PyTuple::new(
+            py,
+            [ch.into_bound(py), position.into_pyobject(py)?.into_any()],
+        )?);
+    }
+    PyTuple::new(py, pairs)
+}
+
 /// The `ChannelId` objects of `entries`, one cache lock for all hits.
 pub fn channel_objects(py: Python<'_>, entries: &[(Channel, i64)]) -> PyResult<Vec<Py<PyAny>>> {
     let mut missing = false;
@@ -458,6 +492,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(clear_channel_cache, m)?)?;
     m.add_function(wrap_pyfunction!(channel_cache_size, m)?)?;
     m.add_function(wrap_pyfunction!(decode_count, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(bench_decode, m)?)?;
     m.add_function(wrap_pyfunction!(bench_encode, m)?)?;
     Ok(())

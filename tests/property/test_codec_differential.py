@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
+from parsley.native import BUILT
 from parsley.refusals import ParsleyFailClosedError
 from tests.codec_impls import NATIVE, PYTHON
 from tests.property.test_wire_properties import cause_sets, topic_ids
@@ -83,6 +84,10 @@ def test_decode_mutated_headers_alike(causes: dict[ChannelId, int], edits: list[
     same("decode_causes", memoryview(value))
     if got[0] == "ok":
         assert OTHER.encode_causes(got[1]) == value
+    if BUILT is not None:  # the pairs form: the same entries, the same refusals
+        pairs = outcome(BUILT.decode_pairs, value)
+        assert pairs[0] == got[0] and (
+            pairs[1] == tuple(got[1].items()) if got[0] == "ok" else pairs == got), pairs
 
 
 @settings(max_examples=400)

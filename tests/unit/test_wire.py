@@ -482,3 +482,30 @@ def test_cache_stays_bounded(codecs: Codecs) -> None:
     _topics, channels, reverse = _sizes(codecs)
     assert channels <= wire._CACHE_CHANNELS, "channel level unbounded"
     assert reverse <= wire._CACHE_CHANNELS, "reverse level unbounded"
+
+
+def test_threads_share_the_cache_safely() -> None:
+    # Four threads decode and encode at once while the cache fills and clears (many
+    # topics): every result stays right and nothing deadlocks (the native cache's lock is
+    # never held across a call into Python).
+    import threading
+
+    values = [wire.encode_causes({ch(UUID(int=n * 64 + k), k % 3): n for k in range(1, 9)})
+              for n in range(1, 700)]
+    expected = [wire.decode_causes(v) for v in values]
+    failures: list[str] = []
+
+    def work(offset: int) -> None:
+        for i in range(len(values)):
+            j = (i + offset * 97) % len(values)
+            got = wire.decode_causes(values[j])
+            if got != expected[j] or wire.encode_causes(got) != values[j]:
+                failures.append(f"value {j}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a decoding thread is stuck"
+    assert not failures, failures[:5]
