@@ -84,6 +84,8 @@ struct Refs {
     describe_key: PyObject,
     cached_channel: PyObject,
     deliverable: PyObject,
+    deliverable_fields: Vec<Py<PyString>>,
+    object_new: PyObject,
     accepted: PyObject,
     dropped: PyObject,
 }
@@ -969,6 +971,19 @@ impl EngineCore {
             describe_key: channel.getattr("describe_key")?.unbind(),
             cached_channel: wire.getattr("cached_channel")?.unbind(),
             deliverable: channel.getattr("DeliverableMessage")?.unbind(),
+            deliverable_fields: [
+                "channel",
+                "position",
+                "timestamp_ms",
+                "key",
+                "value",
+                "headers",
+                "causes",
+            ]
+            .iter()
+            .map(|f| PyString::intern(py, f).unbind())
+            .collect(),
+            object_new: py.import("builtins")?.getattr("object")?.getattr("__new__")?.unbind(),
             accepted: outcome.getattr("ACCEPTED")?.unbind(),
             dropped: outcome.getattr("DUPLICATE_DROPPED")?.unbind(),
         });
@@ -1215,15 +1230,28 @@ impl EngineCore {
         };
         let causes = self.causes_tuple(py, &body.causes)?;
         let ch = self.py_by_rank[r].clone_ref(py);
-        let msg = self.refs().deliverable.bind(py).call1((
-            ch,
-            q,
-            body.ts,
-            body.key,
-            body.value,
-            body.headers,
-            causes,
-        ))?;
+        // A frozen slots dataclass: build it as its own __init__ would, without running
+        // that __init__'s seven object.__setattr__ calls in Python.
+        let refs = self.refs();
+        let msg = refs.object_new.bind(py).call1((refs.deliverable.bind(py),))?;
+        let values: [Bound<'_, PyAny>; 7] = [
+            ch.into_bound(py),
+            q.into_pyobject(py)?.into_any(),
+            body.ts.into_pyobject(py)?.into_any(),
+            body.key.into_bound(py),
+            body.value.into_bound(py),
+            body.headers.into_bound(py),
+            causes.into_any(),
+        ];
+        for (name, value) in refs.deliverable_fields.iter().zip(values.iter()) {
+            // SAFETY: three valid object pointers, held by bound references for the call.
+            let rc = unsafe {
+                pyo3::ffi::PyObject_GenericSetAttr(msg.as_ptr(), name.as_ptr(), value.as_ptr())
+            };
+            if rc != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
         Ok(msg.unbind())
     }
 
