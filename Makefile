@@ -24,9 +24,15 @@ venv: $(STAMP)
 # The native core (native/) is rebuilt by the same install when its sources change.
 NATIVE_SRC := native/Cargo.toml $(wildcard native/Cargo.lock native/src/*.rs native/src/*/*.rs)
 
+# Debian 12's cargo (1.65) reads crates.io through a full clone of its git index unless the
+# sparse protocol (stable from cargo 1.68, the default from 1.70) is switched on, which that
+# cargo allows only as an unstable option: these variables do so for a cargo older than 1.68.
+CARGO_MINOR := $(shell cargo --version 2>/dev/null | sed -n 's/^cargo 1\.\([0-9]*\)\..*/\1/p')
+OLD_CARGO_ENV := $(if $(CARGO_MINOR),$(shell [ "$(CARGO_MINOR)" -lt 68 ] && echo "CARGO_UNSTABLE_SPARSE_REGISTRY=true RUSTC_BOOTSTRAP=1"))
+
 $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet -e ".[test]"
+	$(OLD_CARGO_ENV) $(VPY) -m pip install --quiet -e ".[test]"
 	touch $@
 
 test: $(STAMP)

@@ -26,18 +26,27 @@ Decoding is strict and fails closed: a malformed value raises
 that know the record (the engine) re-raise with ``<channel>@<position>: ``
 in front.
 
-Pure: standard library only (``tests/unit/test_purity.py``). See
-``docs/wire-format.md`` for the user- and gateway-facing description.
+Two implementations: the Rust codec in the extension module ``parsley._native``
+(``native/src/wire.rs``) and the pure-Python reference here
+(``reference_decode_causes``, ``reference_encode_causes``,
+``reference_encoded_size``). They return the same values and raise the same
+errors; ``decode_causes``, ``encode_causes`` and ``encoded_size`` are the one
+:mod:`parsley.native` chose (``PARSLEY_ENGINE``; docs/operations.md, "Choosing
+the engine"). Each keeps its own bounded channel cache.
+
+Pure: standard library only, plus the extension module (``tests/unit/test_purity.py``).
+See ``docs/wire-format.md`` for the user- and gateway-facing description.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 from uuid import UUID
 
 from parsley.engine.channel import FED_TO_END, MAX_PARTITION, ChannelId, Header
+from parsley.native import BUILT, NATIVE
 from parsley.refusals import ParsleyFailClosedError, Reason
 
 __all__ = [
@@ -51,6 +60,9 @@ __all__ = [
     "encode_causes",
     "encoded_size",
     "is_reserved",
+    "reference_decode_causes",
+    "reference_encode_causes",
+    "reference_encoded_size",
     "split_causes_header",
     "strip_reserved",
     "varint_size",
@@ -92,9 +104,12 @@ def _undecodable(diagnosis: str) -> ParsleyFailClosedError:
 
 
 def _clear_cache() -> None:
+    """Empty the channel caches (this module's and, when built, the native codec's)."""
     global _cached_channels
     _channel_cache.clear()
     _cached_channels = 0
+    if BUILT is not None:
+        BUILT.clear_channel_cache()
 
 
 def _topic_entry(raw_id: bytes) -> _Topic:
@@ -168,8 +183,9 @@ def _read_varint(data: bytes, i: int, n: int, field: str) -> tuple[int, int]:
         shift += 7
 
 
-def decode_causes(value: bytes | None) -> dict[ChannelId, int]:
-    """Decode a ``parsley.causes`` header value.
+def reference_decode_causes(value: bytes | None) -> dict[ChannelId, int]:
+    """Decode a ``parsley.causes`` header value (the pure-Python reference of
+    :func:`decode_causes`).
 
     Args:
         value: the raw header value (``bytes``; a ``bytearray`` or
@@ -331,8 +347,9 @@ def _put_varint(buf: bytearray, value: int) -> None:
     buf.append(value)
 
 
-def encode_causes(causes: Mapping[ChannelId, int]) -> bytes:
-    """Encode a cause set in its one canonical form.
+def reference_encode_causes(causes: Mapping[ChannelId, int]) -> bytes:
+    """Encode a cause set in its one canonical form (the pure-Python reference of
+    :func:`encode_causes`).
 
     Args:
         causes: per channel, the highest causal position (offset, inclusive).
@@ -375,8 +392,9 @@ def encode_causes(causes: Mapping[ChannelId, int]) -> bytes:
     return bytes(buf)
 
 
-def encoded_size(causes: Mapping[ChannelId, int]) -> int:
-    """Exact length in bytes of :func:`encode_causes` for ``causes``.
+def reference_encoded_size(causes: Mapping[ChannelId, int]) -> int:
+    """Exact length in bytes of :func:`encode_causes` for ``causes`` (the pure-Python
+    reference of :func:`encoded_size`).
 
     ``1 + v(T) + sum over topics [16 + v(n_t) + sum over partitions (v(p) + 8)]``
     where ``v`` is the varint width, ``T`` the number of distinct topics and
@@ -399,6 +417,29 @@ def encoded_size(causes: Mapping[ChannelId, int]) -> int:
             if partition >= 0x80:
                 size += varint_size(partition) - 1
     return size
+
+
+def _native_or(name: str, reference: Callable[..., object]) -> object:
+    return reference if NATIVE is None else getattr(NATIVE, name)
+
+
+decode_causes: Callable[[bytes | None], dict[ChannelId, int]] = _native_or(  # type: ignore[assignment]
+    "decode_causes", reference_decode_causes
+)
+"""Decode a ``parsley.causes`` header value: the engine :mod:`parsley.native` chose
+(Rust, or :func:`reference_decode_causes`, whose docstring gives the values and the
+``UNDECODABLE_METADATA`` diagnoses; both implementations return and raise the same)."""
+
+encode_causes: Callable[[Mapping[ChannelId, int]], bytes] = _native_or(  # type: ignore[assignment]
+    "encode_causes", reference_encode_causes
+)
+"""Encode a cause set canonically: the chosen engine's (see :func:`reference_encode_causes`
+for arguments, bytes and ``ValueError``)."""
+
+encoded_size: Callable[[Mapping[ChannelId, int]], int] = _native_or(  # type: ignore[assignment]
+    "encoded_size", reference_encoded_size
+)
+"""Exact encoded length in bytes: the chosen engine's (see :func:`reference_encoded_size`)."""
 
 
 def is_reserved(key: str) -> bool:

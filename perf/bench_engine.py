@@ -1,8 +1,11 @@
 """Benchmark of the ordering engine: feed-to-deliver, chain release, restore.
 
-Run: ``python -m perf.bench_engine`` (``--quick`` for smaller sizes). Prints
-figures; asserts nothing about time (figures go to docs/performance.md,
-"Engine"). Each timing is the best of several rounds.
+Run: ``python -m perf.bench_engine`` (``--quick`` for smaller sizes; ``--engine
+python|native|both``, default both, side by side). Prints figures; asserts nothing
+about time (figures go to docs/performance.md, "Engine"). Each timing is the best of
+several rounds, in CPU time. ``python`` is the pure-Python reference
+(``parsley.engine.engine.ProcessEngine``), ``native`` the Rust core
+(``parsley.engine.native_engine.NativeProcessEngine``).
 
 Scenarios:
 
@@ -23,7 +26,10 @@ feed-to-deliver
     * ``+ send``: also ``causes_header()`` once per message, as a relay
       emitting one record per delivery does;
     * ``decode only``: ``wire.decode_causes`` of the same distinct headers,
-      the codec's share of the cost.
+      the codec's share of the cost;
+    * ``batch``: the worker's calls, ``feed_records`` of 500 fetched
+      ``confluent_kafka.Message`` records then ``deliver_batch(500)`` (each entry
+      carries the causes header its sends stamp).
 
 chain release
     10^4 messages held and persisted (``take_deltas``), so their bodies live
@@ -45,14 +51,19 @@ import gc
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 from uuid import UUID
 
 import psutil
+from confluent_kafka import Message
 
 from parsley import wire
 from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import ProcessEngine
+from parsley.engine.native_engine import NativeProcessEngine
 from parsley.engine.store import InMemoryOrderingStore
+
+ENGINES: dict[str, Any] = {"python": ProcessEngine, "native": NativeProcessEngine}
 
 R1 = ChannelId(UUID(int=0x1001), 0)   # the channel messages arrive on
 R2 = ChannelId(UUID(int=0x1002), 0)   # received, settled long ago
@@ -76,11 +87,11 @@ def _headers(n: int, moving: int) -> list[tuple[tuple[str, bytes | None], ...]]:
     return out
 
 
-def feed_to_deliver(n: int, moving: int, send: bool) -> float:
+def feed_to_deliver(engine: Any, n: int, moving: int, send: bool) -> float:
     """Mean µs per message for receive + deliver_next (+ causes_header)."""
     headers = _headers(n, moving)
     messages = [ReceivedMessage(R1, i, i, b"key", b"value-%d" % i, headers[i]) for i in range(n)]
-    e = ProcessEngine(InMemoryOrderingStore(), received=[R1, R2])
+    e = engine(InMemoryOrderingStore(), received=[R1, R2])
     e.start({R2: 100})
     receive = e.receive
     deliver = e.deliver_next
@@ -100,6 +111,29 @@ def feed_to_deliver(n: int, moving: int, send: bool) -> float:
     return elapsed / n * 1e6
 
 
+def feed_batches(engine: Any, n: int, moving: int, batch: int = 500) -> float:
+    """Mean µs per message for feed_records + deliver_batch over fetched records."""
+    headers = _headers(n, moving)
+    records = [Message(topic="r1", partition=0, offset=i, key=b"key", value=b"value-%d" % i,
+                       headers=list(headers[i]), timestamp=(1, i)) for i in range(n)]
+    batches = [records[i:i + batch] for i in range(0, n, batch)]
+    channels = {"r1": R1}
+    e = engine(InMemoryOrderingStore(), received=[R1, R2])
+    e.start({R2: 100})
+    feed = e.feed_records
+    deliver = e.deliver_batch
+    gc.collect()
+    t0 = time.process_time()
+    delivered = 0
+    for records in batches:
+        feed(records, channels)
+        delivered += len(deliver(batch))
+        e.take_deltas()
+    elapsed = time.process_time() - t0
+    assert delivered == n and e.held_count() == 0
+    return elapsed / n * 1e6
+
+
 def decode_only(n: int) -> float:
     """Mean µs per header for wire.decode_causes of distinct 16-entry headers."""
     values = [h[0][1] for h in _headers(n, 1)]
@@ -110,9 +144,9 @@ def decode_only(n: int) -> float:
     return (time.process_time() - t0) / n * 1e6
 
 
-def chain_release(n: int, zigzag: bool) -> float:
+def chain_release(engine: Any, n: int, zigzag: bool) -> float:
     """Mean µs per released message, bodies read back from the store."""
-    e = ProcessEngine(InMemoryOrderingStore(), received=[A, B, C])
+    e = engine(InMemoryOrderingStore(), received=[A, B, C])
     e.start({})
     enc = wire.encode_causes
     if zigzag:
@@ -156,7 +190,7 @@ def _held_store(n: int) -> InMemoryOrderingStore:
     return store
 
 
-def restore(n: int) -> dict[str, float]:
+def restore(engine: Any, n: int) -> dict[str, float]:
     """Build an engine over ``n`` held entries: seconds, and memory in MiB.
 
     Keys: ``seconds`` (CPU time to build), ``retained`` (Python memory the
@@ -168,13 +202,13 @@ def restore(n: int) -> dict[str, float]:
     store_mib = sum(len(k) + len(v) for k, v in store.items()) / 2**20
     gc.collect()
     t0 = time.process_time()
-    e = ProcessEngine(store, received=[A, B, C, R1])
+    e = engine(store, received=[A, B, C, R1])
     seconds = time.process_time() - t0
     assert e.held_count() == n
     del e
     gc.collect()
     tracemalloc.start()
-    e = ProcessEngine(store, received=[A, B, C, R1])
+    e = engine(store, received=[A, B, C, R1])
     gc.collect()
     retained, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -187,14 +221,20 @@ def restore(n: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
+    parser.add_argument("--engine", choices=("both", "python", "native"), default="both")
     args = parser.parse_args(argv)
     n = 5_000 if args.quick else 50_000
     rounds = 2 if args.quick else 5
     chain = 10_000
     held = 20_000 if args.quick else 100_000
+    names = ["python", "native"] if args.engine == "both" else [args.engine]
+    if NativeProcessEngine is None and "native" in names:
+        raise SystemExit("the native core parsley._native is not built (pip install -e .)")
+    engines = [(name, ENGINES[name]) for name in names]
+    head = "".join(f"{name:>12s}" for name in names)
 
     print(f"Engine benchmark (best of {rounds} rounds; CPU µs per message)")
-    print(f"feed-to-deliver, 16-entry header, {n} messages:")
+    print(f"feed-to-deliver, 16-entry header, {n} messages:{head}")
     for label, moving, send in (
         ("distinct, 1 entry moves", 1, False),
         ("distinct, 1 entry moves + send", 1, True),
@@ -203,21 +243,31 @@ def main(argv: list[str] | None = None) -> None:
         ("repeated header", 0, False),
         ("repeated header + send", 0, True),
     ):
-        us = _best(lambda m=moving, s=send: feed_to_deliver(n, m, s), rounds)
-        print(f"  {label:32s} {us:7.2f} µs  ({1e6 / us:9,.0f} msg/s)")
+        row = "".join(
+            f"{_best(lambda e=e, m=moving, s=send: feed_to_deliver(e, n, m, s), rounds):9.2f} µs"
+            for _, e in engines)
+        print(f"  {label:44s}{row}")
+    for label, moving in (("batch: feed_records + deliver_batch, 1 moves", 1),
+                          ("batch: feed_records + deliver_batch, 15 move", 15)):
+        row = "".join(f"{_best(lambda e=e, m=moving: feed_batches(e, n, m), rounds):9.2f} µs"
+                      for _, e in engines)
+        print(f"  {label:44s}{row}")
     us = _best(lambda: decode_only(n), rounds)
-    print(f"  {'wire.decode_causes alone':32s} {us:7.2f} µs")
-    print(f"chain release behind {chain} held messages (bodies in the store):")
+    print(f"  {'wire.decode_causes alone (selected codec)':44s}{us:9.2f} µs")
+    print(f"chain release behind {chain} held messages (bodies in the store), per message:")
     for label, zigzag in (("one channel", False), ("zig-zag across two channels", True)):
-        us = _best(lambda z=zigzag: chain_release(chain, z), max(2, rounds // 2))
-        print(f"  {label:28s} {us:7.2f} µs per released message ({us * chain / 1e3:.0f} ms)")
-    r = restore(held)
-    print(f"restore {held} held entries ({r['store']:.1f} MiB of store rows):")
-    print(f"  build ProcessEngine         {r['seconds']:7.2f} s "
-          f"({r['seconds'] / held * 1e6:.1f} µs/entry)")
-    print(f"  memory the engine retains   {r['retained']:7.1f} MiB (tracemalloc)")
-    print(f"  peak while restoring        {r['peak']:7.1f} MiB (tracemalloc)")
-    print(f"  process RSS afterwards      {r['rss']:7.1f} MiB (store included)")
+        row = "".join(
+            f"{_best(lambda e=e, z=zigzag: chain_release(e, chain, z), max(2, rounds // 2)):9.2f}"
+            " µs" for _, e in engines)
+        print(f"  {label:44s}{row}")
+    for name, e in engines:
+        r = restore(e, held)
+        print(f"restore {held} held entries ({r['store']:.1f} MiB of store rows), {name}:")
+        print(f"  build the engine            {r['seconds']:7.2f} s "
+              f"({r['seconds'] / held * 1e6:.1f} µs/entry)")
+        print(f"  memory the engine retains   {r['retained']:7.1f} MiB (tracemalloc)")
+        print(f"  peak while restoring        {r['peak']:7.1f} MiB (tracemalloc)")
+        print(f"  process RSS afterwards      {r['rss']:7.1f} MiB (store included)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Benchmark of the ``parsley.causes`` codec: ns per header and bytes, by frontier size.
+"""Benchmark of the ``parsley.causes`` codec, both implementations side by side.
 
 Run: ``python -m perf.bench_wire`` (``--repeat N`` for more rounds). Prints a
 table; asserts nothing about time (figures go to docs/performance.md, "Codec").
@@ -8,12 +8,20 @@ is the sum of partition counts over the upstream topics, docs/wire-format.md, "S
 positions random below 2^40. Each figure is the best of several rounds, the
 usual way to read through noise on a shared machine.
 
-Columns:
-    entries, topics, bytes     the frontier and its encoded size
-    decode warm                decode_causes with the channel cache holding these channels
-    decode cold                the same with the cache emptied before every call
-    encode                     encode_causes from a dict
-    size                       encoded_size (the budget arithmetic)
+Columns, ns per header:
+    py decode / py cold        the Python reference (``wire.reference_decode_causes``),
+                               with its channel cache warm, and emptied before every call
+    rs decode / rs cold        the Rust codec through the Python API (``parsley._native``):
+                               the same dict of ``ChannelId`` -> int, cache warm and cold
+    rs pairs                   the Rust codec returning a tuple of (ChannelId, int) pairs
+                               (``parsley._native.decode_pairs``, the shape of
+                               ``DeliverableMessage.causes``): no dict, no ``__hash__`` calls
+    rs core                    the Rust decoder alone, looped inside Rust (no Python values)
+    dict floor                 ``dict(pairs)`` of the same cached channels and ints: what
+                               building the returned dict costs in CPython, whoever decodes
+    py encode / rs encode      ``encode_causes`` from a dict, each implementation
+    rs enc core                the Rust encoder alone, looped inside Rust
+    py size / rs size          ``encoded_size`` (the budget arithmetic)
 """
 
 from __future__ import annotations
@@ -26,9 +34,12 @@ from uuid import UUID
 
 from parsley import wire
 from parsley.engine.channel import ChannelId
+from parsley.native import BUILT
 
 SIZES = (1, 16, 64, 200, 2000)
 PARTITIONS_PER_TOPIC = 8
+COLUMNS = ("py decode", "py cold", "rs decode", "rs cold", "rs pairs", "rs core", "dict floor",
+           "py encode", "rs encode", "rs enc core", "py size", "rs size")
 
 
 def frontier(entries: int, rnd: random.Random) -> dict[ChannelId, int]:
@@ -47,41 +58,63 @@ def best_ns(fn: Callable[[], object], calls: int, repeat: int) -> float:
     return min(timeit.repeat(fn, number=calls, repeat=repeat)) / calls * 1e9
 
 
-def run(repeat: int) -> list[tuple[int, int, int, float, float, float, float]]:
+def measure(entries: int, rnd: random.Random, repeat: int) -> dict[str, float]:
+    """Every column for one frontier size (native columns absent when not built)."""
+    causes = frontier(entries, rnd)
+    value = wire.reference_encode_causes(causes)
+    assert wire.reference_decode_causes(value) == causes
+    calls = max(20, 40_000 // entries)
+    row: dict[str, float] = {}
+
+    def py_cold() -> object:
+        wire._clear_cache()
+        return wire.reference_decode_causes(value)
+
+    row["py decode"] = best_ns(lambda: wire.reference_decode_causes(value), calls, repeat)
+    row["py cold"] = best_ns(py_cold, max(10, calls // 4), repeat)
+    row["py encode"] = best_ns(lambda: wire.reference_encode_causes(causes), calls, repeat)
+    row["py size"] = best_ns(lambda: wire.reference_encoded_size(causes), calls, repeat)
+    pairs = list(wire.reference_decode_causes(value).items())
+    row["dict floor"] = best_ns(lambda: dict(pairs), calls, repeat)
+    if BUILT is not None:
+        native = BUILT
+        assert native.decode_causes(value) == causes
+        assert native.encode_causes(causes) == value
+
+        def rs_cold() -> object:
+            native.clear_channel_cache()
+            return native.decode_causes(value)
+
+        row["rs decode"] = best_ns(lambda: native.decode_causes(value), calls, repeat)
+        row["rs cold"] = best_ns(rs_cold, max(10, calls // 4), repeat)
+        row["rs pairs"] = best_ns(lambda: native.decode_pairs(value), calls, repeat)
+        rounds = max(1000, 2_000_000 // entries)
+        row["rs core"] = min(native.bench_decode(value, rounds) for _ in range(repeat))
+        row["rs encode"] = best_ns(lambda: native.encode_causes(causes), calls, repeat)
+        row["rs enc core"] = min(native.bench_encode(value, rounds) for _ in range(repeat))
+        row["rs size"] = best_ns(lambda: native.encoded_size(causes), calls, repeat)
+    row["bytes"] = len(value)
+    row["topics"] = len({c.topic_id for c in causes})
+    return row
+
+
+def run(repeat: int) -> list[tuple[int, dict[str, float]]]:
+    """One row per size in :data:`SIZES`."""
     rnd = random.Random(1)
-    rows = []
-    for entries in SIZES:
-        causes = frontier(entries, rnd)
-        value = wire.encode_causes(causes)
-        assert wire.decode_causes(value) == causes
-        calls = max(20, 40_000 // entries)
-
-        def cold(value: bytes = value) -> object:
-            wire._clear_cache()
-            return wire.decode_causes(value)
-
-        rows.append((
-            entries,
-            len({c.topic_id for c in causes}),
-            len(value),
-            best_ns(lambda value=value: wire.decode_causes(value), calls, repeat),
-            best_ns(cold, calls, repeat),
-            best_ns(lambda causes=causes: wire.encode_causes(causes), calls, repeat),
-            best_ns(lambda causes=causes: wire.encoded_size(causes), calls, repeat),
-        ))
-    return rows
+    return [(entries, measure(entries, rnd, repeat)) for entries in SIZES]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="rounds per figure (best kept)")
     args = parser.parse_args()
-    print(f"{'entries':>7} {'topics':>6} {'bytes':>7} {'decode warm':>12} {'decode cold':>12} "
-          f"{'encode':>11} {'size':>11}   (ns per header; ns per entry in brackets)")
-    for entries, topics, size, warm, cold, enc, sz in run(args.repeat):
-        print(f"{entries:>7} {topics:>6} {size:>7} {warm:>12,.0f} {cold:>12,.0f} {enc:>11,.0f} "
-              f"{sz:>11,.0f}   [{warm / entries:,.0f} / {cold / entries:,.0f} / "
-              f"{enc / entries:,.0f}]")
+    if BUILT is None:
+        print("parsley._native is not built: Python reference only")
+    print(f"{'entries':>7} {'topics':>6} {'bytes':>6} "
+          + " ".join(f"{c:>11}" for c in COLUMNS) + "   (ns per header)")
+    for entries, row in run(args.repeat):
+        cells = " ".join(f"{row[c]:>11,.0f}" if c in row else f"{'-':>11}" for c in COLUMNS)
+        print(f"{entries:>7} {row['topics']:>6.0f} {row['bytes']:>6.0f} {cells}")
 
 
 if __name__ == "__main__":

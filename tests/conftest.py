@@ -34,6 +34,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from parsley import wire
+from parsley.engine import state_codec
+from tests.codec_impls import ALL as ALL_CODECS
+from tests.codec_impls import STATE_FUNCTIONS, WIRE_FUNCTIONS, Codecs
+from tests.engines import ENGINES, engine_cls, set_current
 from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from tests.kafka_support import create_topic as _create_topic
 
@@ -227,6 +232,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
 
 
+@pytest.fixture(params=[c.name for c in ALL_CODECS])
+def codecs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Codecs:
+    """Run the test once per codec implementation (the Python reference, and the Rust
+    codec when built): ``parsley.wire``'s and ``parsley.engine.state_codec``'s public codec
+    functions are that implementation's for the test's duration. Use with
+    ``pytestmark = pytest.mark.usefixtures("codecs")``; returns the implementation."""
+    chosen = next(c for c in ALL_CODECS if c.name == request.param)
+    for name in WIRE_FUNCTIONS:
+        monkeypatch.setattr(wire, name, getattr(chosen, name))
+    for name in STATE_FUNCTIONS:
+        monkeypatch.setattr(state_codec, name, getattr(chosen, name))
+    return chosen
+
+
 _SKIPPED: list[str] = []
 
 
@@ -249,3 +268,33 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"CI=true: {len(_SKIPPED)} skipped test(s) fail the run: " + ", ".join(_SKIPPED[:10]),
             red=True,
         )
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine_impl(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run an engine test module against each engine (``tests/engines.py``).
+
+    Rebinds the module's ``ProcessEngine`` (to the native class for ``native``) and
+    ``engine_class`` (sabotage engines of that implementation) and the simulator's default
+    engine for the module's tests, and restores them afterwards. Module-scoped, so
+    Hypothesis tests may use it.
+    """
+    import functools
+
+    from parsley.engine import sabotage
+
+    name = request.param
+    module = request.module
+    saved = {attr: getattr(module, attr) for attr in ("ProcessEngine", "engine_class")
+             if hasattr(module, attr)}
+    if "ProcessEngine" in saved:
+        module.ProcessEngine = engine_cls(name)
+    if "engine_class" in saved:
+        module.engine_class = functools.partial(sabotage.engine_class, implementation=name)
+    previous = set_current(name)
+    try:
+        yield name
+    finally:
+        set_current(previous)
+        for attr, value in saved.items():
+            setattr(module, attr, value)

@@ -78,6 +78,7 @@ from parsley.declarations import (
     ordering_changelog,
     store_changelog,
 )
+from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -346,7 +347,7 @@ class Worker:
             on_progress=self._progress)))
         if read == 0:
             self._check_state_not_lost()
-        engine = ProcessEngine(
+        engine: ProcessEngine = engine_type()(
             self.store, received=self.channels.values(),
             budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning,
             cross_partition=cross_partition_policy(

@@ -12,6 +12,7 @@ Never used outside tests.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import Causes, ProcessEngine
@@ -79,18 +80,30 @@ _CLASSES: dict[Sabotage, type[ProcessEngine]] = {
 }
 
 
-def engine_class(mode: Sabotage | None) -> type[ProcessEngine]:
-    """The engine class with fault ``mode``; ``None`` gives the sound :class:`ProcessEngine`.
+def engine_class(mode: Sabotage | None, implementation: str = "python") -> type[Any]:
+    """The engine class with fault ``mode``; ``None`` gives the sound engine.
 
     Args:
         mode: the fault to build in.
+        implementation: ``"python"`` for :class:`ProcessEngine` and its subclasses,
+            ``"native"`` for :class:`~parsley.engine.native_engine.NativeProcessEngine`
+            and its subclasses (the native core takes the fault as a flag).
 
     Returns:
-        A :class:`ProcessEngine` subclass taking the same constructor arguments.
+        An engine class taking the same constructor arguments as :class:`ProcessEngine`.
 
     Raises:
-        ValueError: an unknown mode.
+        ValueError: an unknown mode or implementation.
+        ImportError: ``"native"`` when the native core is not built.
     """
+    if implementation == "native":
+        from parsley.engine.native_engine import native_engine_class
+
+        if mode is not None and not isinstance(mode, Sabotage):
+            raise ValueError(f"unknown sabotage mode {mode!r}")
+        return native_engine_class(None if mode is None else mode.value)
+    if implementation != "python":
+        raise ValueError(f"implementation must be 'python' or 'native', got {implementation!r}")
     if mode is None:
         return ProcessEngine
     try:

@@ -22,8 +22,16 @@ Held blob (version 1)::
 Every corruption raises ``ParsleyFailClosedError(UNKNOWN_ORDERING_STATE_FORMAT,
 diagnosis)``; the engine may prefix ``process <name>: ``.
 
+Two implementations of the blob and image functions: the Rust codec in the
+extension module ``parsley._native`` (``native/src/state_codec.rs``) and the
+pure-Python reference here (``reference_decode_held``, ``reference_encode_held``,
+``reference_validate_held``, ``reference_load_image``), with the same values, bytes
+and refusals. ``decode_held``, ``encode_held``, ``validate_held`` and
+``load_image`` are the one :mod:`parsley.native` chose (``PARSLEY_ENGINE``).
+
 Source: docs/model.md, "The stored form" (Java ``OrderingStateCodec`` @7d0e999d,
-``ProcessEngine`` restore @88710cf5). Pure: standard library only.
+``ProcessEngine`` restore @88710cf5). Pure: standard library only, plus the
+extension module.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Final
 from uuid import UUID
 
 from parsley.engine.channel import CHANNEL_BYTES, FED_TO_END, ChannelId, Header
+from parsley.native import NATIVE
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import cached_channel
 
@@ -70,6 +79,10 @@ __all__ = [
     "name_key",
     "name_of_key",
     "past_key",
+    "reference_decode_held",
+    "reference_encode_held",
+    "reference_load_image",
+    "reference_validate_held",
     "validate_held",
 ]
 
@@ -276,8 +289,9 @@ class HeldMessage:
     causes: tuple[tuple[ChannelId, int], ...] = ()
 
 
-def encode_held(m: HeldMessage) -> bytes:
-    """Encode a held message as a version-1 blob (layout in the module docstring).
+def reference_encode_held(m: HeldMessage) -> bytes:
+    """Encode a held message as a version-1 blob (layout in the module docstring); the
+    pure-Python reference of :func:`encode_held`.
 
     Raises:
         ValueError: a timestamp or cause position outside int64.
@@ -387,8 +401,8 @@ def _parse_held(blob: bytes, keep: bool) -> HeldMessage | None:
     return HeldMessage(timestamp, key, value, tuple(headers), tuple(causes))
 
 
-def decode_held(blob: bytes) -> HeldMessage:
-    """Decode a held-message blob.
+def reference_decode_held(blob: bytes) -> HeldMessage:
+    """Decode a held-message blob; the pure-Python reference of :func:`decode_held`.
 
     Args:
         blob: bytes written by :func:`encode_held` (or Java's ``encodeHeld``).
@@ -416,8 +430,9 @@ def decode_held(blob: bytes) -> HeldMessage:
     return result
 
 
-def validate_held(blob: bytes) -> None:
-    """Run every :func:`decode_held` check without keeping the body.
+def reference_validate_held(blob: bytes) -> None:
+    """Run every :func:`decode_held` check without keeping the body; the pure-Python
+    reference of :func:`validate_held`.
 
     Raises:
         ParsleyFailClosedError: as :func:`decode_held`.
@@ -520,8 +535,9 @@ def decode_coverage(ch: ChannelId, value: bytes) -> int:
     return position
 
 
-def load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
-    """Parse and validate every entry of one task's ordering state.
+def reference_load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
+    """Parse and validate every entry of one task's ordering state; the pure-Python
+    reference of :func:`load_image`.
 
     Args:
         items: (key, value) for every live key (latest value per key, no
@@ -626,7 +642,7 @@ def _one_entry(image: OrderingImage, channels: dict[bytes, ChannelId],
                     "ordering contract"
                 )
             positions.append(position)
-        validate_held(value)
+        reference_validate_held(value)
     elif tag in (TAG_FED, TAG_FRONTIER, TAG_PAST):
         if len(key) != CHANNEL_KEY_BYTES:
             raise _refuse(f"corrupt ordering key: length {len(key)} for tag '{chr(tag)}'")
@@ -678,3 +694,35 @@ def _check_held_within_coverage(ch: ChannelId, positions: list[int], fed: int | 
             f"held message at {ch}@{above} above its channel's coverage (fedUpTo={fed}); "
             + _HELD_UNFED
         )
+
+
+# ------------------------------------------------------------------ the chosen engine
+
+
+def _native_or(name: str, reference: Callable[..., object]) -> object:
+    return reference if NATIVE is None else getattr(NATIVE, name)
+
+
+encode_held: Callable[[HeldMessage], bytes] = _native_or(  # type: ignore[assignment]
+    "encode_held", reference_encode_held
+)
+"""Encode a held message: the engine :mod:`parsley.native` chose (see
+:func:`reference_encode_held` for the layout and errors)."""
+
+decode_held: Callable[[bytes], HeldMessage] = _native_or(  # type: ignore[assignment]
+    "decode_held", reference_decode_held
+)
+"""Decode a held-message blob: the chosen engine's (see :func:`reference_decode_held` for
+the refusals, ``UNKNOWN_ORDERING_STATE_FORMAT``)."""
+
+validate_held: Callable[[bytes], None] = _native_or(  # type: ignore[assignment]
+    "validate_held", reference_validate_held
+)
+"""Check a held blob without building it: the chosen engine's (see
+:func:`reference_validate_held`)."""
+
+load_image: Callable[[Iterable[tuple[bytes, bytes]]], OrderingImage] = _native_or(  # type: ignore[assignment]
+    "load_image", reference_load_image
+)
+"""Parse and validate one task's ordering state: the chosen engine's (see
+:func:`reference_load_image` for the image and every refusal)."""

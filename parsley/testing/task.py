@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId, Header
 from parsley.engine.engine import CrossPartition, ProcessEngine
 from parsley.process import Process
@@ -143,7 +144,7 @@ class DrivenTask:
         """
         self.stores.discard()
         self.engine = None
-        engine = ProcessEngine(
+        engine: ProcessEngine = engine_type()(
             self._ordering, received=self.channels.values(), budget_bytes=self._budget,
             on_warning=self._on_warning, cross_partition=self._cross)
         engine.bind_names({name: ch.topic_id for name, ch in self.channels.items()})
@@ -167,7 +168,7 @@ class DrivenTask:
         """
         if self.engine is not None:
             return self.engine
-        engine = ProcessEngine(
+        engine: ProcessEngine = engine_type()(
             self._ordering, received=self.channels.values(), budget_bytes=self._budget,
             cross_partition=self._cross)
         engine.bind_names({name: ch.topic_id for name, ch in self.channels.items()})

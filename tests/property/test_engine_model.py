@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from uuid import UUID
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ from parsley.engine.deliverability import decide
 from parsley.engine.engine import FeedOutcome, ProcessEngine
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.wire import encode_causes
+
+pytestmark = pytest.mark.usefixtures("engine_impl")
 
 A = ChannelId(UUID(int=0xA), 0)
 A1 = ChannelId(UUID(int=0xA), 1)

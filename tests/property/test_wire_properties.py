@@ -6,7 +6,9 @@ varints summed from their 7-bit groups and judged minimal by comparing their
 width with the value's minimal width, positions read as signed big-endian
 integers, order checked on (int, int) tuples. It returns the causes or the
 diagnosis, following the documented check order, so the two decoders must
-agree on every input, valid or not.
+agree on every input, valid or not. Every property runs against both
+implementations of the codec (``codec``: the Python reference and the Rust codec,
+tests/codec_impls.py).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 import random
 from uuid import UUID
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from parsley import wire
 from parsley.engine.channel import ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
+from tests.codec_impls import ALL, Codecs
+
+both = pytest.mark.parametrize("codec", ALL, ids=str)
 
 MAX_POSITION = 2**63 - 2
 
@@ -107,9 +112,9 @@ def reference_decode(value: bytes | None) -> dict[ChannelId, int] | str:
         return str(refused)
 
 
-def production(value: bytes | None) -> dict[ChannelId, int] | str:
+def production(codec: Codecs, value: bytes | None) -> dict[ChannelId, int] | str:
     try:
-        return wire.decode_causes(value)
+        return codec.decode_causes(value)
     except ParsleyFailClosedError as exc:
         assert exc.reason is Reason.UNDECODABLE_METADATA, f"wrong reason {exc.reason}"
         return exc.detail
@@ -143,43 +148,50 @@ cause_sets = st.one_of(
 # ------------------------------------------------------------------ properties
 
 
+@both
 @given(cause_sets)
-def test_decode_inverts_encode(causes: dict[ChannelId, int]) -> None:
-    value = wire.encode_causes(causes)
-    assert wire.decode_causes(value) == causes
+def test_decode_inverts_encode(codec: Codecs, causes: dict[ChannelId, int]) -> None:
+    value = codec.encode_causes(causes)
+    assert codec.decode_causes(value) == causes
     assert reference_decode(value) == causes, "the reference decoder disagrees"
-    assert list(wire.decode_causes(value)) == sorted(causes), "decoded out of channel order"
+    assert list(codec.decode_causes(value)) == sorted(causes), "decoded out of channel order"
 
 
+@both
 @given(cause_sets)
-def test_encoded_size_is_the_length(causes: dict[ChannelId, int]) -> None:
-    assert wire.encoded_size(causes) == len(wire.encode_causes(causes))
+def test_encoded_size_is_the_length(codec: Codecs, causes: dict[ChannelId, int]) -> None:
+    assert codec.encoded_size(causes) == len(codec.encode_causes(causes))
 
 
+@both
 @given(cause_sets, st.randoms(use_true_random=False))
 def test_canonical_bytes_whatever_the_order(
-    causes: dict[ChannelId, int], rnd: random.Random
+    codec: Codecs, causes: dict[ChannelId, int], rnd: random.Random
 ) -> None:
     items = list(causes.items())
     rnd.shuffle(items)
-    assert wire.encode_causes(dict(items)) == wire.encode_causes(causes)
+    assert codec.encode_causes(dict(items)) == codec.encode_causes(causes)
 
 
+@both
 @given(cause_sets, cause_sets)
-def test_distinct_sets_distinct_bytes(a: dict[ChannelId, int], b: dict[ChannelId, int]) -> None:
+def test_distinct_sets_distinct_bytes(
+    codec: Codecs, a: dict[ChannelId, int], b: dict[ChannelId, int]
+) -> None:
     assume(a != b)
-    assert wire.encode_causes(a) != wire.encode_causes(b)
+    assert codec.encode_causes(a) != codec.encode_causes(b)
 
 
 MUTATIONS = st.sampled_from(["replace", "truncate", "insert", "delete", "flip"])
 
 
+@both
 @settings(max_examples=400)
 @given(cause_sets, MUTATIONS, st.integers(0, 2**16), st.integers(0, 255))
 def test_any_mutation_decodes_or_is_undecodable(
-    causes: dict[ChannelId, int], kind: str, where: int, byte: int
+    codec: Codecs, causes: dict[ChannelId, int], kind: str, where: int, byte: int
 ) -> None:
-    value = wire.encode_causes(causes)
+    value = codec.encode_causes(causes)
     i = where % (len(value) + (1 if kind == "insert" else 0))
     if kind == "replace":
         mutated = value[:i] + bytes((byte,)) + value[i + 1:]
@@ -191,25 +203,29 @@ def test_any_mutation_decodes_or_is_undecodable(
         mutated = value[:i] + value[i + 1:]
     else:
         mutated = value[:i] + bytes((value[i] ^ (1 << (byte % 8)),)) + value[i + 1:]
-    got = production(mutated)  # raises on anything but UNDECODABLE_METADATA
+    got = production(codec, mutated)  # raises on anything but UNDECODABLE_METADATA
     assert got == reference_decode(mutated), f"decoders disagree on {mutated.hex()}"
     if isinstance(got, dict):
-        assert wire.encode_causes(got) == mutated, "a decodable value was not canonical"
+        assert codec.encode_causes(got) == mutated, "a decodable value was not canonical"
 
 
+@both
 @given(st.binary(max_size=64))
-def test_arbitrary_bytes(value: bytes) -> None:
-    got = production(value)
+def test_arbitrary_bytes(codec: Codecs, value: bytes) -> None:
+    got = production(codec, value)
     assert got == reference_decode(value), f"decoders disagree on {value.hex()}"
 
 
+@both
 @given(st.binary(max_size=40).map(lambda b: b"\x01" + b))
-def test_arbitrary_bodies(value: bytes) -> None:
-    got = production(value)
+def test_arbitrary_bodies(codec: Codecs, value: bytes) -> None:
+    got = production(codec, value)
     assert got == reference_decode(value), f"decoders disagree on {value.hex()}"
     if isinstance(got, dict):
-        assert wire.encode_causes(got) == value
+        assert codec.encode_causes(got) == value
 
 
-def test_reference_decoder_agrees_on_the_null_value() -> None:
-    assert production(None) == reference_decode(None) == "causes header present with null value"
+@both
+def test_reference_decoder_agrees_on_the_null_value(codec: Codecs) -> None:
+    assert (production(codec, None) == reference_decode(None)
+            == "causes header present with null value")

@@ -22,6 +22,8 @@ from tests.sim.generator import SHAPES
 from tests.sim.seeds import sweep_seeds
 from tests.sim.world import SimResult, run
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 COVERAGE_SEEDS = range(1, 101)
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from tests.sim.world import D1, REFUSED, run
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 SEEDS = range(1, 61)
 
 

@@ -24,6 +24,8 @@ import pytest
 from tests.sim.seeds import sweep_seeds
 from tests.sim.world import EMPTIED_CHANGELOG, FOREIGN_COMMIT, REFUSED, run
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 EXPECTED = {FOREIGN_COMMIT: "SUBSTRATE_MISCONFIGURED", EMPTIED_CHANGELOG: "ORDERING_STATE_LOST"}
 
 

@@ -23,6 +23,8 @@ from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5, X1
 from tests.sim.seeds import DEFAULT_SEEDS, parse_seeds
 from tests.sim.world import EMPTIED_CHANGELOG, FOREIGN_COMMIT, REFUSED, SimResult, run
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 EXPECTED: dict[Sabotage, set[str]] = {
     Sabotage.EAGER_DELIVERY: {V1},
     Sabotage.IGNORE_ONE_CAUSE: {V1},

@@ -16,6 +16,8 @@ import pytest
 from tests.sim.host import S1
 from tests.sim.world import REFUSED, run
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 SEEDS = range(1, 41)
 
 

@@ -123,8 +123,8 @@ class _Source:
 
 
 def _engine_class() -> type[Any]:
-    from parsley.engine.engine import ProcessEngine
-    return ProcessEngine
+    from tests.engines import current_engine
+    return current_engine()
 
 
 FOREIGN_COMMIT = "foreign commit"

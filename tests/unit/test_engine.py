@@ -16,6 +16,8 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes, encoded_size
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 A = ChannelId(UUID(int=0xA), 0)
 B = ChannelId(UUID(int=0xB), 0)
 C = ChannelId(UUID(int=0xC), 0)
@@ -187,7 +189,7 @@ def test_covered_position_fed_invariant_guard() -> None:
     # No public path reaches it (docs/runbooks.md, COVERED_POSITION_FED): poke coverage
     # above the floor to show the branch refuses rather than dropping or delivering.
     e = engine(start={A: 3})
-    e._fed[A] = 8  # the invariant guard has no known public trigger
+    e._advance_fed(A, 8)  # the invariant guard has no known public trigger
     err = refusal(e.receive, msg(A, 5))
     assert err.reason is Reason.COVERED_POSITION_FED
     assert err.detail == (
@@ -197,7 +199,7 @@ def test_covered_position_fed_invariant_guard() -> None:
         "record, and this refusal then does not recur (docs/runbooks.md, "
         "COVERED_POSITION_FED).")
     e2 = engine()
-    e2._fed[B] = 8
+    e2._advance_fed(B, 8)
     err = refusal(e2.receive, msg(B, 1))
     assert err.reason is Reason.COVERED_POSITION_FED
     assert "above the session floor of none" in err.detail
@@ -400,6 +402,24 @@ def test_a_held_head_absent_from_the_store_is_refused() -> None:
     assert err.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
     assert err.detail.startswith(
         f"held message at {at(B, 1)} is in the hold-back buffer but absent from the store. ")
+
+
+def test_a_held_head_corrupted_in_the_store_is_refused_with_the_codecs_diagnosis() -> None:
+    store = InMemoryOrderingStore()
+    e = engine(store)
+    e.receive(msg(B, 0, {A: 0}))
+    e.take_deltas()
+    copy = InMemoryOrderingStore(store.items())
+    e2 = engine(copy)  # restored and validated; then the blob is damaged under it
+    blob = copy.get(sc.held_key(B, 0))
+    assert blob is not None
+    copy.put(sc.held_key(B, 0), blob[:-3])
+    e2.receive(msg(A, 0))
+    err = refusal(e2.deliver_next)  # the decision reads B@0's causes from its blob
+    assert err.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
+    with pytest.raises(ParsleyFailClosedError) as codec:
+        sc.decode_held(blob[:-3])
+    assert err.detail == codec.value.detail and err.detail.startswith("corrupt held blob: ")
 
 
 # ------------------------------------------------------------------ restore

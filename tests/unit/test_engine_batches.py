@@ -14,6 +14,8 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 A = ChannelId(UUID(int=0xA), 0)
 B = ChannelId(UUID(int=0xB), 0)
 NAMES = {"a": A, "b": B}

@@ -22,6 +22,8 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 ORDERS = UUID("22ff08ae-ac3d-4589-94a3-125a5c2689a3")
 PAYMENTS = UUID(int=0xB)
 UPSTREAM = UUID(int=0xC)
@@ -147,7 +149,7 @@ def _engine_refusals() -> dict[str, ParsleyFailClosedError]:
     e.apply_identity({ORDERS: TopicVerdict.DELETED})
     catch("fed to end", lambda: e.receive(ReceivedMessage(O0, 0, 0, None, None)))
     e = task(0, CrossPartition.REFUSE)
-    e._fed[O0] = 8  # the invariant guard has no public trigger
+    e._advance_fed(O0, 8)  # the invariant guard has no public trigger
     catch("covered", lambda: e.receive(ReceivedMessage(O0, 5, 0, None, None)))
     e = task(0, CrossPartition.REFUSE)
     catch("cross partition", lambda: e.receive(payment(P0, 0, {O1: 0}, None)))

@@ -11,6 +11,8 @@ from parsley.engine.channel import ChannelId
 from parsley.engine.frontier import FrontierEncoding
 from parsley.wire import encode_causes, encoded_size
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 
 @pytest.mark.parametrize("seed", range(20))
 def test_size_and_header_track_the_codec(seed: int) -> None:

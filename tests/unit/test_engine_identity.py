@@ -24,6 +24,8 @@ from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.status import Blocker, HeldChannel, TaskDiagnosis
 from parsley.wire import encode_causes, encoded_size
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 TA, TB, TC, TX, TY = (UUID(int=v) for v in (0xA, 0xB, 0xC, 0xEE, 0xFF))
 A = ChannelId(TA, 0)
 B = ChannelId(TB, 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,8 @@ from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.wire import decode_causes, encode_causes
+
+pytestmark = pytest.mark.usefixtures("engine_impl")
 
 R = ChannelId(UUID(int=0x10), 0)
 UPSTREAM = [UUID(int=0x100 + i) for i in range(6)]

@@ -16,6 +16,8 @@ from parsley.engine.sabotage import Sabotage, engine_class
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.wire import encode_causes
 
+pytestmark = pytest.mark.usefixtures("engine_impl")
+
 A = ChannelId(UUID(int=0xA), 0)
 B = ChannelId(UUID(int=0xB), 0)
 C = ChannelId(UUID(int=0xC), 0)

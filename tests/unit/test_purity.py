@@ -10,6 +10,12 @@ import, followed transitively (today ``parsley/refusals.py`` and
   interpreter state), or
 * another pure ``parsley`` module.
 
+Two ``parsley`` modules are admitted without being followed: the extension
+module ``parsley._native`` (the same core compiled from ``native/src``, pure Rust
+computation, no I/O) and ``parsley.native``, which chooses between the two
+implementations once at import from ``PARSLEY_ENGINE`` and logs one warning when
+the native core is missing (:data:`ADMITTED`).
+
 Anything else (a third-party package, a banned stdlib module, a ``parsley``
 module that is itself impure, a relative import) fails naming the module and
 the import. The package facade ``parsley/__init__.py`` re-exports the public
@@ -46,6 +52,9 @@ BANNED = frozenset({
 })
 ALLOWED_STDLIB = frozenset(sys.stdlib_module_names) - BANNED
 
+ADMITTED = frozenset({"parsley._native", "parsley.native"})
+"""Modules the core may import without their own imports being judged (docstring)."""
+
 ROOTS = [*sorted((PARSLEY / "engine").glob("*.py")), PARSLEY / "wire.py"]
 
 
@@ -69,7 +78,8 @@ def _imports(path: Path) -> list[tuple[str, Path | None]]:
     found: list[tuple[str, Path | None]] = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            found += [(a.name, _file_of(a.name) if a.name.startswith("parsley") else None)
+            found += [(a.name, _file_of(a.name)
+                       if a.name.startswith("parsley") and a.name not in ADMITTED else None)
                       for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -80,6 +90,9 @@ def _imports(path: Path) -> list[tuple[str, Path | None]]:
                 found.append((module, None))
                 continue
             for alias in node.names:
+                if f"{module}.{alias.name}" in ADMITTED:
+                    found.append((f"{module}.{alias.name}", None))
+                    continue
                 # `from parsley.engine import state_codec` loads a submodule.
                 sub = _file_of(f"{module}.{alias.name}")
                 found.append((f"{module}.{alias.name}" if sub else module,
@@ -102,6 +115,8 @@ def _verdicts() -> tuple[list[str], list[str]]:
             top = name.split(".")[0]
             if name.startswith("."):
                 offences.append(f"{where} imports {name} (relative imports are not allowed)")
+            elif name in ADMITTED:
+                continue
             elif top == "parsley":
                 if target is None:
                     offences.append(f"{where} imports {name}, which is no parsley module")

@@ -16,6 +16,9 @@ from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 
+# Every test runs on both codec implementations (tests/conftest.py, "codecs").
+pytestmark = pytest.mark.usefixtures("codecs")
+
 T1 = UUID(int=(1 << 64) | 2)  # MSB 1, LSB 2: the facts' channel "(1,2)"
 CH0 = ChannelId(T1, 0)
 A = ChannelId(UUID("0102030405060708090a0b0c0d0e0f10"), 3)

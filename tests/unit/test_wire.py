@@ -15,7 +15,12 @@ import pytest
 
 from parsley import wire
 from parsley.engine.channel import ChannelId, Header
+from parsley.native import BUILT
 from parsley.refusals import ParsleyFailClosedError, Reason
+from tests.codec_impls import NATIVE, Codecs
+
+# Every test runs on both codec implementations (tests/conftest.py, "codecs").
+pytestmark = pytest.mark.usefixtures("codecs")
 
 A = UUID("0102030405060708090a0b0c0d0e0f10")
 B = UUID("f102030405060708090a0b0c0d0e0f10")
@@ -456,15 +461,51 @@ def _cached() -> int:
     return sum(len(entry[1]) for entry in wire._channel_cache.values())
 
 
-def test_cache_stays_bounded() -> None:
+def _sizes(codecs: Codecs) -> tuple[int, int, int]:
+    """(topics, channels, reverse entries) in the codec's channel cache."""
+    if codecs is NATIVE:
+        return BUILT.channel_cache_size()  # type: ignore[union-attr,no-any-return]
+    assert wire._cached_channels == _cached(), "the channel count drifted"
+    return len(wire._channel_cache), _cached(), 0
+
+
+def test_cache_stays_bounded(codecs: Codecs) -> None:
     # Many distinct topics: the decoder's channel cache must not grow without bound.
     for n in range(1, 5000):
         value = wire.encode_causes({ch(UUID(int=n), 0): 1})
         assert wire.decode_causes(value) == {ch(UUID(int=n), 0): 1}
-        assert len(wire._channel_cache) <= wire._CACHE_TOPICS, "topic level unbounded"
+        assert _sizes(codecs)[0] <= wire._CACHE_TOPICS, "topic level unbounded"
     # Many partitions: the channel total is bounded too, and decoding stays right
     # across a clear in the middle of a group.
     many = {ch(UUID(int=7), p): p for p in range(wire._CACHE_CHANNELS + 1000)}
     assert wire.decode_causes(wire.encode_causes(many)) == many
-    assert _cached() <= wire._CACHE_CHANNELS, "channel level unbounded"
-    assert wire._cached_channels == _cached(), "the channel count drifted"
+    _topics, channels, reverse = _sizes(codecs)
+    assert channels <= wire._CACHE_CHANNELS, "channel level unbounded"
+    assert reverse <= wire._CACHE_CHANNELS, "reverse level unbounded"
+
+
+def test_threads_share_the_cache_safely() -> None:
+    # Four threads decode and encode at once while the cache fills and clears (many
+    # topics): every result stays right and nothing deadlocks (the native cache's lock is
+    # never held across a call into Python).
+    import threading
+
+    values = [wire.encode_causes({ch(UUID(int=n * 64 + k), k % 3): n for k in range(1, 9)})
+              for n in range(1, 700)]
+    expected = [wire.decode_causes(v) for v in values]
+    failures: list[str] = []
+
+    def work(offset: int) -> None:
+        for i in range(len(values)):
+            j = (i + offset * 97) % len(values)
+            got = wire.decode_causes(values[j])
+            if got != expected[j] or wire.encode_causes(got) != values[j]:
+                failures.append(f"value {j}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a decoding thread is stuck"
+    assert not failures, failures[:5]

@@ -10,6 +10,9 @@ import pytest
 from parsley import wire
 from parsley.refusals import ParsleyFailClosedError
 
+# Every test runs on both codec implementations (tests/conftest.py, "codecs").
+pytestmark = pytest.mark.usefixtures("codecs")
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
 ROW = re.compile(r"^\| `([0-9a-f ]+)` \| `([^`]+)` \|$")
 

@@ -8,6 +8,11 @@ re-encode to exactly the mutated bytes (the grammar admits one spelling per
 cause set). Anything else (another exception, another reason, a non-canonical
 decode) fails with the seed, iteration and hex, so the case replays.
 
+It runs against both decoders (``codec``: the Python reference and the Rust
+codec, tests/codec_impls.py); for the Rust one, a panic surfaces as
+``pyo3_runtime.PanicException`` (a ``BaseException``) and fails the test, and a
+crash would end the test process.
+
 A plain loop rather than Hypothesis so that a million cases take seconds.
 """
 
@@ -22,6 +27,7 @@ import pytest
 from parsley import wire
 from parsley.engine.channel import ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
+from tests.codec_impls import ALL, Codecs
 
 SEED = 20_261_130
 SIZE = int(os.environ.get("PARSLEY_FUZZ_SIZE", str(10**6)))
@@ -46,13 +52,14 @@ def _corpus(rnd: random.Random) -> list[bytes]:
     return [v for v in values for _ in range(8 if len(v) < 100 else 2 if len(v) < 300 else 1)]
 
 
-def test_fuzz_mutations_fail_closed_or_decode_canonically() -> None:
+@pytest.mark.parametrize("codec", ALL, ids=str)
+def test_fuzz_mutations_fail_closed_or_decode_canonically(codec: Codecs) -> None:
     rnd = random.Random(SEED)
     corpus = _corpus(rnd)
+    decode = codec.decode_causes
+    encode = codec.encode_causes
     for value in corpus:
-        assert wire.encode_causes(wire.decode_causes(value)) == value, "corpus must be valid"
-    decode = wire.decode_causes
-    encode = wire.encode_causes
+        assert encode(decode(value)) == value, "corpus must be valid"
     undecodable = Reason.UNDECODABLE_METADATA
     uniform = rnd.random  # int(uniform() * n) is a cheaper randrange(n)
     getrandbits = rnd.getrandbits
@@ -84,15 +91,15 @@ def test_fuzz_mutations_fail_closed_or_decode_canonically() -> None:
             causes = decode(mutated)
         except ParsleyFailClosedError as exc:
             if exc.reason is not undecodable:
-                pytest.fail(f"seed {SEED} iteration {iteration}: reason {exc.reason} "
+                pytest.fail(f"{codec}: seed {SEED} iteration {iteration}: reason {exc.reason} "
                             f"for {mutated.hex()}")
             refused += 1
             continue
         except Exception as exc:  # anything else is a codec bug
-            pytest.fail(f"seed {SEED} iteration {iteration}: {type(exc).__name__}: {exc} "
+            pytest.fail(f"{codec}: seed {SEED} iteration {iteration}: {type(exc).__name__}: {exc} "
                         f"for {mutated.hex()}")
         if encode(causes) != mutated:
-            pytest.fail(f"seed {SEED} iteration {iteration}: {mutated.hex()} decoded to "
+            pytest.fail(f"{codec}: seed {SEED} iteration {iteration}: {mutated.hex()} decoded to "
                         f"{causes} which does not re-encode to the same bytes")
         decoded_ok += 1
     assert decoded_ok + refused == SIZE

@@ -20,6 +20,9 @@ from parsley.engine import state_codec as sc
 from parsley.engine.channel import ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 
+# Every test runs on both codec implementations (tests/conftest.py, "codecs").
+pytestmark = pytest.mark.usefixtures("codecs")
+
 CH = ChannelId(UUID("0102030405060708090a0b0c0d0e0f10"), 3)
 BODY = sc.encode_held(sc.HeldMessage(7, b"k", b"x" * 1024, (), ()))
 N = 2_000
