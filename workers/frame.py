@@ -55,7 +55,7 @@ from parsley.declarations import (
 from parsley.effects import _REFUSAL_LATCH, new_delivery
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
-from parsley.serdes import decoder, encoder
+from parsley.serdes import BytesSerde, JsonSerde, StringSerde, decoder, encoder
 from parsley.wire import RESERVED_PREFIX as RESERVED_HEADER_PREFIX
 from parsley.wire import strip_reserved
 
@@ -136,6 +136,25 @@ class SerializedWrite:
     value: bytes | None
 
 
+_w_store, _w_key, _w_value = (SerializedWrite.__dict__[n].__set__
+                               for n in ("store", "key", "value"))
+
+
+def _new_write(store: str, key: bytes, value: bytes | None) -> SerializedWrite:
+    """``SerializedWrite(store, key, value)`` setting the slots directly (the frozen
+    dataclass's ``__init__`` goes through ``object.__setattr__`` per field)."""
+    write: SerializedWrite = object.__new__(SerializedWrite)
+    _w_store(write, store)
+    _w_key(write, key)
+    _w_value(write, value)
+    return write
+
+
+def _exact(serde: object) -> bool:
+    """Whether ``serde``'s plain ``serialize`` is a built-in one (output always bytes or None)."""
+    return type(serde) in (BytesSerde, StringSerde, JsonSerde)
+
+
 @dataclass(frozen=True, slots=True)
 class FrameResult:
     """What one delivery writes: store writes and emissions, each in the handler's order."""
@@ -206,9 +225,11 @@ class _FrameState:
             raise frame.latch(refusal) from None
         if key is None:
             raise ValueError(f"{name}: {declared.name} state read key must not be None")
+        encode_key, exact, decode_value = frame._store_plans[declared.name]
         try:
-            raw = declared.key_serde.serialize(key)
-            key_bytes = None if raw is None else _as_bytes(raw)
+            key_bytes = encode_key(key)
+            if not exact and key_bytes is not None:
+                key_bytes = _as_bytes(key_bytes)
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
@@ -227,7 +248,7 @@ class _FrameState:
         if value_bytes is None:
             return None
         try:
-            return declared.value_serde.deserialize(value_bytes)
+            return decode_value(value_bytes)
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
@@ -265,6 +286,12 @@ class HandlerFrame:
             c.name: (c.name, *encoder(c.key_serde), *encoder(c.value_serde))
             for c in process.outputs}
         self._stores = {s.name: s for s in process.declared_stores}
+        # Store plans: (encode key, its output is exact bytes, decode value); writes
+        # serialize without the headers hook (a store record has no headers).
+        self._store_plans: dict[str, tuple[Callable[[Any], Any], bool, Callable[[bytes], Any]]] = {
+            s.name: (s.key_serde.serialize, _exact(s.key_serde),
+                     decoder(s.value_serde))
+            for s in process.declared_stores}
 
     # -- the latch ---------------------------------------------------------------
 
@@ -327,16 +354,12 @@ class HandlerFrame:
 
     # -- serialization ------------------------------------------------------------
 
-    def _serialize(self, serde: Any, value: Any, headers: list[Header] | None,
-                   site: str, part: str) -> bytes | None:
-        """Serialize through a declared serde; any failure is APPLICATION_PAYLOAD_UNSERIALIZABLE."""
+    def _serialize(self, serde: Any, value: Any, site: str, part: str) -> bytes | None:
+        """Serialize a store write's key or value through its declared serde (no headers
+        hook: a store record has none); any failure is APPLICATION_PAYLOAD_UNSERIALIZABLE."""
         try:
-            hook = getattr(serde, "serialize_with_headers", None)
-            if headers is not None and callable(hook):
-                raw = hook(value, headers)
-            else:
-                raw = serde.serialize(value)
-            return None if raw is None else _as_bytes(raw)
+            raw = serde.serialize(value)
+            return raw if raw is None or raw.__class__ is bytes else _as_bytes(raw)
         except Exception as exc:
             self._rethrow()  # a latched state refusal keeps its own reason
             raise ParsleyFailClosedError(
@@ -348,7 +371,7 @@ class HandlerFrame:
 
     def _plan_write(self, declared: Store[Any, Any], key: Any, value: Any) -> SerializedWrite:
         name = declared.name
-        key_bytes = self._serialize(declared.key_serde, key, None, name, "state write key")
+        key_bytes = self._serialize(declared.key_serde, key, name, "state write key")
         if key_bytes is None:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
@@ -357,8 +380,8 @@ class HandlerFrame:
                 + APPLICATION_REMEDY,
             )
         value_bytes = None if value is None else self._serialize(
-            declared.value_serde, value, None, name, "state write value")
-        return SerializedWrite(name, key_bytes, value_bytes)
+            declared.value_serde, value, name, "state write value")
+        return _new_write(name, key_bytes, value_bytes)
 
     def _unserializable(self, exc: Exception, topic: str, part: str) -> ParsleyFailClosedError:
         self._rethrow()  # a latched state refusal keeps its own reason
