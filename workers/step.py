@@ -143,20 +143,30 @@ class TaskStep:
         """Deliver deliverable heads, for one pass; write their effects into the open
         transaction.
 
-        A transaction open for ``close_after_s`` is committed between two deliveries
+        Heads come from the engine in batches (``ProcessEngine.deliver_batch``), each
+        handled whole before anything else is decided: a head taken counts as delivered
+        in the engine's next deltas, so no commit may fall between taking a head and
+        handling it. Each batch is sized by :attr:`batches` to take about a tenth of
+        the shorter of ``close_after_s`` and ``pass_s`` at the measured cost of a
+        delivery (the first batch is one head), so a bound is overrun by at most one
+        short batch (:func:`workers.pacing.delivery_batches`).
+
+        A transaction open for ``close_after_s`` is committed between two batches
         (through ``close``), so one long drain spans several transactions, each well
         inside ``transaction.timeout.ms`` (docs/operations.md, "Transaction time bound").
         Committing there is sound: every fed message not yet delivered is still held,
         and the commit persists it with the read positions.
 
         The pass then ends, as it does after ``pass_s`` (checked between two
-        deliveries), with :attr:`more` set: the caller consumes (within
-        ``max.poll.interval.ms``), reports status (within the coordinator's stale
-        bound) and calls again to continue (docs/operations.md, "Transaction time
-        bound"). Ending between two deliveries is sound: each delivered message's
-        effects and ordering delta are in the open transaction, which the next
-        commit carries whole with the read positions fed; the heads left stay in
-        the engine, in causal order.
+        batches, after at least one delivery), with :attr:`more` set: the caller
+        consumes (within ``max.poll.interval.ms``), reports status (within the
+        coordinator's stale bound) and calls again to continue (docs/operations.md,
+        "Transaction time bound"). Ending between two batches is sound: each delivered
+        message's effects and ordering delta are in the open transaction, which the
+        next commit carries whole with the read positions fed; the heads left stay in
+        the engine, in causal order. A batch shorter than asked for means nothing
+        else is deliverable (handling feeds the engine nothing): the pass ends with
+        :attr:`more` clear.
 
         Returns:
             How many messages were delivered.
@@ -201,13 +211,13 @@ class TaskStep:
                 if ends_at is not None and count and clock() >= ends_at:
                     break
                 limit = batches.size()
+                began = clock()
                 batch = deliver_batch(limit)
                 if not batch:
                     self.more = False
                     break
                 if not txn.open:
                     txn.begin()
-                began = clock()
                 for ch, position, timestamp_ms, key, value, headers, causes in batch:
                     sends, writes = run(topics[ch.topic_id], ch.partition, position,
                                         timestamp_ms, key, value, headers)
