@@ -527,8 +527,12 @@ class HandlerFrame:
         # Every target first, then every payload: nothing is serialized for a step
         # with an undeclared target, and nothing is returned unless all of it is.
         stores = [self.resolve_store(w.store, "state write") for w in writes] if writes else ()
-        output = self._output
-        plans = [output(s.channel) for s in sends] if sends else []
+        if len(sends) == 1:  # the common case, without the comprehension
+            plan = self._out_plans.get(sends[0].channel.name)
+            plans = [plan if plan is not None else self._output(sends[0].channel)]
+        else:
+            output = self._output
+            plans = [output(s.channel) for s in sends]
         planned_writes = tuple(self._plan_write(d, w.key, w.value)
                                for d, w in zip(stores, writes, strict=True)) if writes else ()
         planned_sends = self._plan_sends(sends, plans, timestamp_ms) if sends else ()

@@ -94,7 +94,9 @@ class TaskStep:
         self.stores = stores
         self.txn = txn
         self._channels = dict(channels)
-        self._topics = {ch.topic_id: name for name, ch in channels.items()}
+        # Keyed by the channel objects the engine was given, which it hands back: the
+        # lookup hits identity and the channel's cached hash, not uuid.UUID.__hash__.
+        self._by_channel = {ch: (name, ch.partition) for name, ch in channels.items()}
         self._ordering_topic = ordering_topic
         self._store_topics = dict(store_topics)
         self.close_after_s = close_after_s
@@ -182,7 +184,7 @@ class TaskStep:
         txn = self.txn
         send = txn.send_counted
         apply = self.stores.apply
-        topics = self._topics
+        by_channel = self._by_channel
         batches = self.batches
         close = self.close
         close_after = self.close_after_s if close is not None else None
@@ -219,15 +221,16 @@ class TaskStep:
                 if not txn.open:
                     txn.begin()
                 for ch, position, timestamp_ms, key, value, headers, causes in batch:
-                    sends, writes = run(topics[ch.topic_id], ch.partition, position,
-                                        timestamp_ms, key, value, headers)
+                    topic, partition = by_channel[ch]
+                    sends, writes = run(topic, partition, position, timestamp_ms, key, value,
+                                        headers)
                     if writes:
                         apply(writes)
                     if sends:
                         stamp = (CAUSES_HEADER, causes)
-                        for topic, k, v, h, ts in sends:
+                        for out, k, v, h, ts in sends:
                             h.append(stamp)  # the frame's new list: produced as it is
-                            send(topic, k, v, h, ts)
+                            send(out, k, v, h, ts)
                             sent += 1
                     count += 1
                 batches.observe(len(batch), clock() - began)
