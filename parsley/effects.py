@@ -62,7 +62,8 @@ class Delivery(Generic[K, V]):
     def __init__(self, topic: str, partition: int, offset: int, timestamp: int,
                  key: K | None, value: V | None, headers: tuple[Header, ...] = ()) -> None:
         # The generated frozen __init__ goes through object.__setattr__ once per field;
-        # setting the slots directly costs about half (docs/performance.md, "Handler frame").
+        # setting the slots directly costs about half (docs/performance.md, "Handler
+        # frame and batch loop").
         _d_topic(self, topic)
         _d_partition(self, partition)
         _d_offset(self, offset)

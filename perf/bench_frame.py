@@ -1,4 +1,6 @@
-"""The handler frame's cost per message, without a broker (docs/performance.md, "Handler frame").
+"""The handler frame's cost per message, without a broker.
+
+See docs/performance.md, "Handler frame and batch loop".
 
 Times, in CPU µs per message (``time.process_time``, best of ``--repeat`` rounds, so
 that a busy machine's waits do not count), the parts of the worker's per-message path
