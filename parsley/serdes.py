@@ -27,7 +27,9 @@ which uses the serdes ``STRING`` and ``JSON`` (``BYTES`` is the third).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import orjson
@@ -44,6 +46,8 @@ __all__ = [
     "Serde",
     "StringSerde",
     "check_serde",
+    "decoder",
+    "encoder",
     "equivalent_serdes",
 ]
 
@@ -157,6 +161,8 @@ class BytesSerde:
 
     def serialize(self, value: bytes | bytearray | memoryview | None) -> bytes | None:
         """Return ``value`` as ``bytes`` (``None`` stays ``None``)."""
+        if value.__class__ is bytes:
+            return value
         if value is None:
             return None
         if not isinstance(value, bytes | bytearray | memoryview):
@@ -165,6 +171,8 @@ class BytesSerde:
 
     def deserialize(self, data: bytes | None) -> bytes | None:
         """Return ``data`` unchanged (``None`` stays ``None``)."""
+        if data.__class__ is bytes:
+            return data
         return None if data is None else bytes(data)
 
 
@@ -180,6 +188,8 @@ class StringSerde:
 
     def serialize(self, value: str | None) -> bytes | None:
         """Encode ``value`` as UTF-8 (``None`` stays ``None``)."""
+        if value.__class__ is str:
+            return value.encode()
         if value is None:
             return None
         if not isinstance(value, str):
@@ -223,3 +233,51 @@ STRING: Final = StringSerde()
 """UTF-8 string serde."""
 JSON: Final = JsonSerde()
 """orjson JSON serde."""
+
+
+_utf8: Final = partial(str, encoding="utf-8")
+"""``StringSerde.deserialize`` for non-``None`` data in one C call (``bytes``, ``bytearray``
+and ``memoryview`` alike; the same ``UnicodeDecodeError`` on invalid UTF-8)."""
+
+
+def decoder(serde: Serde[Any]) -> Callable[[bytes], Any]:
+    """The handler frame's decoder for ``serde``: called with non-``None`` data only.
+
+    For the built-in serdes (matched by exact type, as a pickled copy of :data:`BYTES`
+    is another instance of :class:`BytesSerde`) a C-level callable that returns what
+    ``deserialize`` returns and raises what it raises: ``bytes`` for :class:`BytesSerde`,
+    ``str(data, encoding="utf-8")`` for :class:`StringSerde`, ``orjson.loads`` for
+    :class:`JsonSerde`; any other serde's own ``deserialize``.
+
+    Args:
+        serde: a declared serde (see :func:`check_serde`).
+
+    Returns:
+        ``data -> value``; failures are the serde's own exceptions.
+    """
+    kind = type(serde)
+    if kind is BytesSerde:
+        return bytes
+    if kind is StringSerde:
+        return _utf8
+    if kind is JsonSerde:
+        return orjson.loads
+    return serde.deserialize
+
+
+def encoder(serde: Serde[Any]) -> tuple[Callable[..., Any], bool, bool]:
+    """How the handler frame serializes through ``serde``, decided once per declared channel.
+
+    Args:
+        serde: a declared serde.
+
+    Returns:
+        ``(encode, with_headers, exact)``: ``encode(value)``, or ``encode(value, headers)``
+        when ``with_headers`` (the serde's ``serialize_with_headers`` hook, see
+        :class:`HeadersAwareSerde`); ``exact`` is true for the built-in serdes, whose
+        output is always ``bytes`` or ``None``, so the frame skips its output check.
+    """
+    hook = getattr(serde, "serialize_with_headers", None)
+    if callable(hook):
+        return hook, True, False
+    return serde.serialize, False, type(serde) in (BytesSerde, StringSerde, JsonSerde)

@@ -39,21 +39,23 @@ docs/runbooks.md ("The application must change", "A handler that throws"), READM
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from parsley.declarations import (
     Channel,
-    Delivery,
     Effects,
     Process,
-    RefusalLatch,
+    Send,
+    State,
     Store,
     same_store,
 )
+from parsley.effects import _REFUSAL_LATCH, new_delivery
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.serdes import BytesSerde, JsonSerde, StringSerde, decoder, encoder
 from parsley.wire import RESERVED_PREFIX as RESERVED_HEADER_PREFIX
 from parsley.wire import strip_reserved
 
@@ -62,6 +64,7 @@ __all__ = [
     "FrameResult",
     "HandlerFailure",
     "HandlerFrame",
+    "PlannedSend",
     "SerializedSend",
     "SerializedWrite",
     "StoreView",
@@ -84,6 +87,18 @@ class StoreView(Protocol):
     def get(self, store_name: str, key: bytes) -> bytes | None:
         """The value bytes under ``key`` in store ``store_name``, or ``None``."""
         ...
+
+
+PlannedSend = tuple[str, bytes | None, bytes | None, list[Header], int]
+"""An emission ready to produce, as :meth:`HandlerFrame.run` returns it: ``(topic, key,
+value, headers, timestamp_ms)``, the fields of :class:`SerializedSend` with the headers as a
+new list the worker may extend."""
+
+_InputPlan = tuple[Callable[[Any, State], Any], Callable[[bytes], Any], Callable[[bytes], Any]]
+"""A received channel's plan: ``(handler, decode key, decode value)``."""
+_OutputPlan = tuple[str, Callable[..., Any], bool, bool, Callable[..., Any], bool, bool]
+"""A declared channel's send plan: ``(topic, *parsley.serdes.encoder(key serde),
+*parsley.serdes.encoder(value serde))``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +134,25 @@ class SerializedWrite:
     store: str
     key: bytes
     value: bytes | None
+
+
+_w_store, _w_key, _w_value = (SerializedWrite.__dict__[n].__set__
+                               for n in ("store", "key", "value"))
+
+
+def _new_write(store: str, key: bytes, value: bytes | None) -> SerializedWrite:
+    """``SerializedWrite(store, key, value)`` setting the slots directly (the frozen
+    dataclass's ``__init__`` goes through ``object.__setattr__`` per field)."""
+    write: SerializedWrite = object.__new__(SerializedWrite)
+    _w_store(write, store)
+    _w_key(write, key)
+    _w_value(write, value)
+    return write
+
+
+def _exact(serde: object) -> bool:
+    """Whether ``serde``'s plain ``serialize`` is a built-in one (output always bytes or None)."""
+    return type(serde) in (BytesSerde, StringSerde, JsonSerde)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +225,11 @@ class _FrameState:
             raise frame.latch(refusal) from None
         if key is None:
             raise ValueError(f"{name}: {declared.name} state read key must not be None")
+        encode_key, exact, decode_value = frame._store_plans[declared.name]
         try:
-            raw = declared.key_serde.serialize(key)
-            key_bytes = None if raw is None else _as_bytes(raw)
+            key_bytes = encode_key(key)
+            if not exact and key_bytes is not None:
+                key_bytes = _as_bytes(key_bytes)
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
@@ -212,7 +248,7 @@ class _FrameState:
         if value_bytes is None:
             return None
         try:
-            return declared.value_serde.deserialize(value_bytes)
+            return decode_value(value_bytes)
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
@@ -240,10 +276,22 @@ class HandlerFrame:
         self.stores = stores
         self._latched: ParsleyFailClosedError | None = None
         self._state = _FrameState(self)
-        # Name lookups on the hot path; the declaration is immutable.
-        self._inputs = {i.channel.name: i for i in process.inputs}
-        self._outputs = {c.name: c for c in process.outputs}
+        self._latch_fn = self.latch
+        # Per-channel plans, built once; the declaration is immutable.
+        self._in_plans: dict[str, _InputPlan] = {
+            i.channel.name: (i.handler, decoder(i.channel.key_serde),
+                             decoder(i.channel.value_serde))
+            for i in process.inputs}
+        self._out_plans: dict[str, _OutputPlan] = {
+            c.name: (c.name, *encoder(c.key_serde), *encoder(c.value_serde))
+            for c in process.outputs}
         self._stores = {s.name: s for s in process.declared_stores}
+        # Store plans: (encode key, its output is exact bytes, decode value); writes
+        # serialize without the headers hook (a store record has no headers).
+        self._store_plans: dict[str, tuple[Callable[[Any], Any], bool, Callable[[bytes], Any]]] = {
+            s.name: (s.key_serde.serialize, _exact(s.key_serde),
+                     decoder(s.value_serde))
+            for s in process.declared_stores}
 
     # -- the latch ---------------------------------------------------------------
 
@@ -289,28 +337,29 @@ class HandlerFrame:
             )
         return declared
 
-    def _resolve_channel(self, channel: Channel[Any, Any]) -> Channel[Any, Any]:
-        declared = self._outputs.get(channel.name)
-        if declared is None:
+    def _output(self, channel: Channel[Any, Any]) -> _OutputPlan:
+        """The send plan of the declared channel ``channel`` names.
+
+        Raises:
+            ParsleyFailClosedError: EMISSION_TO_UNDECLARED_CHANNEL.
+        """
+        plan = self._out_plans.get(channel.name)
+        if plan is None:
             raise ParsleyFailClosedError(
                 Reason.EMISSION_TO_UNDECLARED_CHANNEL,
                 f"{self.process.name} emitted to undeclared channel {channel.name}"
                 + APPLICATION_REMEDY,
             )
-        return declared
+        return plan
 
     # -- serialization ------------------------------------------------------------
 
-    def _serialize(self, serde: Any, value: Any, headers: list[Header] | None,
-                   site: str, part: str) -> bytes | None:
-        """Serialize through a declared serde; any failure is APPLICATION_PAYLOAD_UNSERIALIZABLE."""
+    def _serialize(self, serde: Any, value: Any, site: str, part: str) -> bytes | None:
+        """Serialize a store write's key or value through its declared serde (no headers
+        hook: a store record has none); any failure is APPLICATION_PAYLOAD_UNSERIALIZABLE."""
         try:
-            hook = getattr(serde, "serialize_with_headers", None)
-            if headers is not None and callable(hook):
-                raw = hook(value, headers)
-            else:
-                raw = serde.serialize(value)
-            return None if raw is None else _as_bytes(raw)
+            raw = serde.serialize(value)
+            return raw if raw is None or raw.__class__ is bytes else _as_bytes(raw)
         except Exception as exc:
             self._rethrow()  # a latched state refusal keeps its own reason
             raise ParsleyFailClosedError(
@@ -322,7 +371,7 @@ class HandlerFrame:
 
     def _plan_write(self, declared: Store[Any, Any], key: Any, value: Any) -> SerializedWrite:
         name = declared.name
-        key_bytes = self._serialize(declared.key_serde, key, None, name, "state write key")
+        key_bytes = self._serialize(declared.key_serde, key, name, "state write key")
         if key_bytes is None:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
@@ -331,58 +380,165 @@ class HandlerFrame:
                 + APPLICATION_REMEDY,
             )
         value_bytes = None if value is None else self._serialize(
-            declared.value_serde, value, None, name, "state write value")
-        return SerializedWrite(name, key_bytes, value_bytes)
+            declared.value_serde, value, name, "state write value")
+        return _new_write(name, key_bytes, value_bytes)
 
-    def _plan_send(self, declared: Channel[Any, Any], key: Any, value: Any,
-                   built: tuple[Header, ...], timestamp_ms: int) -> SerializedSend:
-        topic = declared.name
-        for header_key, _ in built:
-            if header_key.startswith(RESERVED_HEADER_PREFIX):
-                raise ParsleyFailClosedError(
-                    Reason.RESERVED_HEADER_USED,
-                    f"{self.process.name}: serializer for {topic} wrote reserved header "
-                    f"'{header_key}'"
-                    + APPLICATION_REMEDY,
-                )
-        headers = list(built)
-        key_bytes = None if key is None else self._serialize(
-            declared.key_serde, key, headers, topic, "key")
-        value_bytes = None if value is None else self._serialize(
-            declared.value_serde, value, headers, topic, "value")
-        for header in headers:
-            if (not isinstance(header, tuple) or len(header) != 2 or not isinstance(header[0], str)
-                    or not isinstance(header[1], bytes | None)):
-                raise ParsleyFailClosedError(
-                    Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                    f"{self.process.name}: {topic} payload could not be serialized by the declared "
-                    f"serde (a serializer added a header that is not (str, bytes | None): "
-                    f"{header!r})"
-                    + APPLICATION_REMEDY,
-                )
-            if header[0].startswith(RESERVED_HEADER_PREFIX):
-                raise ParsleyFailClosedError(
-                    Reason.RESERVED_HEADER_USED,
-                    f"{self.process.name}: serializer for {topic} wrote reserved header "
-                    f"'{header[0]}'"
-                    + APPLICATION_REMEDY,
-                )
-        return SerializedSend(topic, key_bytes, value_bytes, tuple(headers), timestamp_ms)
+    def _unserializable(self, exc: Exception, topic: str, part: str) -> ParsleyFailClosedError:
+        self._rethrow()  # a latched state refusal keeps its own reason
+        return ParsleyFailClosedError(
+            Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
+            f"{self.process.name}: {topic} payload could not be serialized by the declared "
+            f"serde ({part}; {_describe(exc)})"
+            + APPLICATION_REMEDY,
+        )
 
-    def _plan(self, effects: Effects, timestamp_ms: int) -> FrameResult:
-        # Every target first, then every payload: nothing is serialized for a step
-        # with an undeclared target, and nothing is returned unless all of it is.
-        stores = [self.resolve_store(w.store, "state write") for w in effects.writes]
-        channels = [self._resolve_channel(s.channel) for s in effects.sends]
-        writes = tuple(self._plan_write(d, w.key, w.value)
-                       for d, w in zip(stores, effects.writes, strict=True))
-        sends = tuple(
-            self._plan_send(d, s.key, s.value, s.headers,
-                            timestamp_ms if s.timestamp_ms is None else s.timestamp_ms)
-            for d, s in zip(channels, effects.sends, strict=True))
-        return FrameResult(sends, writes)
+    def _reserved(self, topic: str, key: str) -> ParsleyFailClosedError:
+        return ParsleyFailClosedError(
+            Reason.RESERVED_HEADER_USED,
+            f"{self.process.name}: serializer for {topic} wrote reserved header '{key}'"
+            + APPLICATION_REMEDY,
+        )
+
+    def _plan_sends(self, sends: tuple[Send, ...], plans: list[_OutputPlan],
+                    timestamp_ms: int) -> list[PlannedSend]:
+        out: list[PlannedSend] = []
+        for (topic, kenc, khdr, kexact, venc, vhdr, vexact), s in zip(plans, sends, strict=True):
+            built = s.headers
+            if built:
+                # A Send refuses reserved keys when it is built; this guards a Send
+                # assembled around its constructor.
+                for header_key, _ in built:
+                    if header_key.startswith(RESERVED_HEADER_PREFIX):
+                        raise self._reserved(topic, header_key)
+            headers = list(built)
+            key, value = s.key, s.value
+            part = "key"
+            try:
+                if key is None:
+                    key_bytes = None
+                else:
+                    key_bytes = kenc(key, headers) if khdr else kenc(key)
+                    if not kexact and key_bytes is not None:
+                        key_bytes = _as_bytes(key_bytes)
+                part = "value"
+                if value is None:
+                    value_bytes = None
+                else:
+                    value_bytes = venc(value, headers) if vhdr else venc(value)
+                    if not vexact and value_bytes is not None:
+                        value_bytes = _as_bytes(value_bytes)
+            except Exception as exc:
+                raise self._unserializable(exc, topic, part) from exc
+            if khdr or vhdr:
+                # Only a headers-aware serializer can have changed them.
+                for header in headers:
+                    if (not isinstance(header, tuple) or len(header) != 2
+                            or not isinstance(header[0], str)
+                            or not isinstance(header[1], bytes | None)):
+                        raise ParsleyFailClosedError(
+                            Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
+                            f"{self.process.name}: {topic} payload could not be serialized by "
+                            f"the declared serde (a serializer added a header that is not "
+                            f"(str, bytes | None): {header!r})"
+                            + APPLICATION_REMEDY,
+                        )
+                    if header[0].startswith(RESERVED_HEADER_PREFIX):
+                        raise self._reserved(topic, header[0])
+            ts = s.timestamp_ms
+            out.append((topic, key_bytes, value_bytes, headers,
+                        timestamp_ms if ts is None else ts))
+        return out
 
     # -- the frame ----------------------------------------------------------------
+
+    def run(self, topic: str, partition: int, offset: int, timestamp_ms: int,
+            key: bytes | None, value: bytes | None,
+            headers: Sequence[Header] = ()) -> tuple[Sequence[PlannedSend],
+                                                     tuple[SerializedWrite, ...]]:
+        """:meth:`deliver` in the worker's form: the sends as :data:`PlannedSend` tuples.
+
+        The same steps, checks, refusals and order as :meth:`deliver` (which wraps this);
+        nothing is built per message beyond the :class:`parsley.Delivery` the handler
+        receives and what the handler itself builds: each planned send's header list is
+        new and the caller's to extend (the worker appends ``parsley.causes`` and hands
+        the list to ``Producer.produce`` as it is).
+
+        Returns:
+            ``(sends, writes)``: the serialized emissions and store writes, each in the
+            handler's order; empty sequences for ``Effects.none()``.
+
+        Raises:
+            As :meth:`deliver`.
+        """
+        if self._latched is not None:
+            self._rethrow()
+        source = self._in_plans.get(topic)
+        if source is None:
+            raise ValueError(f"{self.process.name} was fed {topic}, which it does not receive")
+        handler, decode_key, decode_value = source
+        part = "key"
+        try:
+            key_value = None if key is None else decode_key(key)
+            part = "value"
+            value_value = None if value is None else decode_value(value)
+        except Exception as exc:
+            self._rethrow()
+            raise ParsleyFailClosedError(
+                Reason.APPLICATION_PAYLOAD_UNDECODABLE,
+                f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
+                f"declared serde (partition {partition}; {_describe(exc)})"
+                + APPLICATION_REMEDY,
+            ) from exc
+        if self._latched is not None:
+            self._rethrow()
+        delivery = new_delivery(topic, partition, offset, timestamp_ms, key_value, value_value,
+                                strip_reserved(headers) if headers else ())
+        try:
+            # RefusalLatch(self.latch), without the object: refusals raised while the
+            # handler builds effects are latched into this frame.
+            token = _REFUSAL_LATCH.set(self._latch_fn)
+            try:
+                effects = handler(delivery, self._state)
+            finally:
+                _REFUSAL_LATCH.reset(token)
+        except ParsleyFailClosedError:
+            self._rethrow()
+            raise
+        except Exception as exc:
+            self._rethrow()
+            raise HandlerFailure(self.task, topic, partition, offset, _describe(exc)) from exc
+        if self._latched is not None:
+            self._rethrow()
+        if effects.__class__ is not Effects:
+            if effects is None:
+                raise ParsleyFailClosedError(
+                    Reason.HANDLER_RETURNED_NULL_EFFECTS,
+                    f"{self.process.name}: handler for {topic} returned null effects; "
+                    "return Effects.none() for a step that changes nothing"
+                    + APPLICATION_REMEDY,
+                )
+            if not isinstance(effects, Effects):
+                wrong = TypeError(f"handler returned {type(effects).__name__}, not Effects")
+                raise HandlerFailure(self.task, topic, partition, offset,
+                                     _describe(wrong)) from wrong
+        sends, writes = effects.sends, effects.writes
+        if not sends and not writes:
+            return (), ()
+        # Every target first, then every payload: nothing is serialized for a step
+        # with an undeclared target, and nothing is returned unless all of it is.
+        stores = [self.resolve_store(w.store, "state write") for w in writes] if writes else ()
+        if len(sends) == 1:  # the common case, without the comprehension
+            plan = self._out_plans.get(sends[0].channel.name)
+            plans = [plan if plan is not None else self._output(sends[0].channel)]
+        else:
+            output = self._output
+            plans = [output(s.channel) for s in sends]
+        planned_writes = tuple(self._plan_write(d, w.key, w.value)
+                               for d, w in zip(stores, writes, strict=True)) if writes else ()
+        planned_sends = self._plan_sends(sends, plans, timestamp_ms) if sends else ()
+        if self._latched is not None:
+            self._rethrow()
+        return planned_sends, planned_writes
 
     def deliver(self, topic: str, partition: int, offset: int, timestamp_ms: int,
                 key: bytes | None, value: bytes | None,
@@ -411,48 +567,6 @@ class HandlerFrame:
                 something that is not Effects.
             ValueError: ``topic`` is not received by this process (a worker bug).
         """
-        self._rethrow()
-        source = self._inputs.get(topic)
-        if source is None:
-            raise ValueError(f"{self.process.name} was fed {topic}, which it does not receive")
-        channel = source.channel
-        app_headers = strip_reserved(headers)
-        part = "key"
-        try:
-            key_value = None if key is None else channel.key_serde.deserialize(key)
-            part = "value"
-            value_value = None if value is None else channel.value_serde.deserialize(value)
-        except Exception as exc:
-            self._rethrow()
-            raise ParsleyFailClosedError(
-                Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
-                f"declared serde (partition {partition}; {_describe(exc)})"
-                + APPLICATION_REMEDY,
-            ) from exc
-        self._rethrow()
-        delivery: Delivery[Any, Any] = Delivery(
-            topic, partition, offset, timestamp_ms, key_value, value_value, app_headers)
-        try:
-            with RefusalLatch(self.latch):
-                effects = source.handler(delivery, self._state)
-        except ParsleyFailClosedError:
-            self._rethrow()
-            raise
-        except Exception as exc:
-            self._rethrow()
-            raise HandlerFailure(self.task, topic, partition, offset, _describe(exc)) from exc
-        self._rethrow()
-        if effects is None:
-            raise ParsleyFailClosedError(
-                Reason.HANDLER_RETURNED_NULL_EFFECTS,
-                f"{self.process.name}: handler for {topic} returned null effects; "
-                "return Effects.none() for a step that changes nothing"
-                + APPLICATION_REMEDY,
-            )
-        if not isinstance(effects, Effects):
-            wrong = TypeError(f"handler returned {type(effects).__name__}, not Effects")
-            raise HandlerFailure(self.task, topic, partition, offset, _describe(wrong)) from wrong
-        result = self._plan(effects, timestamp_ms)
-        self._rethrow()
-        return result
+        sends, writes = self.run(topic, partition, offset, timestamp_ms, key, value, headers)
+        return FrameResult(
+            tuple(SerializedSend(t, k, v, tuple(h), ts) for t, k, v, h, ts in sends), writes)

@@ -7,14 +7,26 @@ Pure rules, no I/O (docs/operations.md, "Transaction time bound"):
   producer, KIP-98), checked between deliveries, so one long drain (a cause releasing
   many held messages) is cut into several transactions;
 * :class:`BatchSizer`: consume batches sized to the handler's measured cost, so one
-  batch's deliveries take about :data:`BATCH_TARGET_FRACTION` of that time.
+  batch's deliveries take about :data:`BATCH_TARGET_FRACTION` of that time;
+* :func:`delivery_batches`: the sizer of the engine's delivery batches
+  (``ProcessEngine.deliver_batch``), whose every head is handled before the time bound and
+  the pass length are checked again, so one batch takes about
+  :data:`DELIVERY_TARGET_FRACTION` of the shorter of the two.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BATCH_TARGET_FRACTION", "MAX_BATCH", "BatchSizer", "close_after_s"]
+__all__ = [
+    "BATCH_TARGET_FRACTION",
+    "DELIVERY_TARGET_FRACTION",
+    "MAX_BATCH",
+    "MAX_DELIVERY_BATCH",
+    "BatchSizer",
+    "close_after_s",
+    "delivery_batches",
+]
 
 MAX_BATCH: Final = 500
 """Most records per ``consume`` call."""
@@ -22,6 +34,13 @@ CLOSE_FRACTION: Final = 0.5
 """The part of ``transaction.timeout.ms`` after which an open transaction is committed."""
 BATCH_TARGET_FRACTION: Final = 0.25
 """The part of the close time one batch's deliveries should take."""
+MAX_DELIVERY_BATCH: Final = 64
+"""Most heads per ``deliver_batch`` call: enough to spread the call's fixed cost thin."""
+DELIVERY_TARGET_FRACTION: Final = 0.1
+"""The part of the shorter of the close time and the pass length one delivery batch should
+take."""
+DEFAULT_DELIVERY_TARGET_S: Final = 0.1
+"""A delivery batch's target when the step has neither a close time nor a pass length, s."""
 
 
 def close_after_s(transaction_timeout_ms: int) -> float:
@@ -38,20 +57,25 @@ class BatchSizer:
 
     Args:
         target_s: how long one batch's deliveries should take, s (> 0).
-        max_records: the most records per call; also the size before any measure.
+        max_records: the most records per call.
         smoothing: weight of the newest measure in the moving average (0..1].
+        initial: the size before any measure (1 .. ``max_records``); default
+            ``max_records``.
 
     The cost is an exponential moving average of seconds per delivered message,
     measured over whole drains (handler, store writes and produce calls).
     """
 
     def __init__(self, target_s: float, max_records: int = MAX_BATCH,
-                 smoothing: float = 0.3) -> None:
+                 smoothing: float = 0.3, initial: int | None = None) -> None:
         if target_s <= 0 or max_records < 1 or not 0 < smoothing <= 1:
             raise ValueError("target_s > 0, max_records >= 1 and 0 < smoothing <= 1")
+        if initial is not None and not 1 <= initial <= max_records:
+            raise ValueError("1 <= initial <= max_records")
         self.target_s = target_s
         self.max_records = max_records
         self.smoothing = smoothing
+        self.initial = max_records if initial is None else initial
         self.cost_s: float | None = None
 
     def observe(self, delivered: int, elapsed_s: float) -> None:
@@ -65,7 +89,34 @@ class BatchSizer:
             self.cost_s += self.smoothing * (cost - self.cost_s)
 
     def size(self) -> int:
-        """Records to ask for next: ``target_s / cost``, within 1 .. ``max_records``."""
+        """Records to ask for next: ``target_s / cost``, within 1 .. ``max_records``
+        (``initial`` before any measure)."""
+        if self.cost_s is None:
+            return self.initial
         if not self.cost_s:
             return self.max_records
         return max(1, min(self.max_records, int(self.target_s / self.cost_s)))
+
+
+def delivery_batches(close_after_s: float | None, pass_s: float | None) -> BatchSizer:
+    """The sizer of one step's delivery batches (heads per ``ProcessEngine.deliver_batch``).
+
+    A head taken from the engine counts as delivered in its next deltas, so the step
+    handles a whole batch before it checks the transaction's age (``close_after_s``) and
+    the pass length (``pass_s``) again: either bound is overrun by at most one batch.
+    Batches are therefore sized to the measured cost of a delivery (handler, store
+    writes and produce calls) so that one takes about :data:`DELIVERY_TARGET_FRACTION`
+    of the shorter bound, from 1 to :data:`MAX_DELIVERY_BATCH` heads, and the first
+    batch, before any measure, is one head (docs/operations.md, "Transaction time bound").
+
+    Args:
+        close_after_s: the step's close time, s, or ``None`` (it never commits mid-drain).
+        pass_s: the step's pass length, s, or ``None`` (no limit).
+
+    Returns:
+        A :class:`BatchSizer`; the step calls ``observe(delivered, elapsed_s)`` per batch.
+    """
+    bounds = [b for b in (close_after_s, pass_s) if b is not None and b > 0]
+    target_s = (DELIVERY_TARGET_FRACTION * min(bounds) if bounds
+                else DEFAULT_DELIVERY_TARGET_S)
+    return BatchSizer(target_s, max_records=MAX_DELIVERY_BATCH, initial=1)

@@ -4,15 +4,16 @@
 engine, the handler frame, the stores and the open transaction's account —
 and does the exactly-once step (docs/model.md, "Restart"):
 
-1. :meth:`TaskStep.feed` hands each fetched record to the engine
-   (``ProcessEngine.receive``) and remembers the channel's committed read
+1. :meth:`TaskStep.feed` hands the fetched records to the engine in one call
+   (``ProcessEngine.feed_records``) and remembers each channel's committed read
    position, last fed offset + 1, held messages included (they live in the
    ordering changelog);
-2. :meth:`TaskStep.drain` delivers deliverable heads through the
-   :class:`workers.frame.HandlerFrame`, applies their store writes to the open
-   transaction, and sends their emissions carrying ``parsley.causes`` =
-   ``engine.causes_header()`` (the frontier after the delivery); one pass lasts
-   at most ``pass_s`` and ends after a mid-drain commit, leaving :attr:`TaskStep.more`
+2. :meth:`TaskStep.drain` takes deliverable heads from the engine in batches
+   (``ProcessEngine.deliver_batch``, sized by :func:`workers.pacing.delivery_batches`),
+   runs each through the :class:`workers.frame.HandlerFrame`, applies their store writes
+   to the open transaction, and sends their emissions carrying ``parsley.causes`` = the
+   header the batch entry carries (the frontier right after that delivery); one pass
+   lasts at most ``pass_s`` and ends after a mid-drain commit, leaving :attr:`TaskStep.more`
    set, so the worker's loop keeps consuming and reporting during a long drain;
 3. :meth:`TaskStep.commit` writes the engine's deltas (merged latest value per
    key, to partition ``i`` of the ordering changelog) and the stores' merged
@@ -31,10 +32,11 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from parsley.engine.channel import ChannelId, ReceivedMessage
-from parsley.engine.engine import FeedOutcome, ProcessEngine
+from parsley.engine.channel import ChannelId
+from parsley.engine.engine import ProcessEngine
 from parsley.wire import CAUSES_HEADER
 from workers.frame import HandlerFrame
+from workers.pacing import delivery_batches
 from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
 
@@ -58,7 +60,9 @@ class TaskStep:
         close: commits the open transaction (the worker's commit, which has the
             consumer's group metadata); ``None``: :meth:`drain` never commits.
         pass_s: the longest one :meth:`drain` pass runs before it returns to the
-            caller's loop, s; ``None``: no limit but the mid-drain commit.
+            caller's loop, s; ``None``: no limit but the mid-drain commit. Both bounds
+            are checked between delivery batches, each sized to take a tenth of the
+            shorter (:func:`workers.pacing.delivery_batches`).
 
     Attributes:
         more: the last :meth:`drain` pass ended with heads possibly still deliverable
@@ -66,6 +70,7 @@ class TaskStep:
         fed: messages fed; duplicates: of them, dropped as duplicates.
         delivered: messages delivered, the open transaction's included.
         delivered_committed: messages delivered in transactions that committed.
+        batches: sizes the engine's delivery batches from their measured cost.
     """
 
     def __init__(
@@ -89,13 +94,16 @@ class TaskStep:
         self.stores = stores
         self.txn = txn
         self._channels = dict(channels)
-        self._topics = {ch.topic_id: name for name, ch in channels.items()}
+        # Keyed by the channel objects the engine was given, which it hands back: the
+        # lookup hits identity and the channel's cached hash, not uuid.UUID.__hash__.
+        self._by_channel = {ch: (name, ch.partition) for name, ch in channels.items()}
         self._ordering_topic = ordering_topic
         self._store_topics = dict(store_topics)
         self.close_after_s = close_after_s
         self.close = close
         self.pass_s = pass_s
         self.more = False
+        self.batches = delivery_batches(close_after_s if close is not None else None, pass_s)
         self._positions: dict[tuple[str, int], int] = {}
         self.fed = 0
         self.delivered = 0
@@ -121,53 +129,46 @@ class TaskStep:
         if not messages:
             return 0
         self.txn.begin()
-        receive = self.engine.receive
-        channels = self._channels
-        dropped = FeedOutcome.DUPLICATE_DROPPED
-        last: dict[str, int] = {}
-        count = duplicates = 0
-        try:
-            for msg in messages:
-                # A fetched record (no error) always has a topic and offset; its partition
-                # is the task's (the worker consumes only partition i of each topic).
-                topic: str = msg.topic()  # type: ignore[assignment]
-                offset: int = msg.offset()  # type: ignore[assignment]
-                headers = msg.headers()
-                if receive(ReceivedMessage(
-                    channels[topic], offset, msg.timestamp()[1], msg.key(), msg.value(),
-                    tuple(headers) if headers else (),  # type: ignore[arg-type]
-                )) is dropped:
-                    duplicates += 1
-                last[topic] = offset
-                count += 1
-        finally:
-            # Per batch, not per record: the read position is the last fed offset + 1.
-            positions = self._positions
-            task = self.task
-            for topic, offset in last.items():
-                positions[(topic, task)] = offset + 1
-            self.fed += count
-            self.duplicates += duplicates
+        # One call for the batch. A refusal leaves the records before it fed, but the
+        # caller then aborts, and nothing of this feed (positions, counts) is kept.
+        count, duplicates, last = self.engine.feed_records(messages, self._channels)
+        # Per batch, not per record: the read position is the last fed offset + 1.
+        positions = self._positions
+        task = self.task
+        for topic, offset in last.items():
+            positions[(topic, task)] = offset + 1
+        self.fed += count
+        self.duplicates += duplicates
         return count
 
     def drain(self) -> int:
         """Deliver deliverable heads, for one pass; write their effects into the open
         transaction.
 
-        A transaction open for ``close_after_s`` is committed between two deliveries
+        Heads come from the engine in batches (``ProcessEngine.deliver_batch``), each
+        handled whole before anything else is decided: a head taken counts as delivered
+        in the engine's next deltas, so no commit may fall between taking a head and
+        handling it. Each batch is sized by :attr:`batches` to take about a tenth of
+        the shorter of ``close_after_s`` and ``pass_s`` at the measured cost of a
+        delivery (the first batch is one head), so a bound is overrun by at most one
+        short batch (:func:`workers.pacing.delivery_batches`).
+
+        A transaction open for ``close_after_s`` is committed between two batches
         (through ``close``), so one long drain spans several transactions, each well
         inside ``transaction.timeout.ms`` (docs/operations.md, "Transaction time bound").
         Committing there is sound: every fed message not yet delivered is still held,
         and the commit persists it with the read positions.
 
         The pass then ends, as it does after ``pass_s`` (checked between two
-        deliveries), with :attr:`more` set: the caller consumes (within
-        ``max.poll.interval.ms``), reports status (within the coordinator's stale
-        bound) and calls again to continue (docs/operations.md, "Transaction time
-        bound"). Ending between two deliveries is sound: each delivered message's
-        effects and ordering delta are in the open transaction, which the next
-        commit carries whole with the read positions fed; the heads left stay in
-        the engine, in causal order.
+        batches, after at least one delivery), with :attr:`more` set: the caller
+        consumes (within ``max.poll.interval.ms``), reports status (within the
+        coordinator's stale bound) and calls again to continue (docs/operations.md,
+        "Transaction time bound"). Ending between two batches is sound: each delivered
+        message's effects and ordering delta are in the open transaction, which the
+        next commit carries whole with the read positions fed; the heads left stay in
+        the engine, in causal order. A batch shorter than asked for means nothing
+        else is deliverable (handling feeds the engine nothing): the pass ends with
+        :attr:`more` clear.
 
         Returns:
             How many messages were delivered.
@@ -178,23 +179,24 @@ class TaskStep:
             HandlerFailure: the handler raised.
             SubstrateError: producing failed.
         """
-        engine = self.engine
-        deliver_next = engine.deliver_next
-        causes_header = engine.causes_header
-        deliver = self.frame.deliver
+        deliver_batch = self.engine.deliver_batch
+        run = self.frame.run
         txn = self.txn
         send = txn.send_counted
-        topics = self._topics
+        apply = self.stores.apply
+        by_channel = self._by_channel
+        batches = self.batches
         close = self.close
         close_after = self.close_after_s if close is not None else None
         clock = time.monotonic
         ends_at = None if self.pass_s is None else clock() + self.pass_s
         count = sent = 0
+        exhausted = False
         self.more = True
         try:
             while True:
-                # Before taking the next head: a head taken counts as delivered in the
-                # engine's deltas, so a commit must never fall between taking and handling it.
+                # Between batches only: a head taken counts as delivered in the engine's
+                # deltas, so a commit must never fall between taking a head and handling it.
                 if close_after is not None and txn.open \
                         and clock() - txn.opened_at >= close_after:
                     txn.ledger.sent(sent)
@@ -205,26 +207,36 @@ class TaskStep:
                     assert close is not None
                     close()
                     return total
+                if exhausted:
+                    self.more = False
+                    break
                 if ends_at is not None and count and clock() >= ends_at:
                     break
-                msg = deliver_next()
-                if msg is None:
+                limit = batches.size()
+                began = clock()
+                batch = deliver_batch(limit)
+                if not batch:
                     self.more = False
                     break
                 if not txn.open:
                     txn.begin()
-                ch = msg.channel
-                result = deliver(topics[ch.topic_id], ch.partition, msg.position,
-                                 msg.timestamp_ms, msg.key, msg.value, msg.headers)
-                if result.writes:
-                    self.stores.apply(result.writes)
-                sends = result.sends
-                if sends:
-                    causes = (CAUSES_HEADER, causes_header())
-                    for s in sends:
-                        send(s.topic, s.key, s.value, [*s.headers, causes], s.timestamp_ms)
-                        sent += 1
-                count += 1
+                for ch, position, timestamp_ms, key, value, headers, causes in batch:
+                    topic, partition = by_channel[ch]
+                    sends, writes = run(topic, partition, position, timestamp_ms, key, value,
+                                        headers)
+                    if writes:
+                        apply(writes)
+                    if sends:
+                        stamp = (CAUSES_HEADER, causes)
+                        for out, k, v, h, ts in sends:
+                            h.append(stamp)  # the frame's new list: produced as it is
+                            send(out, k, v, h, ts)
+                            sent += 1
+                    count += 1
+                batches.observe(len(batch), clock() - began)
+                # A short batch: nothing else was deliverable, and handling a batch
+                # feeds the engine nothing, so none is now.
+                exhausted = len(batch) < limit
         finally:
             # The ledger counts produce calls per drain, not per record.
             txn.ledger.sent(sent)

@@ -116,6 +116,28 @@ def test_delivery_state_and_serialized_effects() -> None:
     assert stores.reads == [("counts", b"k"), ("counts", b"k")]
 
 
+def test_run_plans_what_deliver_returns_with_a_new_header_list_per_send() -> None:
+    # The worker's form: the sends as tuples whose header lists it extends with
+    # parsley.causes and hands to Producer.produce as they are.
+    trace = (("trace", b"t1"),)
+
+    def handler(delivery: Delivery[Any, Any], state: State) -> Effects:
+        return (Effects.builder().send(AUDIT, delivery.key, delivery.value, headers=trace)
+                .send(AUDIT, "k2", None).build())
+
+    frame = _frame(handler)
+    sends, writes = frame.run("orders", 3, 41, 1_700_000_000_000, b"k", b'{"n":1}')
+    assert writes == ()
+    assert sends == [("audit", b"k", b'{"n":1}', [("trace", b"t1")], 1_700_000_000_000),
+                     ("audit", b"k2", None, [], 1_700_000_000_000)]
+    sends[0][3].append(("parsley.causes", b"\x01"))
+    sends[1][3].append(("parsley.causes", b"\x01"))
+    again = _deliver(frame)
+    assert [s.headers for s in again.sends] == [trace, ()], "each plan has its own list"
+    assert frame.run("orders", 3, 41, 0, b"k", b'{"n":1}') != sends
+    assert _frame(lambda d, s: Effects.none()).run("orders", 3, 1, 0, b"k", b"1") == ((), ())
+
+
 def test_null_key_and_value_skip_the_serdes() -> None:
     seen: list[Delivery[Any, Any]] = []
 

@@ -19,6 +19,8 @@ from parsley.serdes import (
     Serde,
     StringSerde,
     check_serde,
+    decoder,
+    encoder,
     equivalent_serdes,
 )
 
@@ -140,3 +142,50 @@ def test_equivalence() -> None:
     assert not equivalent_serdes(_EqRaises(), _EqRaises()), "a raising __eq__ is not equality"
     serde = _EqRaises()
     assert equivalent_serdes(serde, serde), "the same object is always equivalent"
+
+
+def _outcome(fn: Any, arg: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", fn(arg))
+    except Exception as exc:  # the frame reports type and message: both must match
+        return (type(exc).__name__, str(exc))
+
+
+@given(st.binary() | st.text().map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_the_frames_decoders_behave_as_the_builtin_serdes(data: bytes) -> None:
+    # Matched by type, so a pickled copy (another instance) gets the fast decoder too.
+    for serde in (BYTES, STRING, JSON, *pickle.loads(pickle.dumps((BYTES, STRING, JSON)))):
+        assert _outcome(decoder(serde), data) == _outcome(serde.deserialize, data), serde
+        assert _outcome(decoder(serde), memoryview(data)) == \
+            _outcome(serde.deserialize, memoryview(data)), serde
+    assert decoder(BYTES)(data) is data, "BYTES hands the fetched bytes over as they are"
+
+
+@given(st.binary() | st.text() | st.integers() | st.none()
+       | st.binary().map(bytearray) | st.just("\ud800"))
+def test_the_frames_encoders_behave_as_the_builtin_serdes(value: Any) -> None:
+    for serde in (BYTES, STRING, JSON):
+        encode, with_headers, exact = encoder(serde)
+        assert not with_headers and exact
+        got = _outcome(encode, value)
+        assert got == _outcome(serde.serialize, value)
+        assert got[0] != "ok" or got[1] is None or type(got[1]) is bytes
+
+
+def test_a_headers_aware_serde_is_called_with_the_headers_and_its_output_checked() -> None:
+    class Tagging:
+        def serialize(self, value: str) -> bytes:
+            return value.encode()
+
+        def serialize_with_headers(self, value: str, headers: list[Any]) -> bytes:
+            headers.append(("tag", b"1"))
+            return value.encode()
+
+        def deserialize(self, data: bytes) -> str:
+            return data.decode()
+
+    encode, with_headers, exact = encoder(Tagging())
+    headers: list[Any] = []
+    assert with_headers and not exact
+    assert encode("x", headers) == b"x" and headers == [("tag", b"1")]
+    assert decoder(Tagging())(b"y") == "y"

@@ -7,7 +7,13 @@ import uuid
 
 import pytest
 
-from workers.pacing import MAX_BATCH, BatchSizer, close_after_s
+from workers.pacing import (
+    MAX_BATCH,
+    MAX_DELIVERY_BATCH,
+    BatchSizer,
+    close_after_s,
+    delivery_batches,
+)
 from workers.watchdog import (
     CALL_BOUNDS_S,
     STOP_GRACE_S,
@@ -77,6 +83,29 @@ def test_batches_follow_the_measured_handler_cost() -> None:
     assert sizer.size() == MAX_BATCH
     sizer.observe(1, 10.0)  # one very slow message
     assert sizer.size() >= 1
+
+
+def test_delivery_batches_start_at_one_head_and_take_a_tenth_of_the_shorter_bound() -> None:
+    # close after 5 s, a pass of 0.5 s: one batch should take about 50 ms.
+    sizer = delivery_batches(close_after_s(10_000), 0.5)
+    assert sizer.size() == 1, "before any measure, one head: its cost is unknown"
+    sizer.observe(1, 0.060)  # a 60 ms handler
+    assert sizer.size() == 1
+    sizer = delivery_batches(close_after_s(10_000), 0.5)
+    sizer.observe(1, 0.004)  # 4 ms: 12 heads take about 50 ms
+    assert sizer.size() == 12
+    for _ in range(30):
+        sizer.observe(64, 64 * 20e-6)  # a relay's 20 us
+    assert sizer.size() == MAX_DELIVERY_BATCH
+    # No pass length: the close time bounds the batch; neither: 0.1 s.
+    only_close = delivery_batches(5.0, None)
+    only_close.observe(1, 0.004)
+    assert only_close.size() == MAX_DELIVERY_BATCH
+    only_close.observe(1, 0.1)
+    assert 1 < only_close.size() < MAX_DELIVERY_BATCH
+    assert delivery_batches(None, None).target_s == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        BatchSizer(1.0, max_records=4, initial=5)
 
 
 def test_the_stop_grace_counts_from_the_later_of_the_stop_and_the_calls_start() -> None:
