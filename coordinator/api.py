@@ -33,6 +33,7 @@ from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bo
 from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
 from coordinator.main_guard import check_main_guard
+from coordinator.membership import Membership, start_joined
 from coordinator.metrics import MetricsServer
 from coordinator.state_dir import ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
@@ -105,6 +106,10 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
 
 
 
+MEMBERSHIP_CLOSE_MARGIN_S: Final = 15.0
+"""s a ``join`` coordinator's leaving may take beyond the workers' stop deadline (the
+SIGKILL wait and the group's LeaveGroup)."""
+
 MAX_CONTROL_STOP_DEADLINE_S: Final = 300.0
 """The longest deadline a control ``stop`` request may ask for, s: the control
 thread answers nothing else while a stop runs, so an unbounded one would block it."""
@@ -145,11 +150,13 @@ class Parsley:
     """
 
     def __init__(self, config: ParsleyConfig, supervisor: Supervisor,
-                 control: ControlServer | None, metrics: MetricsServer | None = None) -> None:
+                 control: ControlServer | None, metrics: MetricsServer | None = None,
+                 membership: Membership | None = None) -> None:
         self._config = config
         self._supervisor = supervisor
         self._control = control
         self._metrics = metrics
+        self._membership = membership
         self._closed: ShutdownReport | None = None
         self._stop_report: ShutdownReport | None = None
 
@@ -165,6 +172,7 @@ class Parsley:
         group_window_s: float | None = None,
         max_attempts: int | None = None,
         backoff_s: float | None = None,
+        join: bool = False,
     ) -> Parsley:
         """Bootstrap every process, spawn one worker per task, serve the control socket.
 
@@ -185,6 +193,11 @@ class Parsley:
                 ``config.max_restarts`` if ``None``.
             backoff_s: first restart delay under ``transient``, s;
                 ``config.restart_backoff_ms`` if ``None``.
+            join: share the tasks with the other coordinators of the prefix started with
+                ``join`` (docs/operations.md, "Several coordinators"): this start joins
+                each process's coordinators' group and bootstraps and spawns only the
+                tasks assigned to it, as they are assigned (a refusal then stops the
+                process and shows in :meth:`status`, it is not raised here).
 
         Returns:
             The running handle.
@@ -219,25 +232,36 @@ class Parsley:
         # Bound first, so that a port in use stops the start before anything runs.
         metrics = None if config.metrics_port is None else \
             MetricsServer(config.metrics_host, config.metrics_port)
+        membership: Membership | None = None
         try:
-            # Fresh clients for the start and for each restart attempt (never one
-            # long-lived AdminClient, which a broker outage can leave wedged).
-            plans = bootstrap(config, procs, group_window_s=group_window_s)
-            by_name = {p.name: p for p in procs}
+            if join:
+                def factory(plans: Mapping[str, ProcessPlan], **kw: Any) -> Supervisor:
+                    return Supervisor(config, plans, restart=policy, target=worker_target,
+                                      stop_deadline_s=stop_deadline_s,
+                                      max_attempts=max_attempts, backoff_s=backoff_s,
+                                      observer=None if metrics is None else metrics.book, **kw)
+                supervisor, membership = start_joined(
+                    config, procs, supervisor_factory=factory, stop_deadline_s=stop_deadline_s,
+                    group_window_s=group_window_s)
+            else:
+                # Fresh clients for the start and for each restart attempt (never one
+                # long-lived AdminClient, which a broker outage can leave wedged).
+                plans = bootstrap(config, procs, group_window_s=group_window_s)
+                by_name = {p.name: p for p in procs}
 
-            def rebootstrap(name: str) -> ProcessPlan:
-                return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
+                def rebootstrap(name: str) -> ProcessPlan:
+                    return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
 
-            supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
-                                    rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
-                                    max_attempts=max_attempts, backoff_s=backoff_s,
-                                    observer=None if metrics is None else metrics.book)
-            supervisor.start()
+                supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
+                                        rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
+                                        max_attempts=max_attempts, backoff_s=backoff_s,
+                                        observer=None if metrics is None else metrics.book)
+                supervisor.start()
         except BaseException:
             if metrics is not None:
                 metrics.close()
             raise
-        handle = cls(config, supervisor, None, metrics)
+        handle = cls(config, supervisor, None, metrics, membership)
         if metrics is not None:
             metrics.attach(handle.status)
             log.info("metrics on %s", metrics.url)
@@ -246,6 +270,8 @@ class Parsley:
                 handle._control = ControlServer(endpoint, handle._handlers(),
                                                 record_to=endpoint_file(config))
             except BaseException:
+                if membership is not None:
+                    membership.close(stop_deadline_s + MEMBERSHIP_CLOSE_MARGIN_S)
                 supervisor.close(stop_deadline_s)
                 if metrics is not None:
                     metrics.close()
@@ -282,6 +308,7 @@ class Parsley:
         together with any the close itself stopped (so the last word on the
         shutdown names the workers that stopped, not the nothing left to stop).
         """
+        self._leave(deadline_s)
         if self._metrics is not None:
             self._metrics.stopping()
         report = self._supervisor.stop(deadline_s)
@@ -299,6 +326,7 @@ class Parsley:
         """
         if self._closed is not None:
             return self._closed
+        self._leave(deadline_s)
         if self._metrics is not None:
             self._metrics.stopping()
         report = self._supervisor.close(deadline_s)
@@ -312,6 +340,13 @@ class Parsley:
         if not report.clean:
             log.error("shutdown: %s", report.summary())
         return report
+
+    def _leave(self, deadline_s: float | None) -> None:
+        """With ``join``: stop the owned tasks and leave the coordinators' groups (bounded),
+        so the peers take the tasks."""
+        if self._membership is not None:
+            deadline = DEFAULT_STOP_DEADLINE_S if deadline_s is None else deadline_s
+            self._membership.close(deadline + MEMBERSHIP_CLOSE_MARGIN_S)
 
     @property
     def control_endpoint(self) -> str | None:

@@ -302,12 +302,18 @@ def cli(log_level: str) -> None:
 @click.option("--metrics-host", default=None, show_default=DEFAULT_METRICS_HOST,
               help="The address /metrics is bound to. Also metrics_host / "
                    "PARSLEY_METRICS_HOST.")
+@click.option("--join", is_flag=True, default=False,
+              help="Share the tasks with the other coordinators of the prefix started with "
+                   "--join (on other machines, or here with another --state-dir): each "
+                   "runs the tasks the coordinators' consumer group assigns it, and takes "
+                   "over those of a coordinator that stops or dies (docs/operations.md, "
+                   "\"Several coordinators\"). Without it this coordinator runs every task.")
 def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
         prefix: str | None, state_dir: str | None, restart: str, listen: str,
         stop_deadline: float, log_status_every: float, max_restarts: int | None,
         restart_backoff: float | None, restart_reset: float | None,
         stale_after: float | None, metrics_port: int | None,
-        metrics_host: str | None) -> None:
+        metrics_host: str | None, join: bool = False) -> None:
     """Start the processes APP (module:attribute, required) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the
@@ -338,7 +344,7 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
                           metrics_port=metrics_port, metrics_host=metrics_host)
     try:
         handle = Parsley.start(config, *processes, restart=restart, control=listen,
-                               stop_deadline_s=stop_deadline)
+                               stop_deadline_s=stop_deadline, join=join)
     except StateDirError as exc:  # not ours to write a report into
         log.error("state dir refused: %s", exc)
         sys.exit(ExitCode.USAGE)
