@@ -35,6 +35,12 @@ from coordinator.config import ParsleyConfig
 from coordinator.main_guard import check_main_guard
 from coordinator.membership import Membership, start_joined
 from coordinator.metrics import MetricsServer
+from coordinator.peers import (
+    application_status,
+    coordinator_client_id,
+    stop_peers,
+    this_coordinator,
+)
 from coordinator.state_dir import ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
@@ -157,6 +163,7 @@ class Parsley:
         self._control = control
         self._metrics = metrics
         self._membership = membership
+        self._me = this_coordinator(None)
         self._closed: ShutdownReport | None = None
         self._stop_report: ShutdownReport | None = None
 
@@ -242,7 +249,8 @@ class Parsley:
                                       observer=None if metrics is None else metrics.book, **kw)
                 supervisor, membership = start_joined(
                     config, procs, supervisor_factory=factory, stop_deadline_s=stop_deadline_s,
-                    group_window_s=group_window_s)
+                    group_window_s=group_window_s,
+                    client_id=coordinator_client_id(this_coordinator(endpoint)))
             else:
                 # Fresh clients for the start and for each restart attempt (never one
                 # long-lived AdminClient, which a broker outage can leave wedged).
@@ -262,6 +270,7 @@ class Parsley:
                 metrics.close()
             raise
         handle = cls(config, supervisor, None, metrics, membership)
+        handle._me = this_coordinator(endpoint)
         if metrics is not None:
             metrics.attach(handle.status)
             log.info("metrics on %s", metrics.url)
@@ -377,9 +386,21 @@ class Parsley:
             return {"pid": os.getpid(), "prefix": self._config.application_id_prefix}
 
         def status(req: Mapping[str, Any]) -> dict[str, Any]:
-            return {"status": status_to_json(self.status())}
+            local = status_to_json(self.status())
+            if self._membership is None or req.get("local"):
+                return {"status": local}
+            return {"status": application_status(self._config, self._me, local,
+                                                 self._membership.task_counts)}
 
         def stop(req: Mapping[str, Any]) -> dict[str, Any]:
+            if req.get("all") and self._membership is not None:
+                return stop_peers(self._config, self._me, list(self._membership.task_counts),
+                                  control_stop_deadline(req.get("deadline_s"))[0]
+                                  or DEFAULT_STOP_DEADLINE_S,
+                                  lambda: stop_here({**req, "all": False}))
+            return stop_here(req)
+
+        def stop_here(req: Mapping[str, Any]) -> dict[str, Any]:
             deadline, note = control_stop_deadline(req.get("deadline_s"))
             report = self.stop(deadline)
             reply: dict[str, Any] = {"shutdown": report.to_json(),

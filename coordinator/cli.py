@@ -646,8 +646,11 @@ def status(config_file: str | None, prefix: str | None, state_dir: str | None,
 @_ENDPOINT
 @click.option("--deadline", type=float, default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL for each worker.")
+@click.option("--all", "stop_all", is_flag=True, default=False,
+              help="With coordinators started with --join: stop every coordinator of the "
+                   "application, not only this one (whose tasks would move to the others).")
 def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
-         endpoint: str | None, deadline: float) -> None:
+         endpoint: str | None, deadline: float, stop_all: bool = False) -> None:
     """Stop every worker of the running coordinator, bounded, and print the result.
 
     A ping first: with no coordinator at the endpoint it says so within a few
@@ -671,8 +674,9 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
                    "--endpoint and that `parsley-coordinator run` is running", err=True)
         sys.exit(ExitCode.NO_COORDINATOR)
     try:
-        reply = request(ep, {"op": "stop", "deadline_s": deadline},
-                        timeout_s=min(deadline, MAX_CONTROL_STOP_DEADLINE_S) + 15)
+        reply = request(ep, {"op": "stop", "deadline_s": deadline, "all": stop_all},
+                        timeout_s=min(deadline, MAX_CONTROL_STOP_DEADLINE_S)
+                        + (60 if stop_all else 15))
     except NoReplyError as exc:
         click.echo(str(exc), err=True)
         sys.exit(ExitCode.NO_COORDINATOR)
@@ -683,7 +687,12 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
         click.echo(str(reply["note"]), err=True)
     shutdown = reply["shutdown"]
     click.echo(orjson.dumps(shutdown, option=orjson.OPT_INDENT_2).decode())
-    sys.exit(ExitCode.CLEAN if shutdown["clean"] else ExitCode.SHUTDOWN_INCOMPLETE)
+    peers = reply.get("peers") or []
+    if peers:
+        click.echo(orjson.dumps(peers, option=orjson.OPT_INDENT_2).decode())
+    clean = shutdown["clean"] and all(p.get("answered") and (p.get("shutdown") or {}).get("clean")
+                                      for p in peers)
+    sys.exit(ExitCode.CLEAN if clean else ExitCode.SHUTDOWN_INCOMPLETE)
 
 
 def inspect_process(config: Any, process: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -81,14 +81,16 @@ def coordinators_group(prefix: str, process: str) -> str:
     return application_id(prefix, process) + COORDINATORS_SUFFIX
 
 
-def membership_consumer_config(config: ParsleyConfig, process: str) -> dict[str, Any]:
+def membership_consumer_config(config: ParsleyConfig, process: str,
+                               client_id: str | None = None) -> dict[str, Any]:
     """The coordinators' group consumer of ``process`` (pure).
 
     Returns:
         A librdkafka config: group :func:`coordinators_group`, the
         ``cooperative-sticky`` assignor (KIP-429), the workers' ``session.timeout.ms``
         (:func:`~coordinator.bootstrap.group.session_timeout_ms`), no auto commit; the
-        user's unprefixed and ``consumer.`` properties apply as for every consumer.
+        user's unprefixed and ``consumer.`` properties apply as for every consumer;
+        ``client_id`` names this coordinator to its peers (:mod:`coordinator.peers`).
     """
     from workers.kafka import _select  # the client-prefix rule workers apply
 
@@ -99,7 +101,7 @@ def membership_consumer_config(config: ParsleyConfig, process: str) -> dict[str,
     props.update({
         "bootstrap.servers": config.bootstrap_servers,
         "group.id": group,
-        "client.id": f"parsley-coordinator-{group}-{uuid.uuid4().hex[:8]}",
+        "client.id": client_id or f"parsley-coordinator-{group}-{uuid.uuid4().hex[:8]}",
         "partition.assignment.strategy": "cooperative-sticky",
         "session.timeout.ms": session_timeout_ms(config.kafka_properties),
         "enable.auto.commit": False,
@@ -158,8 +160,10 @@ class _ProcessMembership:
     """One process's membership: its consumer, its thread, the tasks it owns."""
 
     def __init__(self, config: ParsleyConfig, process: Process, supervisor: Supervisor,
-                 stop_deadline_s: float, group_window_s: float | None) -> None:
+                 stop_deadline_s: float, group_window_s: float | None,
+                 client_id: str | None = None) -> None:
         self.config = config
+        self.client_id = client_id
         self.process = process
         self.supervisor = supervisor
         self.stop_deadline_s = stop_deadline_s
@@ -212,7 +216,7 @@ class _ProcessMembership:
     def _run(self) -> None:
         try:
             consumer = Consumer(with_client_logger(
-                membership_consumer_config(self.config, self.process.name)))
+                membership_consumer_config(self.config, self.process.name, self.client_id)))
             self.consumer = consumer
             consumer.subscribe([self.group], on_assign=self._on_assign,
                                on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -293,13 +297,18 @@ class Membership:
         supervisor: the supervisor, started with no task owned.
         stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
         group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
+        client_id: the members' ``client.id`` (:func:`coordinator.peers.coordinator_client_id`).
+        task_counts: ``{process: W}``, kept for the application's status.
     """
 
     def __init__(self, config: ParsleyConfig, processes: Sequence[Process],
                  supervisor: Supervisor, *, stop_deadline_s: float,
-                 group_window_s: float | None = None) -> None:
+                 group_window_s: float | None = None, client_id: str | None = None,
+                 task_counts: Mapping[str, int] | None = None) -> None:
         self._members = {p.name: _ProcessMembership(config, p, supervisor, stop_deadline_s,
-                                                    group_window_s) for p in processes}
+                                                    group_window_s, client_id)
+                         for p in processes}
+        self.task_counts: dict[str, int] = dict(task_counts or {})
 
     def start(self) -> None:
         """Join every process's coordinators' group (returns at once; assignments follow)."""
@@ -343,7 +352,8 @@ class Membership:
 
 def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
                  supervisor_factory: Callable[..., Supervisor], stop_deadline_s: float,
-                 group_window_s: float | None = None) -> tuple[Supervisor, Membership]:
+                 group_window_s: float | None = None, client_id: str | None = None
+                 ) -> tuple[Supervisor, Membership]:
     """A ``--join`` start: resolve the topics, create the coordinators' topics, start a
     supervisor that owns no task yet and join the coordinators' groups.
 
@@ -354,6 +364,7 @@ def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
             (the caller's restart policy, target and deadlines bound in).
         stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
         group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
+        client_id: as :class:`Membership`.
 
     Returns:
         The started supervisor and membership.
@@ -377,7 +388,8 @@ def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
         rebootstrap=lambda name: holder[0].rebootstrap(name))
     supervisor.start()
     membership = Membership(config, processes, supervisor, stop_deadline_s=stop_deadline_s,
-                            group_window_s=group_window_s)
+                            group_window_s=group_window_s, client_id=client_id,
+                            task_counts={n: p.task_count for n, p in plans.items()})
     holder.append(membership)
     membership.start()
     return supervisor, membership

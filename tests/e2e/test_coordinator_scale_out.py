@@ -97,7 +97,8 @@ class _Cluster:
             if proc.poll() is not None:
                 continue
             try:
-                reply = request(self.endpoint(i), {"op": "status"}, timeout_s=3.0)
+                reply = request(self.endpoint(i), {"op": "status", "local": True},
+                                timeout_s=3.0)
             except NoReplyError:
                 continue
             if reply.get("outcome") != "OK":
@@ -178,6 +179,16 @@ def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
             else f"tasks on coordinators {by}"))
         moves.append(f"first start, one task per coordinator: {took:.1f} s ({cluster.last})")
 
+        # Any coordinator's status shows the whole application, each task with its runner.
+        doc = request(cluster.endpoint(0), {"op": "status"}, timeout_s=20.0)["status"]
+        pids = {i: p.pid for i, p in cluster.procs.items()}
+        rows = doc["processes"][app.PROCESS_NAME]["tasks"]
+        assert sorted(t["task"] for t in rows) == list(range(TASKS)), doc
+        assert {t["coordinator"]["pid"] for t in rows} == set(pids.values()), doc
+        assert sorted(c["pid"] for c in doc["coordinators"]) == sorted(pids.values()), doc
+        assert all(c["answered"] for c in doc["coordinators"]), doc
+        assert sum(len(c["tasks"][app.PROCESS_NAME]) for c in doc["coordinators"]) == TASKS
+
         # 1. SIGKILL a coordinator that runs a task: its task moves to a survivor.
         owners = {task: rows[0][0] for task, rows in cluster.owners().items()}
         victim = owners[0]
@@ -238,6 +249,16 @@ def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
 
         took = cluster.wait("the drain", drained)
         moves.append(f"drained in {took:.1f} s")
+
+        # stop --all against one coordinator stops all three.
+        t0 = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "coordinator.cli", "stop", "--all",
+                              "--endpoint", cluster.endpoint(1), "--deadline", "10"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, (res.stdout, res.stderr)
+        codes = {i: p.wait(60) for i, p in cluster.procs.items()}
+        assert codes == {i: 0 for i in range(COORDINATORS)}, codes
+        moves.append(f"stop --all: every coordinator exited 0 in {time.monotonic() - t0:.1f} s")
     finally:
         if producer.is_alive():
             producer.stop(10.0)
@@ -262,6 +283,10 @@ def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
     assert verdict.inputs == producer.acked
     assert not cluster.overlaps, cluster.overlaps
     assert not leftovers, f"processes alive after the stop: {leftovers}"
+    # Started together, the coordinators pre-committed once: the owner of task 0 did.
+    logs = [(root / f"c{i}.log").read_text() for i in range(COORDINATORS)]
+    assert sum(text.count("committed initial positions") for text in logs) == 1, \
+        [text.count("committed initial positions") for text in logs]
     shutil.rmtree(root, ignore_errors=True)
 
 
