@@ -695,6 +695,30 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
     sys.exit(ExitCode.CLEAN if clean else ExitCode.SHUTDOWN_INCOMPLETE)
 
 
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--client", default=None,
+              help="Also make (and authorize) a client key pair NAME: status and stop use it "
+                   "with PARSLEY_CONTROL_CLIENT=NAME.")
+def keys(directory: Path, client: str | None) -> None:
+    """Make the CURVE keys of TCP control sockets in DIRECTORY (docs/operations.md, "The
+    control socket").
+
+    The coordinators' key pair (server.key, server.key_secret) unless present, a client
+    pair with --client, and authorized/ with the public keys accepted. Run coordinators,
+    status and stop with PARSLEY_CONTROL_KEYS=DIRECTORY: a tcp:// control socket then
+    answers only authorized clients.
+    """
+    from coordinator.control_auth import make_keys
+
+    try:
+        written = make_keys(directory, client)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    for path in written:
+        click.echo(str(path))
+
+
 def inspect_process(config: Any, process: str) -> dict[str, Any]:
     """Read ``<prefix>-<process>-__parsley.ordering-changelog`` into a report per task.
 
