@@ -154,7 +154,8 @@ def application_status(config: ParsleyConfig, me: CoordinatorRef, local: Mapping
         each task entry gains ``"coordinator": {"host", "pid", "endpoint"}``. A
         process's state is ``STOPPED`` (with that coordinator's reason and detail) when
         any coordinator stopped it, else aggregated over its ``task_counts`` tasks
-        (one without an entry counts as ``STARTING``); ``restarts`` add up.
+        (one without an entry counts as ``STARTING``); ``restarts`` add up; the
+        process is ``caught_up`` when ``RUNNING`` and every task entry is.
     """
     try:
         peers = describe_coordinators(config, list(task_counts))
@@ -194,9 +195,11 @@ def application_status(config: ParsleyConfig, me: CoordinatorRef, local: Mapping
             state = aggregate_state(
                 None if i not in tasks else str(tasks[i].get("state")) for i in range(count))
             reason, detail = None, None
+        rows = [tasks[i] for i in sorted(tasks)]
         processes[name] = {"state": state.value, "refusal_reason": reason,
-                           "failure_detail": detail, "restarts": restarts,
-                           "tasks": [tasks[i] for i in sorted(tasks)]}
+                           "failure_detail": detail, "restarts": restarts, "tasks": rows,
+                           "caught_up": state is ProcessState.RUNNING
+                           and all(bool(t.get("caught_up")) for t in rows)}
     coordinators = []
     for ref, doc, mine in docs:
         coordinators.append({**ref.to_json(), "self": mine, "answered": doc is not None,

@@ -188,6 +188,13 @@ def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
         assert sorted(c["pid"] for c in doc["coordinators"]) == sorted(pids.values()), doc
         assert all(c["answered"] for c in doc["coordinators"]), doc
         assert sum(len(c["tasks"][app.PROCESS_NAME]) for c in doc["coordinators"]) == TASKS
+        assert doc["processes"][app.PROCESS_NAME]["state"] == "RUNNING", doc
+        table = subprocess.run([sys.executable, "-m", "coordinator.cli", "status", "--endpoint",
+                                cluster.endpoint(2), "--timeout", "20"], cwd=REPO,
+                               capture_output=True, text=True, timeout=60)
+        assert table.returncode == 0, table.stderr
+        assert sum(f"coordinator {os.uname().nodename} pid {pid} " in table.stdout
+                   for pid in pids.values()) == COORDINATORS, table.stdout
 
         # 1. SIGKILL a coordinator that runs a task: its task moves to a survivor.
         owners = {task: rows[0][0] for task, rows in cluster.owners().items()}
