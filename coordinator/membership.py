@@ -169,6 +169,7 @@ class _ProcessMembership:
         self.stop_deadline_s = stop_deadline_s
         self.group_window_s = group_window_s
         self.group = coordinators_group(config.application_id_prefix, process.name)
+        self.session_s = session_timeout_ms(config.kafka_properties) / 1000.0
         self.owned: set[int] = set()  # assigned by the group (spawned or pending)
         self.pending = _Pending(set())
         self.lock = threading.Lock()
@@ -281,6 +282,28 @@ class _ProcessMembership:
         finally:
             del admin
 
+    def fenced(self, task: int) -> bool:
+        """A worker of ``task`` stopped fenced: a successor runs the task (this coordinator
+        lost it, and hears so at its next poll: ``on_lost``), or something else took it.
+
+        If the group still assigns the task here after twice the session timeout, it is
+        bootstrapped and spawned again (:meth:`_bootstrap_pending`); a loss drops it first.
+
+        Returns:
+            ``True`` (the exit is the task moving, not a failure) when the task is owned here.
+        """
+        with self.lock:
+            if task not in self.owned:
+                return False
+            self.pending.tasks.add(task)
+            self.pending.attempts = 0
+            self.pending.next_at = time.monotonic() + 2 * self.session_s
+        self.moves.append((time.monotonic(), "fenced", [task]))
+        log.warning("%s: task %d's worker was fenced by a successor; if the group still "
+                    "assigns it here in %.0f s it is started again", self.group, task,
+                    2 * self.session_s)
+        return True
+
     def rebootstrap(self) -> ProcessPlan:
         """The bootstrap of every task owned now (a restart through the bootstrap)."""
         with self.lock:
@@ -331,6 +354,10 @@ class Membership:
         """The bootstrap of process ``name``'s owned tasks (``Supervisor``'s ``rebootstrap``)."""
         return self._members[name].rebootstrap()
 
+    def fenced(self, name: str, task: int) -> bool:
+        """``Supervisor``'s ``on_fenced``: see :meth:`_ProcessMembership.fenced`."""
+        return self._members[name].fenced(task)
+
     def close(self, deadline_s: float) -> bool:
         """Stop the owned tasks and leave every group, at most ``deadline_s`` s.
 
@@ -360,7 +387,8 @@ def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
     Args:
         config: the configuration.
         processes: the declared processes.
-        supervisor_factory: ``(plans, owned=..., rebootstrap=...) -> Supervisor``
+        supervisor_factory: ``(plans, owned=..., rebootstrap=..., on_fenced=...) ->
+            Supervisor``
             (the caller's restart policy, target and deadlines bound in).
         stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
         group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
@@ -385,7 +413,8 @@ def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
     holder: list[Membership] = []
     supervisor = supervisor_factory(
         plans, owned={p.name: frozenset() for p in processes},
-        rebootstrap=lambda name: holder[0].rebootstrap(name))
+        rebootstrap=lambda name: holder[0].rebootstrap(name),
+        on_fenced=lambda name, task: bool(holder) and holder[0].fenced(name, task))
     supervisor.start()
     membership = Membership(config, processes, supervisor, stop_deadline_s=stop_deadline_s,
                             group_window_s=group_window_s, client_id=client_id,

@@ -356,6 +356,9 @@ class Supervisor:
         owned: ``{process: task indexes}`` this coordinator runs at first (``--join``:
             none, until the coordinators' group assigns some; :mod:`coordinator.membership`);
             ``None`` (default) for every task.
+        on_fenced: ``(process, task) -> bool``, asked when a worker stops ``FATAL`` (fenced:
+            a successor runs its task); ``True`` takes the exit as the task moving away (no
+            blast radius; :mod:`coordinator.membership` decides what runs it).
     """
 
     def __init__(
@@ -374,9 +377,11 @@ class Supervisor:
         reset_after_s: float | None = None,
         observer: TaskObserver | None = None,
         owned: Mapping[str, frozenset[int]] | None = None,
+        on_fenced: Callable[[str, int], bool] | None = None,
     ) -> None:
         self._config = config
         self._observer = observer
+        self._on_fenced = on_fenced
         self._policy = RestartPolicy(restart)
         self._target = target
         self._rebootstrap = rebootstrap
@@ -732,6 +737,14 @@ class Supervisor:
                 return  # an incarnation a restart already replaced
             run.tasks.pop(t.index)
             if t.released:
+                self._changed.notify_all()
+                return
+            if kind is StopKind.FATAL and self._on_fenced is not None \
+                    and not (run.closing or run.stopped or run.restarting) \
+                    and self._on_fenced(name, t.index):
+                log.warning("%s: task %d (pid %d) was fenced: %s; its successor runs it "
+                            "(docs/operations.md, \"Several coordinators\")",
+                            run.plan.application_id, t.index, t.pid, detail)
                 self._changed.notify_all()
                 return
             if run.closing or run.stopped or run.restarting or self._closing.is_set():

@@ -39,7 +39,7 @@ from coordinator.status_socket import NoReplyError, request
 from parsley.wire import CAUSES_HEADER, decode_causes
 from tests.chaos import app
 from tests.chaos.harness import LoadProducer, _read
-from tests.chaos.verdict import InputRecord, OutputRecord, judge
+from tests.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = 3
@@ -51,8 +51,10 @@ MOVE_BOUND_S = 90.0
 class _Cluster:
     """Three coordinators of one prefix, each with its own state dir and control socket."""
 
-    def __init__(self, bootstrap: str, topics: dict[str, Any], root: Path) -> None:
+    def __init__(self, bootstrap: str, topics: dict[str, Any], root: Path,
+                 tasks: int = TASKS) -> None:
         self.bootstrap = bootstrap
+        self.tasks = tasks
         self.topics = topics
         self.root = root
         self.prefix = f"scale-{uuid.uuid4().hex[:6]}"
@@ -122,7 +124,7 @@ class _Cluster:
             if len(running) > 1:
                 self.overlaps.append(f"task {task} RUNNING on coordinators "
                                      f"{[r[0] for r in running]}")
-        if set(owners) != set(range(TASKS)):
+        if set(owners) != set(range(self.tasks)):
             return f"tasks reporting {sorted(owners)}"
         for task, rows in owners.items():
             if len(rows) != 1 or rows[0][1] != "RUNNING" or rows[0][4]:
@@ -270,21 +272,7 @@ def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
         if producer.is_alive():
             producer.stop(10.0)
         leftovers = cluster.stop_all()
-    names = {topics["A"].topic_id: topics["A"].name, topics["B"].topic_id: topics["B"].name}
-    inputs = []
-    for topic in (topics["A"], topics["B"]):
-        for rec in _read(kafka_bootstrap, topic.name, range(TASKS)):
-            raw = dict(rec.headers() or ()).get(CAUSES_HEADER)
-            causes = {(names.get(ch.topic_id, str(ch.topic_id)), ch.partition): off
-                      for ch, off in decode_causes(raw).items()} if raw else {}
-            inputs.append(InputRecord((topic.name, rec.partition() or 0), rec.offset() or 0,
-                                      causes))
-    outputs = []
-    for rec in _read(kafka_bootstrap, topics["OUT"].name, (0,)):
-        src, partition, offset, n = app.parse_relay_value(rec.value() or b"")
-        outputs.append(OutputRecord((src, partition), offset, n))
-    verdict = judge(inputs, outputs,
-                    {t: (topics["A"].name, topics["B"].name) for t in range(TASKS)})
+    verdict = _verdict(kafka_bootstrap, topics, TASKS)
     print("\n".join(["", *moves, verdict.summary(), f"produced {producer.acked}"]))
     assert verdict.clean, verdict.summary()
     assert verdict.inputs == producer.acked
@@ -295,6 +283,24 @@ def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
     assert sum(text.count("committed initial positions") for text in logs) == 1, \
         [text.count("committed initial positions") for text in logs]
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _verdict(bootstrap: str, topics: dict[str, Any], tasks: int) -> Verdict:
+    """The independent read_committed verdict over the chaos pipeline's topics."""
+    names = {topics["A"].topic_id: topics["A"].name, topics["B"].topic_id: topics["B"].name}
+    inputs = []
+    for topic in (topics["A"], topics["B"]):
+        for rec in _read(bootstrap, topic.name, range(tasks)):
+            raw = dict(rec.headers() or ()).get(CAUSES_HEADER)
+            causes = {(names.get(ch.topic_id, str(ch.topic_id)), ch.partition): off
+                      for ch, off in decode_causes(raw).items()} if raw else {}
+            inputs.append(InputRecord((topic.name, rec.partition() or 0), rec.offset() or 0,
+                                      causes))
+    outputs = []
+    for rec in _read(bootstrap, topics["OUT"].name, (0,)):
+        src, partition, offset, n = app.parse_relay_value(rec.value() or b"")
+        outputs.append(OutputRecord((src, partition), offset, n))
+    return judge(inputs, outputs, {t: (topics["A"].name, topics["B"].name) for t in range(tasks)})
 
 
 def _parents(p: psutil.Process) -> list[psutil.Process]:
@@ -309,3 +315,90 @@ def _alive(p: psutil.Process) -> bool:
     except psutil.Error:
         return False
 
+
+
+def test_a_partitioned_coordinators_worker_is_fenced_by_its_successor(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any
+) -> None:
+    """A coordinator frozen (SIGSTOP: as if cut off from Kafka) loses its task when its
+    session in the coordinators' group expires; the survivor runs it, and the frozen
+    coordinator's worker, still running, is fenced by its successor (the same static
+    group.instance.id and transactional id). Thawed, the coordinator takes the fenced
+    exit as its task moving away (not a failure), rejoins and takes its share again.
+    The verdict stays clean."""
+    tasks = 2
+    topics = {"A": create_topic(partitions=tasks), "B": create_topic(partitions=tasks),
+              "OUT": create_topic(partitions=1)}
+    root = Path(tempfile.mkdtemp(prefix="pscale-", dir="/tmp"))
+    cluster = _Cluster(kafka_bootstrap, topics, root, tasks=tasks)
+    producer = LoadProducer(kafka_bootstrap, topics["A"], topics["B"], rate=30.0, seed=17,
+                            tasks=tasks)
+    producer.start()
+    notes: list[str] = []
+    try:
+        for i in range(2):
+            cluster.start(i)
+        cluster.wait("the first start", lambda: cluster.all_running(
+            lambda by: None if len(set(by.values())) == 2 else f"tasks on {by}"))
+        owners = {task: rows[0][0] for task, rows in cluster.owners().items()}
+        frozen = owners[0]
+        cluster.track()
+        frozen_pid = cluster.procs[frozen].pid
+        workers = [p for p in cluster.known.values() if p.pid != frozen_pid
+                   and any(a.pid == frozen_pid for a in _parents(p))
+                   and "resource_tracker" not in " ".join(_cmdline(p))]
+        os.kill(frozen_pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            took = cluster.wait("the frozen coordinator's task running on the survivor",
+                                lambda: cluster.all_running(
+                                    lambda by: None if set(by.values()) == {1 - frozen}
+                                    else f"owners {by}"))
+            notes.append(f"task moved off the frozen coordinator in {took:.1f} s")
+            fenced = cluster.wait("the zombie worker exiting, fenced",
+                                  lambda: None if not [p for p in workers if _alive(p)]
+                                  else "the frozen coordinator's worker still runs")
+            notes.append(f"its worker exited (fenced) {time.monotonic() - t0:.1f} s after "
+                         f"the freeze (+{fenced:.1f} s)")
+        finally:
+            os.kill(frozen_pid, signal.SIGCONT)
+        producer.stop()
+        stable: list[float] = []
+
+        def drained() -> str | None:
+            gap = cluster.all_running()
+            if gap is None:
+                busy = [(t, rows[0]) for t, rows in cluster.owners().items()
+                        if rows[0][2] or rows[0][3]]
+                gap = f"held or lagging: {busy}" if busy else None
+            if gap is not None:
+                stable.clear()
+                return gap
+            stable.append(time.monotonic())
+            return None if stable[-1] - stable[0] >= 2.0 else "lag 0 for less than 2 s"
+
+        took = cluster.wait("the drain", drained)
+        notes.append(f"drained in {took:.1f} s")
+        # The thawed coordinator took the fenced exit as its task moving, not as a failure.
+        assert cluster.procs[frozen].poll() is None, cluster.procs[frozen].returncode
+        back = cluster.wait("the thawed coordinator taking its share again",
+                            lambda: cluster.all_running(
+                                lambda by: None if frozen in by.values() else f"owners {by}"))
+        notes.append(f"the thawed coordinator runs a task again after {back:.1f} s")
+    finally:
+        if producer.is_alive():
+            producer.stop(10.0)
+        leftovers = cluster.stop_all()
+    verdict = _verdict(kafka_bootstrap, topics, tasks)
+    print("\n".join(["", *notes, verdict.summary()]))
+    assert verdict.clean, verdict.summary()
+    assert verdict.inputs == producer.acked
+    assert not cluster.overlaps, cluster.overlaps
+    assert not leftovers, f"processes alive after the stop: {leftovers}"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    with contextlib.suppress(psutil.Error):
+        return list(p.cmdline())
+    return []
