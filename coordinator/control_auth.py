@@ -15,9 +15,11 @@ A key directory, named by the environment variable ``PARSLEY_CONTROL_KEYS``, hol
 the variable set, a control socket bound on ``tcp://`` is a CURVE server that accepts
 only the authorized keys (a ZAP handler on the coordinator's ZeroMQ context), and a
 request to a ``tcp://`` endpoint is a CURVE client; an unauthorized client gets no
-reply (its handshake is dropped), so it sees "no reply". ``ipc://`` sockets stay as
-they are: the file system's permissions guard them. Keys are the Z85 certificate
-files of ``zmq.auth``.
+reply (its handshake is dropped), so it sees "no reply". Without it, a ``tcp://``
+socket on another interface than the loopback is refused (:class:`StartError`):
+only a loopback one, reachable from this machine alone, may go unauthenticated (with
+a warning). ``ipc://`` sockets stay as they are: the file system's permissions guard
+them. Keys are the Z85 certificate files of ``zmq.auth``.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-__all__ = ["CLIENT_ENV", "KEYS_ENV", "keys_dir", "make_keys", "secure_client",
-           "secure_server"]
+from coordinator.bootstrap.common import StartError
+
+__all__ = ["CLIENT_ENV", "KEYS_ENV", "LOOPBACK_HOSTS", "is_loopback", "keys_dir", "make_keys",
+           "secure_client", "secure_server"]
 
 log = logging.getLogger("parsley.coordinator.control")
 
@@ -88,6 +92,16 @@ def _is_tcp(endpoint: str) -> bool:
     return endpoint.startswith("tcp://")
 
 
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+"""Hosts of a ``tcp://`` endpoint reachable from this machine alone."""
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether a ``tcp://HOST:PORT`` endpoint binds the loopback interface only (pure)."""
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
 def secure_server(sock: zmq.Socket[Any], endpoint: str) -> bool:
     """Make ``sock`` (not yet bound) a CURVE server accepting only the authorized keys,
     when ``endpoint`` is TCP and a key directory is set.
@@ -96,11 +110,19 @@ def secure_server(sock: zmq.Socket[Any], endpoint: str) -> bool:
         Whether CURVE was set up.
 
     Raises:
+        StartError: no key directory is set for a ``tcp://`` endpoint on another
+            interface than the loopback.
         OSError: the key directory lacks ``server.key_secret``.
     """
     directory = keys_dir()
     if not _is_tcp(endpoint):
         return False
+    if directory is None and not is_loopback(endpoint):
+        raise StartError(
+            f"the control socket {endpoint} is reachable from other machines and needs "
+            f"CURVE authentication: make keys (parsley-coordinator keys DIR), then set "
+            f"{KEYS_ENV}=DIR for the coordinators, status and stop (docs/operations.md, "
+            "\"The control socket\")")
     if directory is None:
         log.warning("the control socket on %s has no authentication: set %s to a key "
                     "directory (parsley-coordinator keys DIR) to require CURVE", endpoint,

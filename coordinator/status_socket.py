@@ -170,7 +170,7 @@ class ControlServer:
         try:
             secure_server(sock, endpoint)  # CURVE on tcp:// with PARSLEY_CONTROL_KEYS
             sock.bind(endpoint)
-        except (zmq.ZMQError, OSError):
+        except BaseException:
             sock.close(0)
             raise
         return sock

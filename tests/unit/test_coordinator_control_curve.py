@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import zmq.auth
 
-from coordinator.control_auth import CLIENT_ENV, KEYS_ENV, make_keys
+from coordinator.bootstrap.common import StartError
+from coordinator.control_auth import CLIENT_ENV, KEYS_ENV, is_loopback, make_keys
 from coordinator.status_socket import ControlServer, NoReplyError, request
 
 
@@ -53,5 +54,19 @@ def test_a_tcp_control_socket_answers_only_authorized_clients(
         monkeypatch.delenv(KEYS_ENV)  # no CURVE at all: the handshake fails, no reply
         with pytest.raises(NoReplyError):
             request(ep, {"op": "ping"}, timeout_s=1.5)
+    finally:
+        server.close()
+
+
+def test_a_tcp_control_socket_off_the_loopback_needs_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEYS_ENV, raising=False)
+    assert is_loopback("tcp://127.0.0.1:7070") and is_loopback("tcp://localhost:1")
+    assert not is_loopback("tcp://0.0.0.0:7070") and not is_loopback("tcp://node-7:7070")
+    with pytest.raises(StartError, match="needs CURVE authentication"):
+        ControlServer("tcp://0.0.0.0:*", {"ping": _ping})
+    server = ControlServer("tcp://127.0.0.1:*", {"ping": _ping})  # local: allowed, warned
+    try:
+        assert request(server.endpoint, {"op": "ping"}, timeout_s=5)["pong"] is True
     finally:
         server.close()
