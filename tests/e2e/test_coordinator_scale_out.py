@@ -22,6 +22,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from confluent_kafka.admin import AdminClient
 
+from coordinator.control_auth import KEYS_ENV, make_keys
 from coordinator.status import parse_status
 from coordinator.status_socket import NoReplyError, request
 from parsley.wire import CAUSES_HEADER, decode_causes
@@ -52,9 +55,11 @@ class _Cluster:
     """Three coordinators of one prefix, each with its own state dir and control socket."""
 
     def __init__(self, bootstrap: str, topics: dict[str, Any], root: Path,
-                 tasks: int = TASKS) -> None:
+                 tasks: int = TASKS, keys: Path | None = None) -> None:
         self.bootstrap = bootstrap
         self.tasks = tasks
+        self.keys = keys  # CURVE on tcp:// control sockets when given
+        self.ports: dict[int, int] = {}
         self.topics = topics
         self.root = root
         self.prefix = f"scale-{uuid.uuid4().hex[:6]}"
@@ -64,13 +69,20 @@ class _Cluster:
         self.last: str = ""
 
     def endpoint(self, i: int) -> str:
-        return f"ipc://{self.root / f'c{i}.ipc'}"
+        if self.keys is None:
+            return f"ipc://{self.root / f'c{i}.ipc'}"
+        if i not in self.ports:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.ports[i] = probe.getsockname()[1]
+        return f"tcp://127.0.0.1:{self.ports[i]}"
 
     def start(self, i: int) -> None:
         env = dict(os.environ)
         env.update({app.ENV_A: self.topics["A"].name, app.ENV_B: self.topics["B"].name,
                     app.ENV_OUT: self.topics["OUT"].name,
                     "PARSLEY_STATUS_INTERVAL_MS": "500",
+                    **({KEYS_ENV: str(self.keys)} if self.keys is not None else {}),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                 env.get("PYTHONPATH")]))})
         argv = [sys.executable, "-m", "coordinator.cli", "run", "tests.chaos.app:processes",
@@ -318,19 +330,24 @@ def _alive(p: psutil.Process) -> bool:
 
 
 def test_a_partitioned_coordinators_worker_is_fenced_by_its_successor(
-    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A coordinator frozen (SIGSTOP: as if cut off from Kafka) loses its task when its
     session in the coordinators' group expires; the survivor runs it, and the frozen
     coordinator's worker, still running, is fenced by its successor (the same static
     group.instance.id and transactional id). Thawed, the coordinator takes the fenced
     exit as its task moving away (not a failure), rejoins and takes its share again.
-    The verdict stays clean."""
+    The verdict stays clean. The control sockets are tcp:// with CURVE keys: the
+    application's status comes through peers that authenticate each other, and a
+    client without keys gets no answer."""
     tasks = 2
     topics = {"A": create_topic(partitions=tasks), "B": create_topic(partitions=tasks),
               "OUT": create_topic(partitions=1)}
     root = Path(tempfile.mkdtemp(prefix="pscale-", dir="/tmp"))
-    cluster = _Cluster(kafka_bootstrap, topics, root, tasks=tasks)
+    make_keys(root / "keys")
+    monkeypatch.setenv(KEYS_ENV, str(root / "keys"))  # this test's requests use CURVE too
+    cluster = _Cluster(kafka_bootstrap, topics, root, tasks=tasks, keys=root / "keys")
     producer = LoadProducer(kafka_bootstrap, topics["A"], topics["B"], rate=30.0, seed=17,
                             tasks=tasks)
     producer.start()
@@ -340,6 +357,13 @@ def test_a_partitioned_coordinators_worker_is_fenced_by_its_successor(
             cluster.start(i)
         cluster.wait("the first start", lambda: cluster.all_running(
             lambda by: None if len(set(by.values())) == 2 else f"tasks on {by}"))
+        doc = request(cluster.endpoint(1), {"op": "status"}, timeout_s=20.0)["status"]
+        assert [c["answered"] for c in doc["coordinators"]] == [True, True], doc
+        assert len(doc["processes"][app.PROCESS_NAME]["tasks"]) == tasks, doc
+        monkeypatch.delenv(KEYS_ENV)
+        with pytest.raises(NoReplyError):
+            request(cluster.endpoint(1), {"op": "ping"}, timeout_s=1.5)
+        monkeypatch.setenv(KEYS_ENV, str(root / "keys"))
         owners = {task: rows[0][0] for task, rows in cluster.owners().items()}
         frozen = owners[0]
         cluster.track()
