@@ -290,18 +290,23 @@ class _ProcessMembership:
         bootstrapped and spawned again (:meth:`_bootstrap_pending`); a loss drops it first.
 
         Returns:
-            ``True`` (the exit is the task moving, not a failure) when the task is owned here.
+            ``True``: the exit is the task moving, not a failure, whether the group's loss
+            of it arrived already (the task is no longer owned here) or not yet.
         """
         with self.lock:
-            if task not in self.owned:
-                return False
-            self.pending.tasks.add(task)
-            self.pending.attempts = 0
-            self.pending.next_at = time.monotonic() + 2 * self.session_s
+            owned = task in self.owned
+            if owned:
+                self.pending.tasks.add(task)
+                self.pending.attempts = 0
+                self.pending.next_at = time.monotonic() + 2 * self.session_s
         self.moves.append((time.monotonic(), "fenced", [task]))
-        log.warning("%s: task %d's worker was fenced by a successor; if the group still "
-                    "assigns it here in %.0f s it is started again", self.group, task,
-                    2 * self.session_s)
+        if owned:
+            log.warning("%s: task %d's worker was fenced by a successor; if the group still "
+                        "assigns it here in %.0f s it is started again", self.group, task,
+                        2 * self.session_s)
+        else:
+            log.info("%s: task %d's worker was fenced by its successor on the coordinator "
+                     "the group moved it to", self.group, task)
         return True
 
     def rebootstrap(self) -> ProcessPlan:
