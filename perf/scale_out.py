@@ -96,9 +96,10 @@ def _read_until(bootstrap: str, topic: str, messages: int, timeout_s: float
         deadline = time.monotonic() + timeout_s
         while count < messages and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):
-                if msg.error() is not None:
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        _say(f"reader: {msg.error()}")
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        _say(f"reader: {err}")
                     continue
                 count += 1
                 ts = float(msg.timestamp()[1])
