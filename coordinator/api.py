@@ -33,7 +33,14 @@ from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
 from coordinator.last_status import last_status_file, remove_last_report
 from coordinator.main_guard import check_main_guard
+from coordinator.membership import Membership, start_joined
 from coordinator.metrics import MetricsServer
+from coordinator.peers import (
+    application_status,
+    coordinator_client_id,
+    stop_peers,
+    this_coordinator,
+)
 from coordinator.state_dir import default_state_dir, ensure_state_dir
 from coordinator.status import ProcessState, ProcessStatus, status_to_json
 from coordinator.status_socket import (
@@ -113,6 +120,10 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
 
 
 
+MEMBERSHIP_CLOSE_MARGIN_S: Final = 15.0
+"""s a ``join`` coordinator's leaving may take beyond the workers' stop deadline (the
+SIGKILL wait and the group's LeaveGroup)."""
+
 MAX_CONTROL_STOP_DEADLINE_S: Final = 300.0
 """The longest deadline a control ``stop`` request may ask for, s: the control
 thread answers nothing else while a stop runs, so an unbounded one would block it."""
@@ -153,11 +164,14 @@ class Parsley:
     """
 
     def __init__(self, config: ParsleyConfig, supervisor: Supervisor,
-                 control: ControlServer | None, metrics: MetricsServer | None = None) -> None:
+                 control: ControlServer | None, metrics: MetricsServer | None = None,
+                 membership: Membership | None = None) -> None:
         self._config = config
         self._supervisor = supervisor
         self._control = control
         self._metrics = metrics
+        self._membership = membership
+        self._me = this_coordinator(None)
         self._closed: ShutdownReport | None = None
         self._stop_report: ShutdownReport | None = None
 
@@ -173,6 +187,7 @@ class Parsley:
         group_window_s: float | None = None,
         max_attempts: int | None = None,
         backoff_s: float | None = None,
+        join: bool = False,
     ) -> Parsley:
         """Bootstrap every process, spawn one worker per task, serve the control socket.
 
@@ -193,6 +208,11 @@ class Parsley:
                 ``config.max_restarts`` if ``None``.
             backoff_s: first restart delay under ``transient``, s;
                 ``config.restart_backoff_ms`` if ``None``.
+            join: share the tasks with the other coordinators of the prefix started with
+                ``join`` (docs/operations.md, "Several coordinators"): this start joins
+                each process's coordinators' group and bootstraps and spawns only the
+                tasks assigned to it, as they are assigned (a refusal then stops the
+                process and shows in :meth:`status`, it is not raised here).
 
         Returns:
             The running handle.
@@ -239,25 +259,38 @@ class Parsley:
         # Bound first, so that a port in use stops the start before anything runs.
         metrics = None if config.metrics_port is None else \
             MetricsServer(config.metrics_host, config.metrics_port)
+        membership: Membership | None = None
         try:
-            # Fresh clients for the start and for each restart attempt (never one
-            # long-lived AdminClient, which a broker outage can leave wedged).
-            plans = bootstrap(config, procs, group_window_s=group_window_s)
-            by_name = {p.name: p for p in procs}
+            if join:
+                def factory(plans: Mapping[str, ProcessPlan], **kw: Any) -> Supervisor:
+                    return Supervisor(config, plans, restart=policy, target=worker_target,
+                                      stop_deadline_s=stop_deadline_s,
+                                      max_attempts=max_attempts, backoff_s=backoff_s,
+                                      observer=None if metrics is None else metrics.book, **kw)
+                supervisor, membership = start_joined(
+                    config, procs, supervisor_factory=factory, stop_deadline_s=stop_deadline_s,
+                    group_window_s=group_window_s,
+                    client_id=coordinator_client_id(this_coordinator(endpoint)))
+            else:
+                # Fresh clients for the start and for each restart attempt (never one
+                # long-lived AdminClient, which a broker outage can leave wedged).
+                plans = bootstrap(config, procs, group_window_s=group_window_s)
+                by_name = {p.name: p for p in procs}
 
-            def rebootstrap(name: str) -> ProcessPlan:
-                return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
+                def rebootstrap(name: str) -> ProcessPlan:
+                    return restart_bootstrap(config, by_name[name], group_window_s=group_window_s)
 
-            supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
-                                    rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
-                                    max_attempts=max_attempts, backoff_s=backoff_s,
-                                    observer=None if metrics is None else metrics.book)
-            supervisor.start()
+                supervisor = Supervisor(config, plans, restart=policy, target=worker_target,
+                                        rebootstrap=rebootstrap, stop_deadline_s=stop_deadline_s,
+                                        max_attempts=max_attempts, backoff_s=backoff_s,
+                                        observer=None if metrics is None else metrics.book)
+                supervisor.start()
         except BaseException:
             if metrics is not None:
                 metrics.close()
             raise
-        handle = cls(config, supervisor, None, metrics)
+        handle = cls(config, supervisor, None, metrics, membership)
+        handle._me = this_coordinator(endpoint)
         if metrics is not None:
             metrics.attach(handle.status)
             log.info("metrics on %s", metrics.url)
@@ -266,6 +299,8 @@ class Parsley:
                 handle._control = ControlServer(endpoint, handle._handlers(),
                                                 record_to=endpoint_file(config))
             except BaseException:
+                if membership is not None:
+                    membership.close(stop_deadline_s + MEMBERSHIP_CLOSE_MARGIN_S)
                 supervisor.close(stop_deadline_s)
                 if metrics is not None:
                     metrics.close()
@@ -302,6 +337,7 @@ class Parsley:
         together with any the close itself stopped (so the last word on the
         shutdown names the workers that stopped, not the nothing left to stop).
         """
+        self._leave(deadline_s)
         if self._metrics is not None:
             self._metrics.stopping()
         report = self._supervisor.stop(deadline_s)
@@ -319,6 +355,7 @@ class Parsley:
         """
         if self._closed is not None:
             return self._closed
+        self._leave(deadline_s)
         if self._metrics is not None:
             self._metrics.stopping()
         report = self._supervisor.close(deadline_s)
@@ -332,6 +369,13 @@ class Parsley:
         if not report.clean:
             log.error("shutdown: %s", report.summary())
         return report
+
+    def _leave(self, deadline_s: float | None) -> None:
+        """With ``join``: stop the owned tasks and leave the coordinators' groups (bounded),
+        so the peers take the tasks."""
+        if self._membership is not None:
+            deadline = DEFAULT_STOP_DEADLINE_S if deadline_s is None else deadline_s
+            self._membership.close(deadline + MEMBERSHIP_CLOSE_MARGIN_S)
 
     @property
     def control_endpoint(self) -> str | None:
@@ -362,9 +406,21 @@ class Parsley:
             return {"pid": os.getpid(), "prefix": self._config.application_id_prefix}
 
         def status(req: Mapping[str, Any]) -> dict[str, Any]:
-            return {"status": status_to_json(self.status())}
+            local = status_to_json(self.status())
+            if self._membership is None or req.get("local"):
+                return {"status": local}
+            return {"status": application_status(self._config, self._me, local,
+                                                 self._membership.task_counts)}
 
         def stop(req: Mapping[str, Any]) -> dict[str, Any]:
+            if req.get("all") and self._membership is not None:
+                return stop_peers(self._config, self._me, list(self._membership.task_counts),
+                                  control_stop_deadline(req.get("deadline_s"))[0]
+                                  or DEFAULT_STOP_DEADLINE_S,
+                                  lambda: stop_here({**req, "all": False}))
+            return stop_here(req)
+
+        def stop_here(req: Mapping[str, Any]) -> dict[str, Any]:
             deadline, note = control_stop_deadline(req.get("deadline_s"))
             report = self.stop(deadline)
             reply: dict[str, Any] = {"shutdown": report.to_json(),

@@ -323,12 +323,18 @@ def cli(log_level: str) -> None:
 @click.option("--metrics-host", default=None, show_default=DEFAULT_METRICS_HOST,
               help="The address /metrics is bound to. Also metrics_host / "
                    "PARSLEY_METRICS_HOST.")
+@click.option("--join", is_flag=True, default=False,
+              help="Share the tasks with the other coordinators of the prefix started with "
+                   "--join (on other machines, or here with another --state-dir): each "
+                   "runs the tasks the coordinators' consumer group assigns it, and takes "
+                   "over those of a coordinator that stops or dies (docs/operations.md, "
+                   "\"Several coordinators\"). Without it this coordinator runs every task.")
 def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
         prefix: str | None, state_dir: str | None, restart: str, listen: str,
         stop_deadline: float, log_status_every: float, max_restarts: int | None,
         restart_backoff: float | None, restart_reset: float | None,
         stale_after: float | None, metrics_port: int | None,
-        metrics_host: str | None) -> None:
+        metrics_host: str | None, join: bool = False) -> None:
     """Start the processes APP (module:attribute, required) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the
@@ -359,7 +365,7 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
                           metrics_port=metrics_port, metrics_host=metrics_host)
     try:
         handle = Parsley.start(config, *processes, restart=restart, control=listen,
-                               stop_deadline_s=stop_deadline)
+                               stop_deadline_s=stop_deadline, join=join)
     except StateDirError as exc:  # not ours to write a report into
         log.error("state dir refused: %s", exc)
         sys.exit(ExitCode.USAGE)
@@ -649,8 +655,11 @@ def status(config_file: str | None, prefix: str | None, state_dir: str | None,
 @_ENDPOINT
 @click.option("--deadline", type=float, default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL for each worker.")
+@click.option("--all", "stop_all", is_flag=True, default=False,
+              help="With coordinators started with --join: stop every coordinator of the "
+                   "application, not only this one (whose tasks would move to the others).")
 def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
-         endpoint: str | None, deadline: float) -> None:
+         endpoint: str | None, deadline: float, stop_all: bool = False) -> None:
     """Stop every worker of the running coordinator, bounded, and print the result.
 
     A ping first: with no coordinator at the endpoint it says so within a few
@@ -674,8 +683,9 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
                    "--endpoint and that `parsley-coordinator run` is running", err=True)
         sys.exit(ExitCode.NO_COORDINATOR)
     try:
-        reply = request(ep, {"op": "stop", "deadline_s": deadline},
-                        timeout_s=min(deadline, MAX_CONTROL_STOP_DEADLINE_S) + 15)
+        reply = request(ep, {"op": "stop", "deadline_s": deadline, "all": stop_all},
+                        timeout_s=min(deadline, MAX_CONTROL_STOP_DEADLINE_S)
+                        + (60 if stop_all else 15))
     except NoReplyError as exc:
         click.echo(str(exc), err=True)
         sys.exit(ExitCode.NO_COORDINATOR)
@@ -686,7 +696,36 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
         click.echo(str(reply["note"]), err=True)
     shutdown = reply["shutdown"]
     click.echo(orjson.dumps(shutdown, option=orjson.OPT_INDENT_2).decode())
-    sys.exit(ExitCode.CLEAN if shutdown["clean"] else ExitCode.SHUTDOWN_INCOMPLETE)
+    peers = reply.get("peers") or []
+    if peers:
+        click.echo(orjson.dumps(peers, option=orjson.OPT_INDENT_2).decode())
+    clean = shutdown["clean"] and all(p.get("answered") and (p.get("shutdown") or {}).get("clean")
+                                      for p in peers)
+    sys.exit(ExitCode.CLEAN if clean else ExitCode.SHUTDOWN_INCOMPLETE)
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--client", default=None,
+              help="Also make (and authorize) a client key pair NAME: status and stop use it "
+                   "with PARSLEY_CONTROL_CLIENT=NAME.")
+def keys(directory: Path, client: str | None) -> None:
+    """Make the CURVE keys of TCP control sockets in DIRECTORY (docs/operations.md, "The
+    control socket").
+
+    The coordinators' key pair (server.key, server.key_secret) unless present, a client
+    pair with --client, and authorized/ with the public keys accepted. Run coordinators,
+    status and stop with PARSLEY_CONTROL_KEYS=DIRECTORY: a tcp:// control socket then
+    answers only authorized clients.
+    """
+    from coordinator.control_auth import make_keys
+
+    try:
+        written = make_keys(directory, client)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    for path in written:
+        click.echo(str(path))
 
 
 def inspect_process(config: Any, process: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ import orjson
 import zmq
 
 from coordinator.config import ParsleyConfig
+from coordinator.control_auth import secure_client, secure_server
 
 __all__ = [
     "OPERATIONS",
@@ -209,8 +210,9 @@ class ControlServer:
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REP)
         sock.setsockopt(zmq.LINGER, 0)
         try:
+            secure_server(sock, endpoint)  # CURVE on tcp:// with PARSLEY_CONTROL_KEYS
             sock.bind(endpoint)
-        except zmq.ZMQError:
+        except BaseException:
             sock.close(0)
             raise
         return sock
@@ -384,6 +386,7 @@ def request(endpoint: str, payload: Mapping[str, Any] | bytes, *, timeout_s: flo
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        secure_client(sock, endpoint)  # CURVE on tcp:// with PARSLEY_CONTROL_KEYS
         sock.connect(endpoint)
         sock.send(payload if isinstance(payload, bytes) else orjson.dumps(dict(payload)))
         if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):

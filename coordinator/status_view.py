@@ -167,6 +167,12 @@ def render(doc: Mapping[str, Any], *, wide: bool = False,
         what = "refused" if err.refusal_reason is not None else "failed"
         reason = f"{err.refusal_reason.name}: " if err.refusal_reason is not None else ""
         parts.append(Text(f"start {what}: {reason}{err.detail}", style="bold red"))
+    for c in doc.get("coordinators") or ():  # --join: who runs which task (coordinator.peers)
+        tasks = "; ".join(f"{p} tasks {list(t)}" for p, t in c.get("tasks", {}).items())
+        parts.append(Text(
+            f"coordinator {c['host']} pid {c['pid']} {c['endpoint']}"
+            f"{' (this one)' if c.get('self') else ''}"
+            f"{'' if c.get('answered') else ' (no answer)'}: {tasks or 'no task'}"))
     for name, st in statuses.items():
         if st.refusal_reason is not None or st.failure_detail is not None:
             reason = st.refusal_reason.name if st.refusal_reason else "no refusal reason"

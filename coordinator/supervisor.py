@@ -66,6 +66,7 @@ from coordinator.status import (
     ProcessState,
     ProcessStatus,
     TaskStatus,
+    aggregate_state,
     process_state,
     task_status_from_report,
 )
@@ -297,6 +298,7 @@ class _Task:
     stale: tuple[float, str | None] | None = None
     crash_respawns: int = 0
     malformed_logged: bool = False
+    released: bool = False  # stopped because its task moved to another coordinator
 
 
 @dataclass
@@ -312,6 +314,11 @@ class _Run:
     covered_restart_used: bool = False
     restarting: bool = False
     generation: int = 0
+    owned: frozenset[int] | None = None  # the tasks this coordinator runs; None: all
+
+    def indexes(self) -> list[int]:
+        """The task indexes this coordinator runs: all W, or the ones it owns (``--join``)."""
+        return list(range(self.plan.task_count)) if self.owned is None else sorted(self.owned)
 
 
 def _status_endpoint(config: ParsleyConfig) -> str:
@@ -346,6 +353,12 @@ class Supervisor:
             ``config.restart_reset_ms`` if ``None``.
         observer: told of every spawn, accepted report and classified exit
             (:class:`TaskObserver`), or ``None``.
+        owned: ``{process: task indexes}`` this coordinator runs at first (``--join``:
+            none, until the coordinators' group assigns some; :mod:`coordinator.membership`);
+            ``None`` (default) for every task.
+        on_fenced: ``(process, task) -> bool``, asked when a worker stops ``FATAL`` (fenced:
+            a successor runs its task); ``True`` takes the exit as the task moving away (no
+            blast radius; :mod:`coordinator.membership` decides what runs it).
     """
 
     def __init__(
@@ -363,9 +376,12 @@ class Supervisor:
         stale_after_s: float | None = None,
         reset_after_s: float | None = None,
         observer: TaskObserver | None = None,
+        owned: Mapping[str, frozenset[int]] | None = None,
+        on_fenced: Callable[[str, int], bool] | None = None,
     ) -> None:
         self._config = config
         self._observer = observer
+        self._on_fenced = on_fenced
         self._policy = RestartPolicy(restart)
         self._target = target
         self._rebootstrap = rebootstrap
@@ -377,7 +393,8 @@ class Supervisor:
                                else reset_after_s)
         self._backoff_cap_s = backoff_cap_s
         self._stop_deadline_s = stop_deadline_s
-        self._runs = {name: _Run(plan) for name, plan in plans.items()}
+        self._runs = {name: _Run(plan, owned=None if owned is None else owned.get(name))
+                      for name, plan in plans.items()}
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._ctx = multiprocess.get_context("spawn")
@@ -458,7 +475,7 @@ class Supervisor:
     def _spawn_all(self, run: _Run) -> None:
         run.generation += 1
         run.tasks = {}
-        for i in range(run.plan.task_count):
+        for i in run.indexes():
             run.tasks[i] = self._spawn(run.plan, i)
 
     # --- observing -------------------------------------------------------
@@ -495,9 +512,10 @@ class Supervisor:
                                         "one arrives", run.plan.application_id, t.index, t.pid,
                                         type(exc).__name__, exc)
                 # Over every task: one that exited and waits for its respawn is STARTING.
-                state = process_state(run.plan.task_count, {
-                    t.index: None if t.report is None else str(t.report.get("state"))
-                    for t in run.tasks.values() if t.exit_code is None})
+                reported = {t.index: None if t.report is None else str(t.report.get("state"))
+                            for t in run.tasks.values() if t.exit_code is None}
+                state = process_state(run.plan.task_count, reported) if run.owned is None \
+                    else aggregate_state(reported.get(i) for i in run.indexes())
                 out[name] = ProcessStatus(state, run.refusal_reason, run.failure_detail,
                                           tuple(tasks), run.restarts)
         return out
@@ -686,7 +704,7 @@ class Supervisor:
                                   run.plan.application_id, t.index, t.pid, silent,
                                   t.last_state or "none")
                         self._signal(t, signal.SIGKILL)
-                if run.substrate_attempts and healthy == run.plan.task_count:
+                if run.substrate_attempts and healthy == len(run.indexes()):
                     log.info("%s: every task RUNNING and reporting for %g s: the process's "
                              "restart budget (%d used) and backoff start again",
                              run.plan.application_id, self._reset_after_s, run.substrate_attempts)
@@ -720,6 +738,17 @@ class Supervisor:
             if run.tasks.get(t.index) is not t:
                 return  # an incarnation a restart already replaced
             run.tasks.pop(t.index)
+            if t.released:
+                self._changed.notify_all()
+                return
+            if kind is StopKind.FATAL and self._on_fenced is not None \
+                    and not (run.closing or run.stopped or run.restarting) \
+                    and self._on_fenced(name, t.index):
+                log.warning("%s: task %d (pid %d) was fenced: %s; its successor runs it "
+                            "(docs/operations.md, \"Several coordinators\")",
+                            run.plan.application_id, t.index, t.pid, detail)
+                self._changed.notify_all()
+                return
             if run.closing or run.stopped or run.restarting or self._closing.is_set():
                 self._changed.notify_all()
                 return
@@ -844,6 +873,58 @@ class Supervisor:
             log.error("%s: %s: %s", run.plan.application_id,
                       reason.name if reason else "stopped", detail)
             self._changed.notify_all()
+
+    # --- tasks that move between coordinators (coordinator.membership) ----
+
+    def assign_tasks(self, name: str, plan: ProcessPlan, indexes: set[int]) -> None:
+        """Run tasks ``indexes`` of process ``name`` here too, from ``plan`` (their bootstrap).
+
+        A process stopped here stays stopped (the tasks are recorded as owned, not
+        spawned); a process restarting spawns them with its restart.
+        (docs/operations.md, "Several coordinators").
+        """
+        with self._changed:
+            run = self._runs[name]
+            run.owned = frozenset(run.owned or ()) | frozenset(indexes)
+            run.plan = plan
+            if run.stopped or run.closing or run.restarting or self._closing.is_set():
+                return
+            for i in sorted(indexes):
+                if i not in run.tasks:
+                    run.tasks[i] = self._spawn(plan, i)
+            self._changed.notify_all()
+
+    def release_tasks(self, name: str, indexes: set[int], deadline_s: float | None = None
+                      ) -> ShutdownReport:
+        """Stop tasks ``indexes`` of ``name`` because they move to another coordinator.
+
+        SIGTERM, ``deadline_s`` (the supervisor's stop deadline if ``None``), SIGKILL,
+        confirmed exits; their exits are not failures (no blast radius, no restart).
+
+        Returns:
+            The :class:`ShutdownReport` of those workers.
+        """
+        with self._lock:
+            run = self._runs[name]
+            run.owned = frozenset(run.owned or ()) - frozenset(indexes)
+            tasks = [t for i, t in run.tasks.items() if i in indexes and t.exit_code is None]
+            for t in tasks:
+                t.released = True
+        report = self._terminate(name, tasks,
+                                 self._stop_deadline_s if deadline_s is None else deadline_s)
+        with self._changed:
+            for t in tasks:
+                if t.exit_code is not None and run.tasks.get(t.index) is t:
+                    run.tasks.pop(t.index)
+            self._changed.notify_all()
+        return report
+
+    def fail_process(self, name: str, reason: Reason | None, detail: str) -> None:
+        """Stop process ``name`` here with ``reason`` and ``detail`` (a refusal at the
+        bootstrap of tasks it gained), stopping its tasks here (the blast radius)."""
+        run = self._runs[name]
+        self._finish_stop(run, reason, detail)
+        self._helper(self._stop_siblings, run)
 
     # --- stopping --------------------------------------------------------
 

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
                     help="apply a candidate worker fix from perf/patches.py in the workers")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore benchmark")
+    ap.add_argument("--scale-out", action="store_true",
+                    help="run only the scale-out run (perf/scale_out.py: 4 tasks over 1 vs 2 "
+                         "--join coordinators; on one machine it measures overhead)")
     ap.add_argument("--restore-held", type=int,
                     help="held messages for the restore benchmark (default 10^5; quick 2*10^4)")
     ap.add_argument("--docs", metavar="FILE",
@@ -60,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-json", metavar="FILE",
                     help="run nothing: re-render the report, plot and docs from a saved JSON")
     a = ap.parse_args(argv)
+    if a.scale_out:
+        from perf import scale_out
+
+        return scale_out.main(
+            (["--bootstrap-servers", a.bootstrap_servers] if a.bootstrap_servers else [])
+            + (["--messages", str(a.messages)] if a.messages else []))
     if a.from_json:
         saved = json.loads(Path(a.from_json).read_text())
         report = rep.build_report(saved["runs"], saved["machine"], saved.get("restore"),

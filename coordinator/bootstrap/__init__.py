@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -88,6 +88,7 @@ from coordinator.bootstrap.common import (
     with_client_logger,
 )
 from coordinator.bootstrap.group import (
+    await_foreign_members_gone,
     await_group_vacated,
     commit_initial_positions,
     leave_window_s,
@@ -205,6 +206,8 @@ def bootstrap_process(
     answers: int = UNKNOWN_ANSWERS,
     spacing_s: float = ANSWER_SPACING_S,
     sleep: Callable[[float], None] = time.sleep,
+    tasks: Collection[int] | None = None,
+    lead: bool = True,
 ) -> ProcessPlan:
     """Bootstrap steps 3-6 for one process (docs/operations.md, "Running", bootstrap step 3):
     state, refusals, positions.
@@ -221,6 +224,12 @@ def bootstrap_process(
         answers: unknown answers before the changelog counts as absent.
         spacing_s: s between answers.
         sleep: sleeps (tests pass a fake).
+        tasks: ``None`` (default) for a coordinator that runs every task. With
+            ``--join`` (docs/operations.md, "Several coordinators"): the task indexes
+            this coordinator gained; the group check accepts the peers' workers, and
+            the position checks judge only these tasks' partitions.
+        lead: with ``tasks``, whether this coordinator owns task 0, and so creates the
+            changelogs and pre-commits missing start positions; the others wait for it.
 
     Returns:
         The :class:`ProcessPlan`.
@@ -237,7 +246,9 @@ def bootstrap_process(
             ``UNKNOWN_ORDERING_STATE_FORMAT``, ``SUBSTRATE_MISCONFIGURED`` (a
             group member still there after the wait, each one named) — shapes
             of docs/failing-closed.md.
-        StartRetryableError: a changelog view that changed under the read.
+        StartRetryableError: a changelog view that changed under the read; with
+            ``tasks`` and not ``lead``: a changelog or a start position of a gained
+            task that the owner of task 0 has not created yet.
         StartError: the cluster could not be queried.
     """
     prefix = config.application_id_prefix
@@ -262,6 +273,11 @@ def bootstrap_process(
         return read_ordering_state(admin, read_consumer, changelog_name, partitions,
                                    on_progress=on_progress)
 
+    if changelog is None and tasks is not None and not lead:
+        raise StartRetryableError(
+            f"{app_id}: the ordering changelog {changelog_name} does not exist yet: the "
+            "coordinator that owns task 0 creates it (docs/operations.md, \"Several "
+            "coordinators\")")
     try:
         if changelog is not None:
             log.info("%s: reading ordering changelog %s (%d partitions)", app_id,
@@ -316,10 +332,17 @@ def bootstrap_process(
         session_ms = session_timeout_ms(config.kafka_properties)
         window_s = leave_window_s(config.kafka_properties) if group_window_s is None \
             else group_window_s
-        await_group_vacated(admin, app_id, window_s, session_ms=session_ms,
-                            bootstrap_servers=config.bootstrap_servers, sleep=sleep)
-        tps = _received_partitions(process, topics)
-        committed = committed_positions(admin, app_id, tps, sleep)
+        if tasks is None:
+            await_group_vacated(admin, app_id, window_s, session_ms=session_ms,
+                                bootstrap_servers=config.bootstrap_servers, sleep=sleep)
+        else:
+            await_foreign_members_gone(admin, app_id, window_s, session_ms=session_ms,
+                                       bootstrap_servers=config.bootstrap_servers, sleep=sleep)
+        all_tps = _received_partitions(process, topics)
+        tps = all_tps if tasks is None else [tp for tp in all_tps if tp.partition in tasks]
+        committed_all = committed_positions(admin, app_id, all_tps, sleep)
+        committed = {k: v for k, v in committed_all.items()
+                     if tasks is None or k[1] in tasks}
         suspects = lost_positions(
             committed, None if changelog is None else [s.records for s in states])
         if suspects:
@@ -342,8 +365,14 @@ def bootstrap_process(
                 for (t, p) in committed if p < len(states) and states[p].records > 0}
             refuse_skipped_positions(admin, read_consumer, app_id, committed, coverage)
 
-        missing = [tp for tp in tps if (tp.topic, tp.partition) not in committed]
-        positions = {k: v[0] for k, v in committed.items()}
+        missing = [tp for tp in (all_tps if lead else tps)
+                   if (tp.topic, tp.partition) not in committed_all]
+        if missing and not lead:
+            raise StartRetryableError(
+                f"{app_id}: no start position yet for "
+                f"{[f'{tp.topic}-{tp.partition}' for tp in missing]}: the coordinator that "
+                "owns task 0 pre-commits them (docs/operations.md, \"Several coordinators\")")
+        positions = {k: v[0] for k, v in committed_all.items()}
         precommit: dict[tuple[str, int], int] = {}
         if missing:
             named: set[str] = set()
@@ -366,21 +395,24 @@ def bootstrap_process(
 
         # Step 5 (Streams creates its changelogs at start): only once nothing refused.
         try:
-            info, _created = ensure_changelog_topic(admin, changelog_name, width)
-            if info.cleanup_policy != "compact":
-                log.warning(
-                    "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
-                    "or its earliest records age out and the next start refuses "
-                    "(ORDERING_STATE_LOST or a state without its version entry)",
-                    app_id, changelog_name, info.cleanup_policy)
-            for store in process.declared_stores:
-                name = store_changelog(prefix, process.name, store.name)
-                store_info, _created = ensure_changelog_topic(admin, name, width)
-                if store_info.cleanup_policy != "compact":
+            # With --join, only the owner of task 0 creates them (the others found the
+            # ordering changelog, checked above).
+            if lead:
+                info, _created = ensure_changelog_topic(admin, changelog_name, width)
+                if info.cleanup_policy != "compact":
                     log.warning(
-                        "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
-                        "or its records age out and the next start refuses "
-                        "ORDERING_STATE_LOST", app_id, name, store_info.cleanup_policy)
+                        "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
+                        "or its earliest records age out and the next start refuses "
+                        "(ORDERING_STATE_LOST or a state without its version entry)",
+                        app_id, changelog_name, info.cleanup_policy)
+                for store in process.declared_stores:
+                    name = store_changelog(prefix, process.name, store.name)
+                    store_info, _created = ensure_changelog_topic(admin, name, width)
+                    if store_info.cleanup_policy != "compact":
+                        log.warning(
+                            "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
+                            "or its records age out and the next start refuses "
+                            "ORDERING_STATE_LOST", app_id, name, store_info.cleanup_policy)
         except SubstrateError as exc:
             raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
 

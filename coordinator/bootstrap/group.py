@@ -48,6 +48,7 @@ from workers.kafka import DEFAULT_SESSION_TIMEOUT_MS
 
 __all__ = [
     "GroupMember",
+    "await_foreign_members_gone",
     "await_group_vacated",
     "bootstrap_consumer",
     "commit_initial_positions",
@@ -265,6 +266,64 @@ def await_group_vacated(
                 raise own_members_remain(group, present, window_s, session_ms,
                                          bootstrap_servers)
             raise members_remain(group, present, window_s, session_ms, bootstrap_servers)
+        sleep(min(poll_s, max(0.05, deadline - now)))
+
+
+def await_foreign_members_gone(
+    admin: AdminClient,
+    group: str,
+    window_s: float,
+    *,
+    session_ms: int,
+    bootstrap_servers: str,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    poll_s: float = 0.5,
+) -> float:
+    """The group check of a ``--join`` start: wait until every member of ``group`` carries
+    one of this process's own instance ids (:func:`is_own_member`), at most ``window_s`` s
+    from the group's first answer (docs/operations.md, "Several coordinators").
+
+    The workers of peer coordinators are such members and stay; the previous member of a
+    task this coordinator gained need not leave (the new worker's static join replaces
+    it). Any other member (another ``group.instance.id``, or a dynamic member) must leave.
+
+    Returns:
+        s waited.
+
+    Raises:
+        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` (:func:`members_remain`) when a
+            foreign member is still there after ``window_s``.
+        StartError: the group could not be described, or its coordinator did not answer
+            within ``window_s``.
+    """
+    start = clock()
+    deadline = start + window_s
+    answered = False
+    announced: tuple[str, ...] | None = None
+    while True:
+        present = group_members(admin, group)
+        now = clock()
+        foreign = None if present is None else [m for m in present
+                                                if not is_own_member(group, m)]
+        if foreign == []:
+            if announced is not None:
+                log.info("%s: the foreign members left after %.1f s", group, now - start)
+            return now - start
+        if foreign is not None:
+            if not answered:
+                answered, deadline = True, now + window_s
+            names = tuple(sorted(m.describe() for m in foreign))
+            if announced != names:
+                log.warning("waiting up to %.0f s for members of group %s that are not this "
+                            "process's workers to leave: [%s]", max(0.0, deadline - now),
+                            group, "; ".join(names))
+                announced = names
+        if now >= deadline:
+            if foreign is None:
+                raise StartError(f"the coordinator of group '{group}' did not answer a "
+                                 f"describe within {window_s:g} s; retry")
+            raise members_remain(group, foreign, window_s, session_ms, bootstrap_servers)
         sleep(min(poll_s, max(0.05, deadline - now)))
 
 

@@ -247,8 +247,9 @@ class LoadProducer(threading.Thread):
     """How far ahead (offsets) a ``B`` record's cause may be."""
 
     def __init__(self, bootstrap: str, a: TopicInfo, b: TopicInfo, rate: float,
-                 seed: int) -> None:
+                 seed: int, tasks: int = TASKS) -> None:
         super().__init__(name="chaos-producer", daemon=True)
+        self._tasks = tasks
         self._servers = bootstrap
         self._a, self._b = a, b
         self._period = 1.0 / rate
@@ -256,7 +257,7 @@ class LoadProducer(threading.Thread):
         self._halt = threading.Event()
         self._lock = threading.Lock()
         self._causes: list[tuple[int, int]] = []  # (partition, offset) of acked A records
-        self._next = [0] * TASKS  # predicted next offset of A per partition
+        self._next = [0] * tasks  # predicted next offset of A per partition
         self.acked = 0
         self.errors = 0
         self.last_error = ""
@@ -300,7 +301,7 @@ class LoadProducer(threading.Thread):
                 if next_at < now - 1.0:  # fell behind (queue full, broker down): no burst
                     next_at = now
                 try:
-                    partition = turn % TASKS
+                    partition = turn % self._tasks
                     self._produce_a(producer, partition)
                     turn += 1
                     if self._rng.random() < 0.3:
@@ -319,7 +320,7 @@ class LoadProducer(threading.Thread):
                     producer = Producer(self._config())
             producer.poll(min(0.05, max(0.0, next_at - time.monotonic())))
         for _ in range(self.LEAD + 5):
-            for partition in range(TASKS):
+            for partition in range(self._tasks):
                 with contextlib.suppress(BufferError):
                     self._produce_a(producer, partition)
         self.flushed = producer.flush(60)

@@ -175,3 +175,36 @@ def test_a_live_foreign_consumer_in_the_group_is_refused_at_start_by_name(
     _produce(kafka_bootstrap, src.name, 0, [b"x1"])
     assert _relayed(kafka_bootstrap, out.name, (0,)) == [b"relayed:x0"]
     print(f"refused {refused_s:.1f} s after the start: {err.detail}")
+
+
+def test_a_join_start_still_refuses_a_live_foreign_consumer_by_name(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
+) -> None:
+    # --join accepts the peers' workers (this process's instance ids), not a stranger's
+    # consumer: the task's bootstrap refuses it, and the process stops on that coordinator.
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    config = _config(kafka_bootstrap, tmp_path, 3_000)
+    group = f"{config.application_id_prefix}-p"
+    _produce(kafka_bootstrap, src.name, 0, [b"x0"])
+    with Parsley.start(config, _relay("p", [src.name], out.name), control=None,
+                       join=True) as first:
+        _wait(lambda: len(_relayed(kafka_bootstrap, out.name, (0,))) == 1, 90, "first relay")
+        first.close(deadline_s=20)
+    foreign = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group,
+                        "client.id": "console-consumer-4343", "auto.offset.reset": "earliest",
+                        "enable.auto.commit": False, **QUIET})
+    try:
+        foreign.subscribe([src.name])
+        _wait(lambda: bool(foreign.poll(0.2) or foreign.assignment()), 30, "the foreign join")
+        with Parsley.start(config, _relay("p", [src.name], out.name), control=None,
+                           join=True) as handle:
+            assert handle.await_all_stopped(timeout=90), handle.status()
+            st = handle.status()["p"]
+    finally:
+        foreign.close()
+    assert st.state is ProcessState.STOPPED
+    assert st.refusal_reason is Reason.SUBSTRATE_MISCONFIGURED, st
+    assert st.failure_detail is not None and "console-consumer-4343" in st.failure_detail
+    _produce(kafka_bootstrap, src.name, 0, [b"x1"])
+    assert _relayed(kafka_bootstrap, out.name, (0,)) == [b"relayed:x0"]

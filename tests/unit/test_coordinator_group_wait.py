@@ -108,3 +108,44 @@ def test_a_group_that_never_answers_is_a_start_error_within_the_window(
     with pytest.raises(StartError, match="did not answer a describe within 12 s") as e:
         _wait(monkeypatch, [(1e9, None)])
     assert not isinstance(e.value, StartRetryableError)
+
+
+def _wait_foreign(monkeypatch: pytest.MonkeyPatch,
+                  answers: Sequence[tuple[float, list[GroupMember] | None]],
+                  window_s: float = 12.0) -> float:
+    """:func:`group.await_foreign_members_gone` on a fake clock, as :func:`_wait`."""
+    now = [0.0]
+
+    def members(admin: Any, group_id: str) -> list[GroupMember] | None:
+        return next(a for until, a in answers if now[0] < until)
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    monkeypatch.setattr(group, "group_members", members)
+    return group.await_foreign_members_gone(
+        None, "shop-p", window_s, session_ms=6000,  # type: ignore[arg-type]
+        bootstrap_servers="k1:9092", sleep=sleep, clock=lambda: now[0])
+
+
+def test_a_join_start_accepts_the_peers_workers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --join: the peer coordinators' workers carry this process's own instance ids and stay.
+    peer = GroupMember("shop-p-task-001-y", "shop-p-task-001", "/10.0.0.9", "shop-p-task-001")
+    assert _wait_foreign(monkeypatch, [(1e9, [OWN, peer])]) == 0.0
+
+
+def test_a_join_start_waits_for_a_foreign_member_and_then_refuses_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # It leaves after 5 s: accepted; it stays: SUBSTRATE_MISCONFIGURED naming it alone.
+    assert _wait_foreign(monkeypatch, [(5.0, [OWN, FOREIGN]), (1e9, [OWN])]) >= 5.0
+    with pytest.raises(ParsleyFailClosedError) as info:
+        _wait_foreign(monkeypatch, [(1e9, [OWN, FOREIGN])])
+    assert info.value.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert "console-consumer-1" in info.value.detail
+    assert "shop-p-task-000" not in info.value.detail
+
+
+def test_a_join_start_fails_plainly_when_the_group_never_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(StartError, match="did not answer a describe"):
+        _wait_foreign(monkeypatch, [(1e9, None)])

@@ -1,0 +1,176 @@
+"""ZeroMQ CURVE authentication for control sockets on TCP (docs/operations.md, "The control
+socket", "Several coordinators").
+
+A key directory, named by the environment variable ``PARSLEY_CONTROL_KEYS``, holds:
+
+* ``server.key`` / ``server.key_secret``: the coordinators' key pair (one per
+  application: every coordinator serves with it, and uses it as a client when it asks
+  a peer);
+* ``<name>.key`` / ``<name>.key_secret``: a client's key pair (``status``, ``stop``
+  run with ``PARSLEY_CONTROL_CLIENT=<name>``; ``server`` by default);
+* ``authorized/*.key``: the public keys a coordinator accepts (the server's own
+  included, so that peers can ask each other).
+
+``parsley-coordinator keys DIR [--client NAME]`` makes them (:func:`make_keys`). With
+the variable set, a control socket bound on ``tcp://`` is a CURVE server that accepts
+only the authorized keys (a ZAP handler on the coordinator's ZeroMQ context), and a
+request to a ``tcp://`` endpoint is a CURVE client; an unauthorized client gets no
+reply (its handshake is dropped), so it sees "no reply". Without it, a ``tcp://``
+socket on another interface than the loopback is refused (:class:`StartError`):
+only a loopback one, reachable from this machine alone, may go unauthenticated (with
+a warning). ``ipc://`` sockets stay as they are: the file system's permissions guard
+them. Keys are the Z85 certificate files of ``zmq.auth``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Final
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+from coordinator.bootstrap.common import StartError
+
+__all__ = ["CLIENT_ENV", "KEYS_ENV", "LOOPBACK_HOSTS", "is_loopback", "keys_dir", "make_keys",
+           "secure_client", "secure_server"]
+
+log = logging.getLogger("parsley.coordinator.control")
+
+KEYS_ENV: Final = "PARSLEY_CONTROL_KEYS"
+"""The environment variable naming the key directory."""
+CLIENT_ENV: Final = "PARSLEY_CONTROL_CLIENT"
+"""The environment variable naming the client key pair to use (default ``server``)."""
+
+_auth_lock = threading.Lock()
+_authenticators: dict[int, ThreadAuthenticator] = {}
+
+
+def keys_dir() -> Path | None:
+    """The key directory from ``PARSLEY_CONTROL_KEYS``, or ``None`` when unset."""
+    raw = os.environ.get(KEYS_ENV, "").strip()
+    return Path(raw) if raw else None
+
+
+def make_keys(directory: Path, client: str | None = None) -> list[Path]:
+    """Create the server key pair (unless present), authorize it, and with ``client`` a
+    client key pair, authorized too.
+
+    Returns:
+        The files written, in order (existing ones are not rewritten).
+
+    Raises:
+        ValueError: ``client`` is ``server`` or not a plain file name.
+        OSError: the directory cannot be written.
+    """
+    if client is not None and (client == "server" or not client
+                               or Path(client).name != client):
+        raise ValueError(f"--client must be a plain name other than 'server', got {client!r}")
+    directory.mkdir(parents=True, exist_ok=True)
+    authorized = directory / "authorized"
+    authorized.mkdir(exist_ok=True)
+    written: list[Path] = []
+    for name in ("server", *([client] if client else [])):
+        public = directory / f"{name}.key"
+        if not public.exists():
+            pub, secret = zmq.auth.create_certificates(str(directory), name)
+            os.chmod(secret, 0o600)
+            written += [Path(pub), Path(secret)]
+        target = authorized / f"{name}.key"
+        if not target.exists():
+            shutil.copyfile(public, target)
+            written.append(target)
+    return written
+
+
+def _is_tcp(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://")
+
+
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+"""Hosts of a ``tcp://`` endpoint reachable from this machine alone."""
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether a ``tcp://HOST:PORT`` endpoint binds the loopback interface only (pure)."""
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def secure_server(sock: zmq.Socket[Any], endpoint: str) -> bool:
+    """Make ``sock`` (not yet bound) a CURVE server accepting only the authorized keys,
+    when ``endpoint`` is TCP and a key directory is set.
+
+    Returns:
+        Whether CURVE was set up.
+
+    Raises:
+        StartError: no key directory is set for a ``tcp://`` endpoint on another
+            interface than the loopback.
+        OSError: the key directory lacks ``server.key_secret``.
+    """
+    directory = keys_dir()
+    if not _is_tcp(endpoint):
+        return False
+    if directory is None and not is_loopback(endpoint):
+        raise StartError(
+            f"the control socket {endpoint} is reachable from other machines and needs "
+            f"CURVE authentication: make keys (parsley-coordinator keys DIR), then set "
+            f"{KEYS_ENV}=DIR for the coordinators, status and stop (docs/operations.md, "
+            "\"The control socket\")")
+    if directory is None:
+        log.warning("the control socket on %s has no authentication: set %s to a key "
+                    "directory (parsley-coordinator keys DIR) to require CURVE", endpoint,
+                    KEYS_ENV)
+        return False
+    secret = directory / "server.key_secret"
+    if not secret.exists():
+        raise OSError(f"{secret} is missing: run parsley-coordinator keys {directory}")
+    public_key, secret_key = zmq.auth.load_certificate(str(secret))
+    ctx = sock.context
+    with _auth_lock:
+        auth = _authenticators.get(id(ctx))
+        if auth is None:
+            auth = ThreadAuthenticator(ctx)
+            auth.start()
+            _authenticators[id(ctx)] = auth
+        auth.configure_curve(domain="*", location=str(directory / "authorized"))
+    sock.curve_secretkey = secret_key
+    sock.curve_publickey = public_key
+    sock.curve_server = True
+    return True
+
+
+def secure_client(sock: zmq.Socket[Any], endpoint: str) -> bool:
+    """Make ``sock`` (not yet connected) a CURVE client with the key pair
+    ``PARSLEY_CONTROL_CLIENT`` (``server`` by default), when ``endpoint`` is TCP and a key
+    directory is set.
+
+    Returns:
+        Whether CURVE was set up.
+
+    Raises:
+        OSError: the key directory lacks the client's secret key or ``server.key``.
+    """
+    directory = keys_dir()
+    if directory is None or not _is_tcp(endpoint):
+        return False
+    name = os.environ.get(CLIENT_ENV, "").strip() or "server"
+    secret = directory / f"{name}.key_secret"
+    server = directory / "server.key"
+    for needed in (secret, server):
+        if not needed.exists():
+            raise OSError(f"{needed} is missing: run parsley-coordinator keys {directory}"
+                          + (f" --client {name}" if needed == secret and name != "server"
+                             else ""))
+    public_key, secret_key = zmq.auth.load_certificate(str(secret))
+    server_key, _ = zmq.auth.load_certificate(str(server))
+    sock.curve_secretkey = secret_key
+    sock.curve_publickey = public_key
+    sock.curve_serverkey = server_key
+    return True

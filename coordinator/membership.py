@@ -1,0 +1,429 @@
+"""Several coordinators share a process's tasks through a consumer group of coordinators.
+
+With ``--join`` (docs/operations.md, "Several coordinators") the coordinators of one
+prefix are, per process, the members of consumer group
+``<prefix>-<process>-__parsley.coordinators``, subscribed to the internal topic of the
+same name, whose partition ``i`` stands for task ``i`` (no record is ever written to
+it). The ``cooperative-sticky`` assignor (KIP-429) moves only the tasks that must move.
+
+* **Assigned** partitions are tasks gained: the membership thread runs their
+  bootstrap (:func:`coordinator.bootstrap.bootstrap_process` with ``tasks``; the
+  owner of task 0 is the ``lead`` that creates the changelogs and pre-commits) and
+  has the supervisor spawn them (:meth:`Supervisor.assign_tasks`). A retryable
+  failure (the lead has not bootstrapped yet, a lagging view) is retried with backoff
+  while the tasks stay assigned; a refusal stops the process here
+  (:meth:`Supervisor.fail_process`).
+* **Revoked** (or lost) partitions are tasks that move away: their workers are
+  stopped (SIGTERM, deadline, SIGKILL; :meth:`Supervisor.release_tasks`) inside the
+  revocation callback, so the revocation completes, and another coordinator gets
+  them, only after they exited.
+
+Every blocking client call is bounded here: ``poll`` with a short timeout, and
+``close`` run on the membership thread, which :meth:`Membership.close` joins with
+a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from coordinator.bootstrap import (
+    ProcessPlan,
+    ResolvedTopic,
+    StartError,
+    bootstrap_process,
+    progress_logger,
+    resolve_topics,
+)
+from coordinator.bootstrap.clients import new_admin
+from coordinator.bootstrap.common import check_reachable, with_client_logger
+from coordinator.bootstrap.group import session_timeout_ms
+from coordinator.config import ParsleyConfig
+from coordinator.supervisor import Supervisor
+from parsley.declarations import Process, application_id, task_width, validate_declarations
+from parsley.refusals import ParsleyFailClosedError
+from workers.changelog import ensure_changelog_topic
+from workers.kafka import SubstrateError
+
+__all__ = [
+    "COORDINATORS_SUFFIX",
+    "Membership",
+    "coordinators_group",
+    "ensure_coordinators_topics",
+    "membership_consumer_config",
+    "start_joined",
+]
+
+log = logging.getLogger("parsley.coordinator.membership")
+
+COORDINATORS_SUFFIX: Final = "-__parsley.coordinators"
+"""Appended to the application id: the coordinators' group and its topic."""
+POLL_S: Final = 0.2
+"""s one ``poll`` of the membership consumer may block."""
+RETRY_FIRST_S: Final = 1.0
+"""s before retrying a gained task's bootstrap the first time; doubles up to
+:data:`RETRY_CAP_S`."""
+RETRY_CAP_S: Final = 8.0
+"""The longest wait between two bootstrap attempts of gained tasks, s."""
+
+
+def coordinators_group(prefix: str, process: str) -> str:
+    """``<prefix>-<process>-__parsley.coordinators``: the coordinators' consumer group of
+    a process, and the name of its internal topic (pure)."""
+    return application_id(prefix, process) + COORDINATORS_SUFFIX
+
+
+def membership_consumer_config(config: ParsleyConfig, process: str,
+                               client_id: str | None = None) -> dict[str, Any]:
+    """The coordinators' group consumer of ``process`` (pure).
+
+    Returns:
+        A librdkafka config: group :func:`coordinators_group`, the
+        ``cooperative-sticky`` assignor (KIP-429), the workers' ``session.timeout.ms``
+        (:func:`~coordinator.bootstrap.group.session_timeout_ms`), no auto commit; the
+        user's unprefixed and ``consumer.`` properties apply as for every consumer;
+        ``client_id`` names this coordinator to its peers (:mod:`coordinator.peers`).
+    """
+    from workers.kafka import _select  # the client-prefix rule workers apply
+
+    props = _select(dict(config.kafka_properties), "consumer")
+    for owned in ("group.instance.id", "transactional.id", "isolation.level"):
+        props.pop(owned, None)
+    group = coordinators_group(config.application_id_prefix, process)
+    props.update({
+        "bootstrap.servers": config.bootstrap_servers,
+        "group.id": group,
+        "client.id": client_id or f"parsley-coordinator-{group}-{uuid.uuid4().hex[:8]}",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": session_timeout_ms(config.kafka_properties),
+        "enable.auto.commit": False,
+        "auto.offset.reset": "latest",
+        "allow.auto.create.topics": False,
+    })
+    return props
+
+
+def ensure_coordinators_topics(config: ParsleyConfig, processes: Sequence[Process]
+                               ) -> dict[str, ResolvedTopic]:
+    """Resolve every declared topic and create each process's coordinators' topic where
+    absent (one partition per task; an idempotent create).
+
+    Returns:
+        Every declared topic, resolved.
+
+    Raises:
+        StartError: the cluster could not be queried, a topic could not be created, or
+            a coordinators' topic exists with another partition count than the
+            process's task count (delete it while no coordinator runs).
+    """
+    admin = new_admin(config)
+    try:
+        check_reachable(admin, config.bootstrap_servers)
+        names = {c.name for p in processes
+                 for c in (*(i.channel for i in p.inputs), *p.outputs)}
+        topics = resolve_topics(admin, names)
+        for p in processes:
+            width = task_width({t: topics[t].partitions for t in p.received_topics})
+            name = coordinators_group(config.application_id_prefix, p.name)
+            try:
+                info, _created = ensure_changelog_topic(admin, name, width)
+            except SubstrateError as exc:
+                raise StartError(f"could not create the coordinators' topic {name}: "
+                                 f"{exc}") from exc
+            if info.partitions != width:
+                raise StartError(
+                    f"the coordinators' topic {name} has {info.partitions} partition(s) but "
+                    f"process '{p.name}' has {width} task(s); stop every coordinator of the "
+                    f"prefix, delete the topic (kafka-topics --bootstrap-server "
+                    f"{config.bootstrap_servers} --delete --topic {name}), then start again")
+        return topics
+    finally:
+        del admin
+
+
+@dataclass
+class _Pending:
+    tasks: set[int]
+    attempts: int = 0
+    next_at: float = 0.0
+
+
+class _ProcessMembership:
+    """One process's membership: its consumer, its thread, the tasks it owns."""
+
+    def __init__(self, config: ParsleyConfig, process: Process, supervisor: Supervisor,
+                 stop_deadline_s: float, group_window_s: float | None,
+                 client_id: str | None = None) -> None:
+        self.config = config
+        self.client_id = client_id
+        self.process = process
+        self.supervisor = supervisor
+        self.stop_deadline_s = stop_deadline_s
+        self.group_window_s = group_window_s
+        self.group = coordinators_group(config.application_id_prefix, process.name)
+        self.session_s = session_timeout_ms(config.kafka_properties) / 1000.0
+        self.owned: set[int] = set()  # assigned by the group (spawned or pending)
+        self.pending = _Pending(set())
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
+        self.closed = threading.Event()
+        self.consumer: Consumer | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"parsley-membership-{process.name}")
+        self.moves: list[tuple[float, str, list[int]]] = []
+
+    # -- callbacks (run inside poll, on the membership thread) -----------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gained = {tp.partition for tp in partitions}
+        if not gained:
+            return
+        with self.lock:
+            self.owned |= gained
+            self.pending.tasks |= gained
+            self.pending.attempts, self.pending.next_at = 0, 0.0
+        self.moves.append((time.monotonic(), "assigned", sorted(gained)))
+        log.info("%s: assigned task(s) %s by the coordinators' group (now owns %s)",
+                 self.group, sorted(gained), sorted(self.owned))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release({tp.partition for tp in partitions}, "revoked")
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release({tp.partition for tp in partitions}, "lost")
+
+    def _release(self, tasks: set[int], how: str) -> None:
+        if not tasks:
+            return
+        with self.lock:
+            self.owned -= tasks
+            self.pending.tasks -= tasks
+        self.moves.append((time.monotonic(), how, sorted(tasks)))
+        started = time.monotonic()
+        report = self.supervisor.release_tasks(self.process.name, tasks, self.stop_deadline_s)
+        log.info("%s: task(s) %s %s: their workers stopped in %.1f s (%s)", self.group,
+                 sorted(tasks), how, time.monotonic() - started, report.summary())
+
+    # -- the thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            consumer = Consumer(with_client_logger(
+                membership_consumer_config(self.config, self.process.name, self.client_id)))
+            self.consumer = consumer
+            consumer.subscribe([self.group], on_assign=self._on_assign,
+                               on_revoke=self._on_revoke, on_lost=self._on_lost)
+            while not self.closing.is_set():
+                try:
+                    consumer.poll(POLL_S)
+                except KafkaException as exc:
+                    log.warning("%s: membership poll: %s", self.group, exc)
+                self._bootstrap_pending()
+            with self.lock:
+                mine = set(self.owned)
+            self._release(mine, "released at the coordinator's stop")
+            consumer.close()  # leaves the group: the peers take the tasks
+        except Exception:
+            log.exception("%s: the membership thread failed", self.group)
+        finally:
+            self.closed.set()
+
+    def _bootstrap_pending(self) -> None:
+        with self.lock:
+            tasks = set(self.pending.tasks)
+            due = tasks and time.monotonic() >= self.pending.next_at
+            lead = 0 in self.owned
+        if not due:
+            return
+        try:
+            plan = self._bootstrap(tasks, lead)
+        except ParsleyFailClosedError as exc:
+            log.error("%s: the bootstrap of task(s) %s refused: %s (failing closed)",
+                      self.group, sorted(tasks), exc)
+            with self.lock:
+                self.pending.tasks -= tasks
+            self.supervisor.fail_process(self.process.name, exc.reason, exc.detail)
+            return
+        except (StartError, OSError) as exc:
+            with self.lock:
+                self.pending.attempts += 1
+                delay = min(RETRY_CAP_S, RETRY_FIRST_S * 2 ** (self.pending.attempts - 1))
+                self.pending.next_at = time.monotonic() + delay
+            log.warning("%s: the bootstrap of task(s) %s did not complete (%s); again in "
+                        "%.1f s", self.group, sorted(tasks), exc, delay)
+            return
+        with self.lock:
+            tasks &= self.owned  # a revocation may have come meanwhile (never, on this thread)
+            self.pending.tasks -= tasks
+        self.supervisor.assign_tasks(self.process.name, plan, tasks)
+        self.moves.append((time.monotonic(), "spawned", sorted(tasks)))
+
+    def _bootstrap(self, tasks: set[int], lead: bool) -> ProcessPlan:
+        """Bootstrap ``tasks`` on clients of this attempt's own (StartRetryableError is a
+        StartError)."""
+        admin = new_admin(self.config)
+        try:
+            check_reachable(admin, self.config.bootstrap_servers)
+            names = {c.name for c in (*(i.channel for i in self.process.inputs),
+                                      *self.process.outputs)}
+            topics = resolve_topics(admin, names)
+            return bootstrap_process(self.config, self.process, topics, admin,
+                                     on_progress=progress_logger(),
+                                     group_window_s=self.group_window_s,
+                                     tasks=tasks, lead=lead)
+        finally:
+            del admin
+
+    def fenced(self, task: int) -> bool:
+        """A worker of ``task`` stopped fenced: a successor runs the task (this coordinator
+        lost it, and hears so at its next poll: ``on_lost``), or something else took it.
+
+        If the group still assigns the task here after twice the session timeout, it is
+        bootstrapped and spawned again (:meth:`_bootstrap_pending`); a loss drops it first.
+
+        Returns:
+            ``True``: the exit is the task moving, not a failure, whether the group's loss
+            of it arrived already (the task is no longer owned here) or not yet.
+        """
+        with self.lock:
+            owned = task in self.owned
+            if owned:
+                self.pending.tasks.add(task)
+                self.pending.attempts = 0
+                self.pending.next_at = time.monotonic() + 2 * self.session_s
+        self.moves.append((time.monotonic(), "fenced", [task]))
+        if owned:
+            log.warning("%s: task %d's worker was fenced by a successor; if the group still "
+                        "assigns it here in %.0f s it is started again", self.group, task,
+                        2 * self.session_s)
+        else:
+            log.info("%s: task %d's worker was fenced by its successor on the coordinator "
+                     "the group moved it to", self.group, task)
+        return True
+
+    def rebootstrap(self) -> ProcessPlan:
+        """The bootstrap of every task owned now (a restart through the bootstrap)."""
+        with self.lock:
+            tasks, lead = set(self.owned), 0 in self.owned
+        return self._bootstrap(tasks, lead)
+
+
+class Membership:
+    """Every process's membership of its coordinators' group (module docstring).
+
+    Args:
+        config: the configuration.
+        processes: the declared processes (validated).
+        supervisor: the supervisor, started with no task owned.
+        stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
+        group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
+        client_id: the members' ``client.id`` (:func:`coordinator.peers.coordinator_client_id`).
+        task_counts: ``{process: W}``, kept for the application's status.
+    """
+
+    def __init__(self, config: ParsleyConfig, processes: Sequence[Process],
+                 supervisor: Supervisor, *, stop_deadline_s: float,
+                 group_window_s: float | None = None, client_id: str | None = None,
+                 task_counts: Mapping[str, int] | None = None) -> None:
+        self._members = {p.name: _ProcessMembership(config, p, supervisor, stop_deadline_s,
+                                                    group_window_s, client_id)
+                         for p in processes}
+        self.task_counts: dict[str, int] = dict(task_counts or {})
+
+    def start(self) -> None:
+        """Join every process's coordinators' group (returns at once; assignments follow)."""
+        for m in self._members.values():
+            m.thread.start()
+
+    def owned(self) -> dict[str, list[int]]:
+        """``{process: task indexes assigned to this coordinator}``."""
+        out: dict[str, list[int]] = {}
+        for name, m in self._members.items():
+            with m.lock:
+                out[name] = sorted(m.owned)
+        return out
+
+    def moves(self) -> dict[str, list[tuple[float, str, list[int]]]]:
+        """``{process: [(monotonic s, "assigned"|"spawned"|"revoked"|"lost"|..., tasks)]}``."""
+        return {name: list(m.moves) for name, m in self._members.items()}
+
+    def rebootstrap(self, name: str) -> ProcessPlan:
+        """The bootstrap of process ``name``'s owned tasks (``Supervisor``'s ``rebootstrap``)."""
+        return self._members[name].rebootstrap()
+
+    def fenced(self, name: str, task: int) -> bool:
+        """``Supervisor``'s ``on_fenced``: see :meth:`_ProcessMembership.fenced`."""
+        return self._members[name].fenced(task)
+
+    def close(self, deadline_s: float) -> bool:
+        """Stop the owned tasks and leave every group, at most ``deadline_s`` s.
+
+        Returns:
+            ``True`` when every membership thread ended within the deadline.
+        """
+        for m in self._members.values():
+            m.closing.set()
+        end = time.monotonic() + deadline_s
+        ok = True
+        for m in self._members.values():
+            if m.thread.is_alive():
+                m.thread.join(max(0.0, end - time.monotonic()))
+                ok = ok and not m.thread.is_alive()
+        if not ok:
+            log.error("leaving the coordinators' groups did not end within %g s", deadline_s)
+        return ok
+
+
+def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
+                 supervisor_factory: Callable[..., Supervisor], stop_deadline_s: float,
+                 group_window_s: float | None = None, client_id: str | None = None
+                 ) -> tuple[Supervisor, Membership]:
+    """A ``--join`` start: resolve the topics, create the coordinators' topics, start a
+    supervisor that owns no task yet and join the coordinators' groups.
+
+    Args:
+        config: the configuration.
+        processes: the declared processes.
+        supervisor_factory: ``(plans, owned=..., rebootstrap=..., on_fenced=...) ->
+            Supervisor``
+            (the caller's restart policy, target and deadlines bound in).
+        stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
+        group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
+        client_id: as :class:`Membership`.
+
+    Returns:
+        The started supervisor and membership.
+
+    Raises:
+        ValueError: a wrong declaration.
+        StartError: as :func:`ensure_coordinators_topics`.
+    """
+    validate_declarations(config.application_id_prefix, list(processes))
+    topics = ensure_coordinators_topics(config, processes)
+    plans: dict[str, ProcessPlan] = {}
+    for p in processes:
+        declared = {*p.received_topics, *(c.name for c in p.outputs)}
+        plans[p.name] = ProcessPlan(
+            process=p, prefix=config.application_id_prefix,
+            task_count=task_width({t: topics[t].partitions for t in p.received_topics}),
+            topics={n: topics[n] for n in declared}, prior_state=False, start_positions={})
+    holder: list[Membership] = []
+    supervisor = supervisor_factory(
+        plans, owned={p.name: frozenset() for p in processes},
+        rebootstrap=lambda name: holder[0].rebootstrap(name),
+        on_fenced=lambda name, task: bool(holder) and holder[0].fenced(name, task))
+    supervisor.start()
+    membership = Membership(config, processes, supervisor, stop_deadline_s=stop_deadline_s,
+                            group_window_s=group_window_s, client_id=client_id,
+                            task_counts={n: p.task_count for n, p in plans.items()})
+    holder.append(membership)
+    membership.start()
+    return supervisor, membership
