@@ -247,7 +247,8 @@ def test_status_shape_and_freshness(tmp_path: Path, supervisors: list[Supervisor
     time.sleep(3 * INTERVAL_MS / 1000)
     st = sup.status()["p"]
     doc = st.to_json()
-    assert set(doc) == {"state", "refusal_reason", "failure_detail", "restarts", "tasks"}
+    assert set(doc) == {"state", "refusal_reason", "failure_detail", "restarts", "tasks",
+                        "caught_up"}
     assert doc["state"] == "RUNNING" and doc["refusal_reason"] is None
     for i, task in enumerate(doc["tasks"]):
         assert task["task"] == i
