@@ -22,7 +22,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -188,6 +188,7 @@ class Parsley:
         max_attempts: int | None = None,
         backoff_s: float | None = None,
         join: bool = False,
+        on_bootstrap: Callable[[], None] | None = None,
     ) -> Parsley:
         """Bootstrap every process, spawn one worker per task, serve the control socket.
 
@@ -213,6 +214,11 @@ class Parsley:
                 each process's coordinators' group and bootstraps and spawns only the
                 tasks assigned to it, as they are assigned (a refusal then stops the
                 process and shows in :meth:`status`, it is not raised here).
+            on_bootstrap: called once when the start begins its bootstrap, after every
+                check that runs nothing (declarations, properties, state dir, control
+                socket, metrics port) passed and the previous run's last status report
+                was dropped; ``parsley-coordinator run`` keeps a report of a failed start
+                only after it (docs/operations.md, "Status after exit").
 
         Returns:
             The running handle.
@@ -249,18 +255,23 @@ class Parsley:
             except ValueError as exc:
                 raise StartError(str(exc)) from exc
             _refuse_a_second_coordinator(endpoint, config)
-        # This start's status is now the one to show, not an earlier run's last report
-        # (docs/operations.md, "Status after exit").
-        last = last_status_file(config.state_dir, config.application_id_prefix)
-        try:
-            remove_last_report(last)
-        except OSError as exc:
-            log.warning("could not remove the previous last status report %s: %s", last, exc)
         # Bound first, so that a port in use stops the start before anything runs.
         metrics = None if config.metrics_port is None else \
             MetricsServer(config.metrics_host, config.metrics_port)
         membership: Membership | None = None
         try:
+            # The bootstrap begins: this start's status is now the one to show, not an
+            # earlier run's last report. A start refused before this point (a usage or
+            # configuration error) leaves that report in place (docs/operations.md,
+            # "Status after exit").
+            last = last_status_file(config.state_dir, config.application_id_prefix)
+            try:
+                remove_last_report(last)
+            except OSError as exc:
+                log.warning("could not remove the previous last status report %s: %s",
+                            last, exc)
+            if on_bootstrap is not None:
+                on_bootstrap()
             if join:
                 def factory(plans: Mapping[str, ProcessPlan], **kw: Any) -> Supervisor:
                     return Supervisor(config, plans, restart=policy, target=worker_target,

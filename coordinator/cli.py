@@ -363,9 +363,19 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
                           restart_reset_ms=_ms(restart_reset),
                           stale_task_ms=_ms(stale_after),
                           metrics_port=metrics_port, metrics_host=metrics_host)
+    # A start's failure is kept as the last report only once its bootstrap began: one
+    # refused before (a usage or configuration error) leaves the previous run's report,
+    # e.g. its refusal, readable (docs/operations.md, "Status after exit").
+    began = threading.Event()
+
+    def _keep_start(code: ExitCode, failure: StartFailure) -> None:
+        if began.is_set():
+            _keep_last(config, code, {}, failure)
+
     try:
         handle = Parsley.start(config, *processes, restart=restart, control=listen,
-                               stop_deadline_s=stop_deadline, join=join)
+                               stop_deadline_s=stop_deadline, join=join,
+                               on_bootstrap=began.set)
     except StateDirError as exc:  # not ours to write a report into
         log.error("state dir refused: %s", exc)
         sys.exit(ExitCode.USAGE)
@@ -374,27 +384,26 @@ def run(app: str, bootstrap_servers: str | None, local_broker: bool, config_file
         sys.exit(ExitCode.FAILURE)
     except ParsleyFailClosedError as exc:
         log.error("start refused: %s (failing closed)", exc)
-        _keep_last(config, ExitCode.REFUSAL, {}, StartFailure(exc.reason, exc.detail))
+        _keep_start(ExitCode.REFUSAL, StartFailure(exc.reason, exc.detail))
         sys.exit(ExitCode.REFUSAL)
     except StartRetryableError as exc:
         log.error("start failed: %s", exc)
-        _keep_last(config, ExitCode.RETRY, {}, StartFailure(None, str(exc)))
+        _keep_start(ExitCode.RETRY, StartFailure(None, str(exc)))
         sys.exit(ExitCode.RETRY)
     except StartError as exc:
         log.error("start failed: %s", exc)
-        _keep_last(config, ExitCode.FAILURE, {}, StartFailure(None, str(exc)))
+        _keep_start(ExitCode.FAILURE, StartFailure(None, str(exc)))
         sys.exit(ExitCode.FAILURE)
     except ValueError as exc:
         log.error("wrong declaration: %s", exc)
-        _keep_last(config, ExitCode.USAGE, {}, StartFailure(None, f"wrong declaration: {exc}"))
+        _keep_start(ExitCode.USAGE, StartFailure(None, f"wrong declaration: {exc}"))
         sys.exit(ExitCode.USAGE)
     except Exception as exc:
         problem = _kafka_config_problem(exc, config, config_file)
         if problem is None:
             raise
         log.error("wrong configuration: %s", problem)
-        _keep_last(config, ExitCode.USAGE, {},
-                   StartFailure(None, f"wrong configuration: {problem}"))
+        _keep_start(ExitCode.USAGE, StartFailure(None, f"wrong configuration: {problem}"))
         sys.exit(ExitCode.USAGE)
     log.info("started %s with control socket %s", [p.name for p in processes],
              handle.control_endpoint)

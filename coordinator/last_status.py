@@ -1,15 +1,17 @@
 """The last status report: what ``parsley-coordinator run`` leaves behind when it exits.
 
 When ``run`` exits — every process stopped, a refusal, a stop asked for, or a start
-that failed — it writes the status it ended with to
+that failed after its bootstrap began — it writes the status it ended with to
 ``<state_dir>/<prefix>.coordinator.last-status.json`` (:func:`last_status_file`),
 atomically (a temporary file in the same directory, then ``os.replace``), mode 0600.
 ``parsley-coordinator status`` shows it when no coordinator answers, marked as the
 last report with the time and the exit code, so a refusal's reason and detail stay
 readable after the coordinator is gone (docs/operations.md, "Status after exit").
-A ``run`` that starts removes the previous run's report: while it runs the control
-socket answers, and a coordinator killed with SIGKILL leaves no report rather than an
-older run's.
+A ``run`` removes the previous run's report when its bootstrap begins: while it runs
+the control socket answers, and a coordinator killed with SIGKILL leaves no report
+rather than an older run's. A start refused before its bootstrap (a usage or
+configuration error, exit 2; a port in use) neither removes nor writes a report, so
+the previous run's refusal stays readable.
 
 The file's JSON, which is also what ``status --json`` prints for it::
 

@@ -211,6 +211,40 @@ def test_a_refused_start_keeps_its_reason_for_status(
     assert "start refused: UNKNOWN_ORDERING_STATE_FORMAT:" in flat, table.stdout
 
 
+def test_a_start_refused_before_its_bootstrap_keeps_the_previous_report(
+    kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path,
+) -> None:
+    """A usage/configuration error (exit 2) runs nothing: the previous run's refusal,
+    kept as the last report, must stay what ``status`` shows (docs/operations.md,
+    "Status after exit")."""
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
+    env = _env(src.name, out.name)
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    changelog = ordering_changelog(prefix, "relay")
+    ensure_changelog_topic(kafka_admin, changelog, 1)
+    _produce(kafka_bootstrap, changelog, [b"\x07"])
+    where = ["--prefix", prefix, "--state-dir", str(tmp_path / "s")]
+    run = ["run", "cliapp:processes", "--bootstrap-servers", kafka_bootstrap, *where]
+    refused = _cli(run, tmp_path, env, 120)
+    assert refused.returncode == ExitCode.REFUSAL, refused.stderr
+    before = _cli(["status", "--json", *where], tmp_path, env).stdout
+    assert orjson.loads(before)["start_error"]["refusal_reason"] == \
+        "UNKNOWN_ORDERING_STATE_FORMAT"
+    (tmp_path / "bad.toml").write_text(
+        '[process_kafka_properties.relay]\n"consumer.fetch.max.bytez" = 1\n')
+    typo = _cli([*run, "--config", "bad.toml"], tmp_path, env, 60)
+    assert typo.returncode == ExitCode.USAGE, typo.stderr
+    assert "last status kept" not in typo.stderr, typo.stderr
+    wrong = _cli(["run", "cliapp:nothing_here", "--bootstrap-servers", kafka_bootstrap,
+                  *where], tmp_path, env, 60)
+    assert wrong.returncode == ExitCode.USAGE, wrong.stderr
+    after = _cli(["status", "--json", *where], tmp_path, env)
+    assert after.returncode == ExitCode.NO_COORDINATOR, after.stderr
+    assert orjson.loads(after.stdout) == orjson.loads(before)
+
+
 def test_status_with_nothing_running_answers_at_once_and_json_is_always_json(
     tmp_path: Path,
 ) -> None:
