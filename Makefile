@@ -17,7 +17,7 @@ STAMP := $(VENV)/.parsley-installed
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
-.PHONY: test lint venv demo
+.PHONY: test lint venv demo demo-data
 
 venv: $(STAMP)
 
@@ -32,6 +32,7 @@ OLD_CARGO_ENV := $(if $(CARGO_MINOR),$(shell [ "$(CARGO_MINOR)" -lt 68 ] && echo
 
 $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@echo "make: installing the project into $(VENV) and building its native core (native/, Rust; the first time takes a few minutes)"
 	$(OLD_CARGO_ENV) $(VPY) -m pip install --quiet -e ".[test]"
 	touch $@
 
@@ -54,5 +55,20 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VPY) -m ruff check .
 
-demo: $(STAMP)
+# The demo's data is not in the repository (README, "The demo"): look for it before the
+# install, as examples/mailing_list/threads.py resolve_data_path does (--data in DEMO_ARGS,
+# else $$PARSLEY_DEMO_DATA, else the default beside the clone).
+DEMO_DATA_DEFAULT := ../shared/data/lkml-linux-ext4/messages.jsonl
+
+demo: demo-data $(STAMP)
 	$(VPY) -m examples.mailing_list.demo $(DEMO_ARGS)
+
+demo-data:
+	@case " $(DEMO_ARGS) " in *" --data"*) exit 0;; esac; \
+	data="$${PARSLEY_DEMO_DATA:-$(DEMO_DATA_DEFAULT)}"; \
+	[ -f "$$data" ] && exit 0; \
+	echo "make demo: mailing-list data not found: $$data" >&2; \
+	echo "  The demo reads lkml-linux-ext4/messages.jsonl, which is not in the repository" >&2; \
+	echo "  (README, \"The demo\"). Put it at $(DEMO_DATA_DEFAULT) (beside the clone)," >&2; \
+	echo "  or point to it: PARSLEY_DEMO_DATA=PATH make demo, or make demo DEMO_ARGS=\"--data PATH\"." >&2; \
+	exit 2
