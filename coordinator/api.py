@@ -32,6 +32,7 @@ from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bo
 from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
 from coordinator.last_status import last_status_file, remove_last_report
+from coordinator.log_setup import ensure_log_handler
 from coordinator.main_guard import check_main_guard
 from coordinator.membership import Membership, start_joined
 from coordinator.metrics import MetricsServer
@@ -241,6 +242,7 @@ class Parsley:
                 property Parsley owns (:meth:`ParsleyConfig.check_processes`) or
                 librdkafka refuses (:func:`coordinator.client_check.check_process_clients`).
         """
+        ensure_log_handler()
         check_main_guard()
         ensure_state_dir(config.state_dir)
         policy = RestartPolicy(restart)
