@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from typing import Any
 import click
 import orjson
 
+from coordinator.cli_help import PlainDefaultOption
 from coordinator.config import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_METRICS_HOST,
@@ -252,7 +253,8 @@ _PREFIX_OR_ENDPOINT = click.option(
 _STATE_DIR = click.option("--state-dir", "state_dir", show_default=default_state_dir(),
                           help="Root of local state and sockets (also state_dir in --config, "
                                "PARSLEY_STATE_DIR); created with mode 0700; one owned by "
-                               "another user is refused.")
+                               "another user is refused.",
+                               cls=PlainDefaultOption)
 _ENDPOINT = click.option("--endpoint", help="Control endpoint (default: the one the running "
                          "coordinator recorded under the state dir, else its ipc:// path).")
 
@@ -302,27 +304,32 @@ def cli(log_level: str) -> None:
               show_default=str(DEFAULT_MAX_RESTARTS),
               help="Under --restart transient: respawns of a task (crashed or stale) and "
                    "restarts of a process (substrate failure) before it stays stopped. "
-                   "Also max_restarts / PARSLEY_MAX_RESTARTS.")
+                   "Also max_restarts / PARSLEY_MAX_RESTARTS.",
+                   cls=PlainDefaultOption)
 @click.option("--restart-backoff", type=click.FloatRange(min=0), default=None,
               show_default=f"{DEFAULT_RESTART_BACKOFF_MS / 1000:g}",
               help="Seconds before the first restart; doubles per attempt up to 30 s. Also "
-                   "restart_backoff_ms / PARSLEY_RESTART_BACKOFF_MS (milliseconds).")
+                   "restart_backoff_ms / PARSLEY_RESTART_BACKOFF_MS (milliseconds).",
+                   cls=PlainDefaultOption)
 @click.option("--restart-reset", type=click.FloatRange(min=0.001), default=None,
               show_default=f"{DEFAULT_RESTART_RESET_MS / 1000:g}",
               help="Seconds a task must run (RUNNING, without a break) for its restart count "
                    "and backoff to start again from zero. Also restart_reset_ms / "
-                   "PARSLEY_RESTART_RESET_MS (milliseconds).")
+                   "PARSLEY_RESTART_RESET_MS (milliseconds).",
+                   cls=PlainDefaultOption)
 @click.option("--stale-after", type=click.FloatRange(min=0.001), default=None,
               show_default=f"{DEFAULT_STALE_TASK_MS / 1000:g}",
               help="Seconds a worker may send no report before it is killed (SIGKILL) as "
                    "stale: respawned under transient, its process stopped under never. Also "
-                   "stale_task_ms / PARSLEY_STALE_TASK_MS (milliseconds).")
+                   "stale_task_ms / PARSLEY_STALE_TASK_MS (milliseconds).",
+                   cls=PlainDefaultOption)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus /metrics on this TCP port (0: any free port, logged); "
                    "default: none. Also metrics_port / PARSLEY_METRICS_PORT.")
 @click.option("--metrics-host", default=None, show_default=DEFAULT_METRICS_HOST,
               help="The address /metrics is bound to. Also metrics_host / "
-                   "PARSLEY_METRICS_HOST.")
+                   "PARSLEY_METRICS_HOST.",
+                   cls=PlainDefaultOption)
 @click.option("--join", is_flag=True, default=False,
               help="Share the tasks with the other coordinators of the prefix started with "
                    "--join (on other machines, or here with another --state-dir): each "
@@ -667,8 +674,11 @@ def status(config_file: str | None, prefix: str | None, state_dir: str | None,
 @click.option("--all", "stop_all", is_flag=True, default=False,
               help="With coordinators started with --join: stop every coordinator of the "
                    "application, not only this one (whose tasks would move to the others).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the shutdown report as JSON instead of lines.")
 def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
-         endpoint: str | None, deadline: float, stop_all: bool = False) -> None:
+         endpoint: str | None, deadline: float, stop_all: bool = False,
+         as_json: bool = False) -> None:
     """Stop every worker of the running coordinator, bounded, and print the result.
 
     A ping first: with no coordinator at the endpoint it says so within a few
@@ -704,13 +714,43 @@ def stop(config_file: str | None, prefix: str | None, state_dir: str | None,
     if reply.get("note"):
         click.echo(str(reply["note"]), err=True)
     shutdown = reply["shutdown"]
-    click.echo(orjson.dumps(shutdown, option=orjson.OPT_INDENT_2).decode())
     peers = reply.get("peers") or []
-    if peers:
-        click.echo(orjson.dumps(peers, option=orjson.OPT_INDENT_2).decode())
+    if as_json:
+        click.echo(orjson.dumps(shutdown, option=orjson.OPT_INDENT_2).decode())
+        if peers:
+            click.echo(orjson.dumps(peers, option=orjson.OPT_INDENT_2).decode())
+    else:
+        for line in _stop_lines(shutdown, peers):
+            click.echo(line)
     clean = shutdown["clean"] and all(p.get("answered") and (p.get("shutdown") or {}).get("clean")
                                       for p in peers)
     sys.exit(ExitCode.CLEAN if clean else ExitCode.SHUTDOWN_INCOMPLETE)
+
+
+def _stop_lines(shutdown: Mapping[str, Any], peers: list[Mapping[str, Any]]) -> list[str]:
+    """``stop``'s report as lines (pure): the shutdown's JSON
+    (``ShutdownReport.to_json``: clean, deadline_s, stopped, killed, not_stopped) and,
+    with ``--all``, one line per peer coordinator (host, pid, answered, shutdown)."""
+    def workers(rows: list[Mapping[str, Any]]) -> str:
+        return ", ".join(f"{r['process']}/{r['task']} (pid {r['pid']})" for r in rows)
+
+    def one(doc: Mapping[str, Any]) -> str:
+        text = f"{len(doc.get('stopped') or [])} worker(s) stopped within " \
+               f"{float(doc.get('deadline_s') or 0):g} s"
+        if doc.get("killed"):
+            text += "; killed after the deadline: " + workers(doc["killed"])
+        if doc.get("not_stopped"):
+            text += "; did not stop even after SIGKILL: " + workers(doc["not_stopped"])
+        return ("stopped: " if doc.get("clean") else "stopped, incomplete: ") + text
+
+    lines = [one(shutdown)]
+    for p in peers:
+        who = f"coordinator {p.get('host', '?')} pid {p.get('pid', '?')}"
+        if not p.get("answered"):
+            lines.append(f"{who}: did not answer")
+        else:
+            lines.append(f"{who}: {one(p.get('shutdown') or {})}")
+    return lines
 
 
 @cli.command()
@@ -836,7 +876,7 @@ def _warn_if_running(config: Any, process: str, members: list[str] | None) -> No
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inspect(process: str, bootstrap_servers: str | None, local_broker: bool,
             config_file: str | None, prefix: str | None, as_json: bool) -> None:
-    """Read a stopped process's ordering state from its changelog (OrderingStateInspector).
+    """Read a stopped process's ordering state from its changelog.
 
     For each task (changelog partition): which channels hold messages and how
     many, how far each channel is covered (fed, or known never to arrive;

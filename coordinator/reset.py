@@ -79,6 +79,7 @@ from coordinator.bootstrap.common import (
 from coordinator.bootstrap.group import group_members, leave_window_s
 from coordinator.bootstrap.positions import committed_positions, list_offsets
 from coordinator.bootstrap.resolve import resolve_topics
+from coordinator.cli_help import PlainDefaultOption
 from coordinator.config import ParsleyConfig
 from coordinator.reset_plan import (
     PartitionBoundary,
@@ -485,7 +486,8 @@ def _default_state_dir() -> str:
               help="Do not ask for confirmation (required when stdin is not a terminal).")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
               show_default="2 x session.timeout.ms",
-              help="Seconds to wait for the group's members to leave before refusing.")
+              help="Seconds to wait for the group's members to leave before refusing.",
+              cls=PlainDefaultOption)
 @click.option("--delete-timeout", type=click.FloatRange(min=1), default=DELETE_TIMEOUT_S,
               show_default=True, help="Seconds to wait for the changelogs' deletion.")
 @click.option("--bootstrap-servers",
@@ -500,7 +502,8 @@ def _default_state_dir() -> str:
 @click.option("--state-dir", "state_dir", show_default=_default_state_dir(),
               help="Root of local state and sockets, as given to run (also state_dir in "
                    "--config, PARSLEY_STATE_DIR): its control socket, local state and the "
-                   "reset records under resets/.")
+                   "reset records under resets/.",
+                   cls=PlainDefaultOption)
 def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_latest: bool,
             to_offset: tuple[str, ...], to_datetime: str | None, dry_run: bool,
             assume_yes: bool, wait_s: float | None, delete_timeout: float,

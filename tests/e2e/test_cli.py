@@ -51,7 +51,7 @@ def test_help_explains_each_command(tmp_path: Path) -> None:
     env = dict(os.environ)
     for cmd, phrase in [([], "Exit status"), (["run"], "all-or-nothing"),
                         (["status"], "held counts"), (["stop"], "SIGKILL"),
-                        (["inspect"], "OrderingStateInspector"),
+                        (["inspect"], "ordering state from its changelog"),
                         (["reset"], "new causal boundary")]:
         res = _cli([*cmd, "--help"], tmp_path, env)
         assert res.returncode == 0, res.stderr
@@ -100,7 +100,7 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
             got = [r.value for r in read_committed(kafka_bootstrap, out.name)]
             time.sleep(0.3)
         assert got == [b"cli:one", b"cli:two"]
-        stop = _cli(["stop", *where, "--deadline", "15"], tmp_path, env)
+        stop = _cli(["stop", *where, "--deadline", "15", "--json"], tmp_path, env)
         assert stop.returncode == ExitCode.CLEAN, stop.stdout + stop.stderr
         assert orjson.loads(stop.stdout)["clean"] is True
         _out, err = run.communicate(timeout=60)

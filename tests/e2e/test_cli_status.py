@@ -121,6 +121,8 @@ def test_a_run_reports_caught_up_fits_100_columns_and_keeps_its_last_report(
         assert not (state / f"{prefix}.coordinator.last-status.json").exists()
         stop = _cli(["stop", *where], tmp_path, env)
         assert stop.returncode == ExitCode.CLEAN, stop.stdout + stop.stderr
+        assert stop.stdout.startswith("stopped: ") and "worker(s) stopped within" \
+            in stop.stdout, stop.stdout
         _out, err = run.communicate(timeout=60)
         assert run.returncode == ExitCode.CLEAN, err
     finally:
@@ -297,9 +299,10 @@ def test_help_marks_required_flags_shows_defaults_and_h_works_everywhere(
     for flag in ("--bootstrap-servers", "--prefix"):
         assert "[required:" in entries[flag], entries[flag]
     for flag, default in (("--stop-deadline", "10.0"), ("--restart", "never"),
-                          ("--state-dir", default_state_dir())):
-        assert f"[default: {default}" in entries[flag] \
-            or f"[default: ({default})" in entries[flag], entries[flag]
+                          ("--state-dir", default_state_dir()), ("--max-restarts", "5"),
+                          ("--metrics-host", "127.0.0.1")):
+        assert f"[default: {default}" in entries[flag], entries[flag]
+    assert "[default: (" not in flat, "a default shown in parentheses"
     assert "APP (module:attribute, required)" in flat
     for argv in ([*CLI, "-h"], [*CLI, "status", "-h"],
                  [sys.executable, "-m", "coordinator.devbroker", "-h"],
