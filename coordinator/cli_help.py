@@ -8,8 +8,6 @@ path, a number, a host), so :class:`PlainDefaultOption` shows it bare:
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 __all__ = ["PlainDefaultOption"]
@@ -20,7 +18,7 @@ class PlainDefaultOption(click.Option):
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         """click's record with ``default: (VALUE)`` rewritten ``default: VALUE``."""
-        record: Any = super().get_help_record(ctx)
+        record: tuple[str, str] | None = super().get_help_record(ctx)
         if record is None or not isinstance(self.show_default, str):
             return record
         opts, text = record
