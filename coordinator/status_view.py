@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.last_status import LastReport
-from coordinator.status import ProcessStatus, TaskStatus, parse_status
+from coordinator.status import ProcessState, ProcessStatus, TaskStatus, parse_status
 from parsley.status import HeldChannel
 
 __all__ = ["FIT_COLUMNS", "held_line", "render", "report_header"]
@@ -65,6 +65,12 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _no_tasks_caught_up(st: ProcessStatus) -> str:
+    """The caught-up cell of a process with no task entry: ``-`` once it has stopped
+    (nothing runs to be caught up), ``no`` while it is starting or rebalancing."""
+    return "-" if st.state is ProcessState.STOPPED else _yes(False)
+
+
 def report_header(report: LastReport) -> str:
     """The line that marks a last report: pid, exit time (UTC) and exit code."""
     when = report.exited_at.replace("T", " ").removesuffix("Z")
@@ -85,7 +91,8 @@ def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
     more: list[str] = []  # per row: the "(+N more)" kept when the blockers are shortened
     for name, st in statuses.items():
         if not st.tasks:
-            rows.append([name, st.state.value, "-", "-", "-", _yes(False), "-", "-", "-"])
+            rows.append([name, st.state.value, "-", "-", "-", _no_tasks_caught_up(st), "-",
+                         "-", "-"])
             more.append("")
         for t in st.tasks:
             first = held_line(t.held[0]) if t.held else "-"
@@ -123,8 +130,8 @@ def _wide(statuses: Mapping[str, ProcessStatus]) -> Table:
         table.add_column(col, no_wrap=True)
     for name, st in statuses.items():
         if not st.tasks:
-            table.add_row(name, st.state.value, str(st.restarts), *["-"] * 7, _yes(False),
-                          *["-"] * 5)
+            table.add_row(name, st.state.value, str(st.restarts), *["-"] * 7,
+                          _no_tasks_caught_up(st), *["-"] * 5)
         for t in st.tasks:
             restore = "-" if t.restore is None else (
                 f"{t.restore.records} rec, {t.restore.position}/{t.restore.end}"
@@ -161,7 +168,8 @@ def render(doc: Mapping[str, Any], *, wide: bool = False,
         statuses: Mapping[str, ProcessStatus] = report.processes
     else:
         statuses = parse_status(doc)
-    parts.append(_wide(statuses) if wide else _compact(statuses, width))
+    if statuses or report is None:  # a start that failed ran no process: no empty table
+        parts.append(_wide(statuses) if wide else _compact(statuses, width))
     if report is not None and report.start_error is not None:
         err = report.start_error
         what = "refused" if err.refusal_reason is not None else "failed"

@@ -57,7 +57,8 @@ def test_the_default_table_fits_the_width_with_one_line_per_task(width: int) -> 
     rows = [ln for ln in lines if ln.lstrip().startswith(("mailing-list-digest", "shipper "))]
     assert len(rows) == 5, "\n".join(lines)  # 4 tasks and the stopped process
     assert "caught up" in lines[2]
-    assert " yes " in rows[0] and all(" no " in r for r in rows[1:]), "\n".join(rows)
+    assert " yes " in rows[0] and all(" no " in r for r in rows[1:4]), "\n".join(rows)
+    assert " no " not in rows[4], "a stopped process is not 'not caught up': '-'"
     assert "(+2 more)" in rows[3]
     assert any("shipper: UNDECODABLE_METADATA: b[0]@12: truncated causes header" in ln
                for ln in lines)
@@ -82,6 +83,7 @@ def test_a_last_report_is_marked_with_its_time_and_exit_code(tmp_path: Path) -> 
                          StartFailure(Reason.TASK_WIDTH_CHANGED, "b has 3 partitions, was 2"))
     text = " ".join(" ".join(_lines(refused.to_json(), 100)).split())
     assert "start refused: TASK_WIDTH_CHANGED: b has 3 partitions, was 2" in text
+    assert "caught up" not in text and "parsley processes" not in text, "no empty table"
 
 
 def test_the_last_report_file_is_written_whole_and_read_back(tmp_path: Path) -> None:
