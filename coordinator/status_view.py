@@ -72,9 +72,10 @@ def _no_tasks_caught_up(st: ProcessStatus) -> str:
 
 
 def report_header(report: LastReport) -> str:
-    """The line that marks a last report: pid, exit time (UTC) and exit code."""
+    """The lines that mark a last report: pid, exit time (UTC) and exit code, broken
+    before "exited" so that each fits 80 columns and the time is never split."""
     when = report.exited_at.replace("T", " ").removesuffix("Z")
-    return (f"last report: no coordinator is running; the one that ran (pid {report.pid}) "
+    return (f"last report: no coordinator is running; the one that ran (pid {report.pid})\n"
             f"exited at {when} UTC with exit code {report.exit_code}"
             + (f" ({report.exit_name})" if report.exit_name else ""))
 

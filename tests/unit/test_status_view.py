@@ -75,6 +75,8 @@ def test_the_wide_table_has_every_held_channel_and_the_detail() -> None:
 def test_a_last_report_is_marked_with_its_time_and_exit_code(tmp_path: Path) -> None:
     statuses = parse_status(DOC)
     report = LastReport(1_796_000_000_123, 3, "REFUSAL", 4242, statuses)
+    at_80 = _lines(report.to_json(), 80)
+    assert at_80[1].startswith("exited at ") and at_80[1].endswith("(REFUSAL)"), at_80[:2]
     text = " ".join(" ".join(_lines(report.to_json(), 100)).split())
     assert "last report: no coordinator is running; the one that ran (pid 4242) exited at " \
            f"{report.exited_at[:10]} {report.exited_at[11:23]} UTC with exit code 3 (REFUSAL)" \
