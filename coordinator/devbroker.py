@@ -916,7 +916,10 @@ def status_command(data_dir: Path | None) -> None:
 def tool_command(name: str, args: tuple[str, ...]) -> None:
     """Run a Kafka command-line tool from the same jars; its exit status is returned.
 
-    NAME is one of: kafka-topics, kafka-consumer-groups, kafka-get-offsets,
+    NAME is one of:
+
+    \b
+    kafka-topics, kafka-consumer-groups, kafka-get-offsets,
     kafka-configs, kafka-console-consumer, kafka-console-producer,
     kafka-delete-records, kafka-transactions, kafka-storage,
     kafka-producer-perf-test, kafka-consumer-perf-test.

@@ -303,6 +303,9 @@ def test_help_marks_required_flags_shows_defaults_and_h_works_everywhere(
                           ("--metrics-host", "127.0.0.1")):
         assert f"[default: {default}" in entries[flag], entries[flag]
     assert "[default: (" not in flat, "a default shown in parentheses"
+    tool = subprocess.run([sys.executable, "-m", "coordinator.devbroker", "tool", "-h"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert "kafka-delete-records" in tool.stdout, "a tool name split at its hyphen"
     assert "APP (module:attribute, required)" in flat
     for argv in ([*CLI, "-h"], [*CLI, "status", "-h"],
                  [sys.executable, "-m", "coordinator.devbroker", "-h"],
