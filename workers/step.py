@@ -149,9 +149,13 @@ class TaskStep:
         handled whole before anything else is decided: a head taken counts as delivered
         in the engine's next deltas, so no commit may fall between taking a head and
         handling it. Each batch is sized by :attr:`batches` to take about a tenth of
-        the shorter of ``close_after_s`` and ``pass_s`` at the measured cost of a
-        delivery (the first batch is one head), so a bound is overrun by at most one
-        short batch (:func:`workers.pacing.delivery_batches`).
+        the shorter of ``close_after_s`` and ``pass_s`` at the slowest recent cost of
+        a delivery (the first batch is one head), and to fit in the time left before
+        the nearer of the two at that cost; so a bound is overrun only when the
+        handler slows within a batch, by at most that batch at its new cost
+        (:func:`workers.pacing.delivery_batches`). Each send gets a fresh header list
+        ending with the ``parsley.causes`` stamp: the frame's list, which a
+        headers-aware serializer may have kept, is never changed.
 
         A transaction open for ``close_after_s`` is committed between two batches
         (through ``close``), so one long drain spans several transactions, each well
@@ -212,14 +216,26 @@ class TaskStep:
                     break
                 if ends_at is not None and count and clock() >= ends_at:
                     break
-                limit = batches.size()
+                # No more heads than fit in the time left before the nearer bound at the
+                # slowest recent cost (workers.pacing.BatchSizer.limit).
                 began = clock()
+                if close_after is not None:
+                    left = close_after - (began - txn.opened_at) if txn.open else close_after
+                    if ends_at is not None and ends_at - began < left:
+                        left = ends_at - began
+                    limit = batches.limit(left)
+                elif ends_at is not None:
+                    limit = batches.limit(ends_at - began)
+                else:
+                    limit = batches.size()
                 batch = deliver_batch(limit)
                 if not batch:
                     self.more = False
                     break
                 if not txn.open:
                     txn.begin()
+                slowest = 0.0
+                mark = clock()
                 for ch, position, timestamp_ms, key, value, headers, causes in batch:
                     topic, partition = by_channel[ch]
                     sends, writes = run(topic, partition, position, timestamp_ms, key, value,
@@ -229,11 +245,16 @@ class TaskStep:
                     if sends:
                         stamp = (CAUSES_HEADER, causes)
                         for out, k, v, h, ts in sends:
-                            h.append(stamp)  # the frame's new list: produced as it is
-                            send(out, k, v, h, ts)
+                            # A fresh list: a headers-aware serializer may keep the one
+                            # it was given, and must not see the stamp appear in it.
+                            send(out, k, v, [*h, stamp], ts)
                             sent += 1
                     count += 1
-                batches.observe(len(batch), clock() - began)
+                    now = clock()
+                    if now - mark > slowest:
+                        slowest = now - mark
+                    mark = now
+                batches.observe(len(batch), mark - began, slowest)
                 # A short batch: nothing else was deliverable, and handling a batch
                 # feeds the engine nothing, so none is now.
                 exhausted = len(batch) < limit

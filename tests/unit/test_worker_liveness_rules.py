@@ -167,3 +167,38 @@ def test_learning_upstream_names_lists_topics_under_the_watchdog(
         watchdog.install(None)
     assert {(a.call, a.bound_s) for a in seen} == {("list_topics", 0.5)}
     assert fired and fired[0].startswith("list_topics blocked ")
+
+
+def test_a_handler_that_slows_down_cuts_the_next_delivery_batch_to_the_slowest_cost() -> None:
+    # Close after 5 s (transaction.timeout.ms=10 s): 64 heads at 1 ms each.
+    sizer = delivery_batches(close_after_s(10_000), None)
+    for _ in range(10):
+        sizer.observe(64, 64 * 0.001, 0.001)
+    assert sizer.size() == MAX_DELIVERY_BATCH
+    # The downstream slows to 150 ms per message. The next batch is sized at 150 ms,
+    # not at the moving average (which still says about 46 ms).
+    sizer.observe(64, 64 * 0.150, 0.150)
+    assert sizer.size() * 0.150 <= sizer.target_s
+    # One slow message in an otherwise fast batch counts as well.
+    sizer = delivery_batches(close_after_s(10_000), None)
+    for _ in range(10):
+        sizer.observe(64, 64 * 0.001, 0.001)
+    sizer.observe(64, 63 * 0.001 + 0.150, 0.150)
+    assert sizer.size() * 0.150 <= sizer.target_s
+
+
+def test_a_delivery_batch_never_takes_more_than_the_time_left_at_the_slowest_cost() -> None:
+    sizer = delivery_batches(close_after_s(10_000), None)
+    for _ in range(10):
+        sizer.observe(64, 64 * 0.001, 0.001)
+    # 4.9 s into the 5 s close time: 0.1 s left, 1 ms per message: at most 100 ms of work.
+    assert sizer.limit(0.1) * 0.001 <= 0.1
+    sizer.observe(1, 0.150, 0.150)
+    for left in (4.0, 1.0, 0.5, 0.3):
+        assert sizer.limit(left) * 0.150 <= left
+    # Past the bound: still one head, so a pass always makes progress.
+    assert sizer.limit(0.0) == 1 and sizer.limit(-1.0) == 1
+    # The peak fades by halves over fast batches: the size grows back.
+    for _ in range(12):
+        sizer.observe(64, 64 * 0.001, 0.001)
+    assert sizer.limit(5.0) == MAX_DELIVERY_BATCH
