@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PyString, PyTuple};
@@ -255,6 +255,65 @@ impl EngineCore {
     fn undeclared(obj: &Bound<'_, PyAny>) -> PyErr {
         let text = obj.str().map(|s| s.to_string()).unwrap_or_default();
         PyValueError::new_err(format!("received on undeclared channel {text}"))
+    }
+
+    /// `key, value = h` as Python unpacks it (same errors), for a header that is not a
+    /// 2-tuple; returns the pair.
+    fn unpack_pair<'py>(
+        &self,
+        py: Python<'py>,
+        h: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let code = std::ffi::CString::new("lambda h: [(k, v) for k, v in (h,)][0]")
+            .expect("no NUL in the unpacking lambda");
+        let unpack = py.eval(&code, None, None)?;
+        Ok(unpack.call1((h,))?.downcast_into::<PyTuple>()?)
+    }
+
+    /// The position and timestamp of a record to feed, as `receive` checks them in the
+    /// reference: after the channel and the session floor, a position no `parsley.causes`
+    /// header can carry (outside 0..2^63-2, as `parsley.wire.encode_causes`) and a
+    /// timestamp outside an int64 are a `ValueError` with the reference's text.
+    fn checked_feed(
+        &mut self,
+        py: Python<'_>,
+        r: usize,
+        q_obj: &Bound<'_, PyAny>,
+        ts_obj: &Bound<'_, PyAny>,
+    ) -> PyResult<(i64, i64)> {
+        if self.floor.is_none() {
+            return Err(PyRuntimeError::new_err(
+                "receive() before start(): the session floor is not set",
+            ));
+        }
+        let ch = self.by_rank[r];
+        let q: Option<i64> = match q_obj.extract::<i64>() {
+            Ok(q) if q >= 0 && q != FED_TO_END => Some(q),
+            Ok(_) => None,
+            Err(e) if e.is_instance_of::<PyOverflowError>(py) => None,
+            Err(e) => return Err(e),
+        };
+        let q = match q {
+            Some(q) => q,
+            None => {
+                let text = self.py_channel(py, &ch)?.bind(py).str()?.to_string();
+                return Err(PyValueError::new_err(format!(
+                    "position {} on {text} cannot be encoded: it must be in 0..2^63-2",
+                    q_obj.str()?
+                )));
+            }
+        };
+        match ts_obj.extract::<i64>() {
+            Ok(ts) => Ok((q, ts)),
+            Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+                let text = self.py_channel(py, &ch)?.bind(py).str()?.to_string();
+                Err(PyValueError::new_err(format!(
+                    "timestamp {} of position {q} on {text} does not fit an int64",
+                    ts_obj.str()?
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn undecodable(&mut self, py: Python<'_>, ch: &Channel, q: i64, diagnosis: &str) -> PyErr {
@@ -608,7 +667,7 @@ impl EngineCore {
         let ch = self.by_rank[r];
 
         // -- split the causes header from the application's headers, in one pass
-        let n = if headers.is_none() { 0 } else { headers.len()? };
+        let n = headers.len()?;
         let mut found = false;
         let mut raw: Option<Bound<'_, PyAny>> = None;
         let app: Bound<'_, PyAny>;
@@ -622,9 +681,29 @@ impl EngineCore {
                 let h = h?;
                 let (k, v) = match h.downcast::<PyTuple>() {
                     Ok(t) if t.len() == 2 => (t.get_item(0)?, Some(t)),
-                    _ => (h.get_item(0)?, None),
+                    // Anything else is unpacked as the reference does (`key, value = h`),
+                    // so a wrong arity raises the same error.
+                    _ => {
+                        let pair = self.unpack_pair(py, &h)?;
+                        let k = pair.get_item(0)?;
+                        (k, None)
+                    }
                 };
-                let text = k.downcast::<PyString>()?.to_str()?;
+                let text = match k.downcast::<PyString>() {
+                    Ok(t) => t.to_str()?,
+                    Err(_) => {
+                        // A non-str key never equals the causes key; `startswith` raises
+                        // what the reference's `key.startswith(...)` raises.
+                        if k.call_method1(intern!(py, "startswith"), (RESERVED_PREFIX,))?
+                            .is_truthy()?
+                        {
+                            reserved = true;
+                        } else {
+                            kept.push(h);
+                        }
+                        continue;
+                    }
+                };
                 if text == CAUSES_HEADER {
                     if found {
                         duplicate = true;
@@ -1121,7 +1200,23 @@ impl EngineCore {
         for item in items.try_iter()? {
             let item = item?;
             let obj = item.get_item(0)?;
-            let start: i64 = item.get_item(1)?.extract()?;
+            let start_obj = item.get_item(1)?;
+            let start: i64 = match start_obj.extract() {
+                Ok(v) => v,
+                Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+                    let text = obj.str()?.to_string();
+                    let bound = if start_obj.lt(0)? {
+                        "must be >= 0"
+                    } else {
+                        "must be below 2^63"
+                    };
+                    return Err(PyValueError::new_err(format!(
+                        "start position of {text} {bound}, got {}",
+                        start_obj.str()?
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
             if start < 0 {
                 let text = obj.str()?.to_string();
                 return Err(PyValueError::new_err(format!(
@@ -1151,8 +1246,12 @@ impl EngineCore {
             Some(r) => r,
             None => return Err(Self::undeclared(&obj)),
         };
-        let q: i64 = msg.getattr(intern!(py, "position"))?.extract()?;
-        let ts: i64 = msg.getattr(intern!(py, "timestamp_ms"))?.extract()?;
+        let (q, ts) = self.checked_feed(
+            py,
+            r,
+            &msg.getattr(intern!(py, "position"))?,
+            &msg.getattr(intern!(py, "timestamp_ms"))?,
+        )?;
         let key = msg.getattr(intern!(py, "key"))?;
         let value = msg.getattr(intern!(py, "value"))?;
         let headers = msg.getattr(intern!(py, "headers"))?;
@@ -1180,8 +1279,12 @@ impl EngineCore {
         for rec in records.try_iter()? {
             let rec = rec?;
             let topic = rec.call_method0(intern!(py, "topic"))?;
-            let offset: i64 = rec.call_method0(intern!(py, "offset"))?.extract()?;
-            let headers = rec.call_method0(intern!(py, "headers"))?;
+            let offset_obj = rec.call_method0(intern!(py, "offset"))?;
+            let mut headers = rec.call_method0(intern!(py, "headers"))?;
+            if headers.is_none() {
+                // confluent-kafka gives None for a record without headers.
+                headers = PyTuple::empty(py).into_any();
+            }
             let mut slot = None;
             for (i, (t, _, _)) in topics.iter().enumerate() {
                 if t.is(&topic) || t.eq(&topic)? {
@@ -1202,10 +1305,8 @@ impl EngineCore {
                 }
             };
             let r = topics[slot].1;
-            let ts: i64 = rec
-                .call_method0(intern!(py, "timestamp"))?
-                .get_item(1)?
-                .extract()?;
+            let ts_obj = rec.call_method0(intern!(py, "timestamp"))?.get_item(1)?;
+            let (offset, ts) = self.checked_feed(py, r, &offset_obj, &ts_obj)?;
             let key = rec.call_method0(intern!(py, "key"))?;
             let value = rec.call_method0(intern!(py, "value"))?;
             if !self.feed_one(py, r, offset, ts, &key, &value, &headers)? {

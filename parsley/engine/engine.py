@@ -80,6 +80,8 @@ DEFAULT_BUDGET_BYTES: Final = 262_144
 """Default metadata budget, bytes (Java ``DEFAULT_METADATA_BUDGET_BYTES``, 256 KiB)."""
 
 _NOTHING_SETTLED: Final = -1
+_TS_MIN: Final = -(2**63)
+"""The smallest record timestamp, ms: a Kafka timestamp is an int64."""
 """Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
 
 _DECODE_CACHE_ENTRIES: Final = 64
@@ -480,7 +482,7 @@ class ProcessEngine:
 
         Raises:
             RuntimeError: called twice.
-            ValueError: a negative start position.
+            ValueError: a start position outside 0..2^63-1.
         """
         if self._floor is not None:
             raise RuntimeError("start() was already called for this engine")
@@ -491,6 +493,8 @@ class ProcessEngine:
         for ch, start in start_positions.items():
             if start < 0:
                 raise ValueError(f"start position of {ch} must be >= 0, got {start}")
+            if start > FED_TO_END:
+                raise ValueError(f"start position of {ch} must be below 2^63, got {start}")
             if ch in self._received and start > 0:
                 self._advance_fed(ch, start - 1)
         self._floor = dict(self._fed)
@@ -564,7 +568,9 @@ class ProcessEngine:
         Raises:
             ParsleyFailClosedError: as listed above.
             RuntimeError: before :meth:`start`.
-            ValueError: a channel outside the received set.
+            ValueError: a channel outside the received set; a position no
+                ``parsley.causes`` header can carry (outside 0..2^63-2, as
+                :func:`parsley.wire.encode_causes`); a timestamp outside an int64.
         """
         ch = msg.channel
         q = msg.position
@@ -573,6 +579,13 @@ class ProcessEngine:
         floor = self._floor
         if floor is None:
             raise RuntimeError("receive() before start(): the session floor is not set")
+        if q < 0 or q >= FED_TO_END:
+            # What no parsley.causes header can carry (parsley/wire.py, encode_causes).
+            raise ValueError(
+                f"position {q} on {ch} cannot be encoded: it must be in 0..2^63-2")
+        ts = msg.timestamp_ms
+        if not _TS_MIN <= ts <= FED_TO_END:
+            raise ValueError(f"timestamp {ts} of position {q} on {ch} does not fit an int64")
 
         # -- causes (budget before decode)
         try:

@@ -27,7 +27,7 @@ from parsley.engine.engine import CrossPartition, ProcessEngine
 from parsley.engine.identity import TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError
-from parsley.wire import encode_causes
+from parsley.wire import decode_causes, encode_causes
 from tests.engines import engine_cls
 
 A = ChannelId(UUID(int=0xA), 0)
@@ -77,7 +77,7 @@ def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
         return "ok", fn()
     except ParsleyFailClosedError as exc:
         return "refused", (exc.reason, exc.detail)
-    except (ValueError, RuntimeError, KeyError) as exc:
+    except (ValueError, RuntimeError, KeyError, TypeError, OverflowError) as exc:
         return "error", (type(exc).__name__, str(exc))
 
 
@@ -232,3 +232,69 @@ def test_both_engines_agree_on_every_decision_delta_and_header(
         pair.check_state()
         if refused or op == "restart":
             pair.engines = (None, None)
+
+
+EDGE = ChannelId(UUID(int=0xD), 2**31 - 1)   # the largest partition
+EDGE_RECEIVED = (A, EDGE)
+EDGE_POSITIONS = (0, 1, 2**63 - 3, 2**63 - 2, -1, -(2**63), 2**63 - 1, 2**63, 2**64)
+"""Positions the wire can carry (0..2^63-2) and ones it cannot."""
+EDGE_TIMESTAMPS = (0, -1, 2**63 - 1, -(2**63), 2**63, 2**70, -(2**63) - 1)
+EDGE_HEADERS: tuple[Any, ...] = (
+    (), None, [("a", b"1")], (("a", b"1", b"2"),), (("a",),), (["a", b"1"],),
+    ((b"a", b"1"),), ((b"parsley.causes", b"\x01\x00"),), (("a", "s"),),
+    (("parsley.x", b""), ("a", None)),
+    (("parsley.causes", encode_causes({X: 2**63 - 2, EDGE: 3})),),
+)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_both_engines_refuse_or_accept_edge_inputs_alike(data: st.DataObject) -> None:
+    """Positions no header can carry, timestamps outside an int64, start positions past
+    2^63, headers of the wrong shape, the largest partition: the same refusal (type and
+    text) or the same deliveries, headers and deltas from both engines; never a
+    ``parsley.causes`` header that a reader refuses."""
+    engines = [cls(InMemoryOrderingStore(), received=EDGE_RECEIVED, budget_bytes=262_144,
+                   cross_partition=CrossPartition.WARN)
+               for cls in (ProcessEngine, engine_cls("native"))]
+
+    def both(call: Callable[[Any], Any]) -> tuple[str, Any]:
+        py, native = (outcome(lambda e=e: call(e)) for e in engines)
+        assert py == native
+        return py
+
+    starts = {ch: data.draw(st.sampled_from((*EDGE_POSITIONS, 2**64 + 1)))
+              for ch in EDGE_RECEIVED if data.draw(st.booleans())}
+    if both(lambda e: e.start(starts))[0] != "ok":
+        return
+    for _ in range(data.draw(st.integers(1, 4))):
+        ch = data.draw(st.sampled_from(EDGE_RECEIVED))
+        msg = ReceivedMessage(ch, data.draw(st.sampled_from(EDGE_POSITIONS)),
+                              data.draw(st.sampled_from(EDGE_TIMESTAMPS)), b"k", b"v",
+                              data.draw(st.sampled_from(EDGE_HEADERS)))
+        if msg.headers is not None and data.draw(st.booleans()):
+            topic = f"t{EDGE_RECEIVED.index(ch)}"
+            result = both(lambda e, m=msg, t=topic: e.feed_records(
+                [_EdgeRecord(m, t)], {"t0": A, "t1": EDGE}))
+        else:
+            result = both(lambda e, m=msg: e.receive(m))
+        if result[0] != "ok":
+            return
+    while True:
+        result = both(lambda e: delivered(e.deliver_next()))
+        if result[0] != "ok" or result[1] is None:
+            break
+        header = both(lambda e: e.causes_header())
+        if header[0] == "ok":
+            decode_causes(header[1])  # what a downstream reader does: never refused
+    both(lambda e: e.take_deltas())
+
+
+class _EdgeRecord(Record):
+    def __init__(self, m: ReceivedMessage, topic: str) -> None:
+        super().__init__(m)
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
