@@ -46,12 +46,18 @@ from coordinator.bootstrap import (
     resolve_topics,
 )
 from coordinator.bootstrap.clients import new_admin
-from coordinator.bootstrap.common import check_reachable, with_client_logger
-from coordinator.bootstrap.group import session_timeout_ms
+from coordinator.bootstrap.common import check_reachable, refuse, with_client_logger
+from coordinator.bootstrap.group import (
+    GroupMember,
+    group_members,
+    is_own_member,
+    leave_window_s,
+    session_timeout_ms,
+)
 from coordinator.config import ParsleyConfig
 from coordinator.supervisor import Supervisor
 from parsley.declarations import Process, application_id, task_width, validate_declarations
-from parsley.refusals import ParsleyFailClosedError
+from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import ensure_changelog_topic
 from workers.kafka import SubstrateError
 
@@ -61,6 +67,8 @@ __all__ = [
     "coordinators_group",
     "ensure_coordinators_topics",
     "membership_consumer_config",
+    "plain_coordinator_workers",
+    "refuse_beside_plain_coordinator",
     "start_joined",
 ]
 
@@ -174,6 +182,71 @@ def ensure_coordinators_topics(config: ParsleyConfig, processes: Sequence[Proces
         return topics
     finally:
         del admin
+
+
+def plain_coordinator_workers(app_id: str, workers: Sequence[GroupMember] | None,
+                              coordinators: Sequence[GroupMember] | None
+                              ) -> list[GroupMember] | None:
+    """The members of the workers' group ``app_id`` that a coordinator not started with
+    ``--join`` runs (pure): this process's own workers (:func:`is_own_member`) while its
+    coordinators' group has no member; ``None`` when either group could not answer yet.
+    """
+    if workers is None or coordinators is None:
+        return None
+    if coordinators:
+        return []
+    return [m for m in workers if is_own_member(app_id, m)]
+
+
+def refuse_beside_plain_coordinator(
+    config: ParsleyConfig, processes: Sequence[Process], window_s: float, *,
+    admin: Any = None, sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic, poll_s: float = 0.5,
+) -> None:
+    """Refuse a ``--join`` start while a coordinator that was not started with ``--join``
+    runs a process of the same prefix (docs/operations.md, "Several coordinators").
+
+    Such a coordinator's workers are members of the workers' group with this process's
+    own instance ids while the coordinators' group has no member; a ``--join``
+    coordinator would get every task and fence them. Workers of a ``--join``
+    coordinator that just stopped leave within their session timeout, so the check
+    waits up to ``window_s`` s (twice the session timeout) for either group to change.
+
+    Raises:
+        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` naming the workers still
+            there after ``window_s`` with no coordinator in the coordinators' group.
+        StartError: a group could not be described.
+    """
+    client = admin if admin is not None else new_admin(config)
+    prefix = config.application_id_prefix
+    deadline = clock() + window_s
+    announced = False
+    while True:
+        found: dict[str, list[GroupMember] | None] = {}
+        for p in processes:
+            app = application_id(prefix, p.name)
+            found[app] = plain_coordinator_workers(
+                app, group_members(client, app),
+                group_members(client, coordinators_group(prefix, p.name)))
+        if all(v == [] for v in found.values()):
+            return
+        now = clock()
+        if now >= deadline:
+            app, members = next((a, m) for a, m in found.items() if m != [])
+            named = "; ".join(m.describe() for m in members or [])
+            raise refuse(
+                Reason.SUBSTRATE_MISCONFIGURED,
+                f"a coordinator started without --join runs group '{app}' (its workers "
+                f"are members: [{named}]) and group '{app}{COORDINATORS_SUFFIX}' has no "
+                f"coordinator member after {window_s:g} s; a --join coordinator would take "
+                f"its tasks. Stop that coordinator (parsley-coordinator stop against it), "
+                f"then start every coordinator of the prefix with --join")
+        if not announced:
+            log.warning("workers of group(s) %s run with no coordinator in their "
+                        "coordinators' group; waiting up to %.0f s for them to leave",
+                        sorted(a for a, m in found.items() if m != []), deadline - now)
+            announced = True
+        sleep(min(poll_s, max(0.05, deadline - now)))
 
 
 @dataclass
@@ -534,9 +607,12 @@ def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
     Raises:
         ValueError: a wrong declaration.
         StartError: as :func:`ensure_coordinators_topics`.
+        ParsleyFailClosedError: as :func:`refuse_beside_plain_coordinator`.
     """
     validate_declarations(config.application_id_prefix, list(processes))
     topics = ensure_coordinators_topics(config, processes)
+    refuse_beside_plain_coordinator(config, processes,
+                                    leave_window_s(config.kafka_properties))
     plans: dict[str, ProcessPlan] = {}
     for p in processes:
         declared = {*p.received_topics, *(c.name for c in p.outputs)}

@@ -147,3 +147,47 @@ def test_a_fenced_task_the_group_took_away_is_not_a_failure() -> None:
     time.sleep(0.15)
     m._check_fenced()
     assert not sup.failed
+
+
+def _worker(app: str, task: int) -> Any:
+    from coordinator.bootstrap.group import GroupMember
+
+    return GroupMember(f"m{task}", "rdkafka", "/127.0.0.1", f"{app}-task-{task}")
+
+
+def _check(monkeypatch: Any, groups: dict[str, list[Any]], window_s: float) -> None:
+    import coordinator.membership as membership
+
+    monkeypatch.setattr(membership, "group_members", lambda admin, g: groups.get(g, []))
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    proc = SimpleNamespace(name="shipper")
+    membership.refuse_beside_plain_coordinator(
+        ParsleyConfig("k1:9092", "shop"), [proc], window_s,  # type: ignore[list-item]
+        admin=object(), sleep=sleep, clock=lambda: now[0])
+
+
+def test_a_join_start_beside_a_plain_coordinator_is_refused_naming_its_workers(
+        monkeypatch: Any) -> None:
+    import pytest
+
+    from parsley.refusals import ParsleyFailClosedError, Reason
+
+    app = "shop-shipper"
+    with pytest.raises(ParsleyFailClosedError) as err:
+        _check(monkeypatch, {app: [_worker(app, 0), _worker(app, 1)]}, window_s=20.0)
+    assert err.value.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert f"{app}-task-1" in err.value.detail and "without --join" in err.value.detail
+
+
+def test_a_join_start_beside_joined_coordinators_or_none_goes_on(monkeypatch: Any) -> None:
+    from coordinator.bootstrap.group import GroupMember
+
+    app = "shop-shipper"
+    peer = GroupMember("c1", "parsley-coordinator|h|1|ipc:///x", "/127.0.0.1", None)
+    _check(monkeypatch, {app: [_worker(app, 0)], app + "-__parsley.coordinators": [peer]},
+           window_s=20.0)
+    _check(monkeypatch, {}, window_s=20.0)
