@@ -191,3 +191,19 @@ def test_a_join_start_beside_joined_coordinators_or_none_goes_on(monkeypatch: An
     _check(monkeypatch, {app: [_worker(app, 0)], app + "-__parsley.coordinators": [peer]},
            window_s=20.0)
     _check(monkeypatch, {}, window_s=20.0)
+
+
+def test_a_peer_describe_is_bounded_by_our_own_deadline() -> None:
+    import concurrent.futures
+
+    import pytest
+
+    from coordinator.bootstrap.common import StartError
+    from coordinator.peers import DESCRIBE_BOUND_S, LIBRARY_REQUEST_TIMEOUT_S, _within
+
+    assert LIBRARY_REQUEST_TIMEOUT_S > DESCRIBE_BOUND_S
+    never: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    started = time.monotonic()
+    with pytest.raises(StartError, match="no answer within"):
+        _within(never, "describing group 'g'", time.monotonic() + 0.2)
+    assert time.monotonic() - started < 2.0
