@@ -24,9 +24,11 @@ them. Keys are the Z85 certificate files of ``zmq.auth``.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import shutil
+import socket
 import threading
 from pathlib import Path
 from typing import Any, Final
@@ -61,6 +63,9 @@ def make_keys(directory: Path, client: str | None = None) -> list[Path]:
     """Create the server key pair (unless present), authorize it, and with ``client`` a
     client key pair, authorized too.
 
+    The directory is made (or set) 0700 and each secret key file is created 0600 before
+    anything is written to it (``os.open`` with the mode; a umask only removes bits).
+
     Returns:
         The files written, in order (existing ones are not rewritten).
 
@@ -71,21 +76,32 @@ def make_keys(directory: Path, client: str | None = None) -> list[Path]:
     if client is not None and (client == "server" or not client
                                or Path(client).name != client):
         raise ValueError(f"--client must be a plain name other than 'server', got {client!r}")
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
     authorized = directory / "authorized"
     authorized.mkdir(exist_ok=True)
     written: list[Path] = []
     for name in ("server", *([client] if client else [])):
         public = directory / f"{name}.key"
         if not public.exists():
+            _private_file(directory / f"{name}.key_secret")
             pub, secret = zmq.auth.create_certificates(str(directory), name)
-            os.chmod(secret, 0o600)
             written += [Path(pub), Path(secret)]
         target = authorized / f"{name}.key"
         if not target.exists():
             shutil.copyfile(public, target)
             written.append(target)
     return written
+
+
+def _private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 (or truncate it and set 0600), so that what is
+    written to it later is never readable by others, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def _is_tcp(endpoint: str) -> bool:
@@ -96,10 +112,33 @@ LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 """Hosts of a ``tcp://`` endpoint reachable from this machine alone."""
 
 
-def is_loopback(endpoint: str) -> bool:
-    """Whether a ``tcp://HOST:PORT`` endpoint binds the loopback interface only (pure)."""
+def is_loopback(endpoint: str,
+                resolve: Any = socket.getaddrinfo) -> bool:
+    """Whether a ``tcp://HOST:PORT`` endpoint binds the loopback interface only.
+
+    ``HOST`` is an IP address (``[v6]`` in brackets) tested with :mod:`ipaddress`, or a
+    name that counts only when every address ``resolve`` (``socket.getaddrinfo``) gives
+    for it is a loopback address; a name that does not resolve is not loopback (so
+    "127.example.com" needs CURVE unless it resolves to 127.0.0.0/8 or ::1 alone).
+    """
     host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    if not host or host == "*":
+        return False
+    try:
+        infos = resolve(host, None)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {str(info[4][0]).split("%", 1)[0] for info in infos}
+    try:
+        return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
+    except ValueError:
+        return False
 
 
 def secure_server(sock: zmq.Socket[Any], endpoint: str) -> bool:

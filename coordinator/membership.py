@@ -6,13 +6,15 @@ prefix are, per process, the members of consumer group
 same name, whose partition ``i`` stands for task ``i`` (no record is ever written to
 it). The ``cooperative-sticky`` assignor (KIP-429) moves only the tasks that must move.
 
-* **Assigned** partitions are tasks gained: the membership thread runs their
+* **Assigned** partitions are tasks gained: a thread of their own runs their
   bootstrap (:func:`coordinator.bootstrap.bootstrap_process` with ``tasks``; the
   owner of task 0 is the ``lead`` that creates the changelogs and pre-commits) and
   has the supervisor spawn them (:meth:`Supervisor.assign_tasks`). A retryable
   failure (the lead has not bootstrapped yet, a lagging view) is retried with backoff
-  while the tasks stay assigned; a refusal stops the process here
-  (:meth:`Supervisor.fail_process`).
+  while the tasks stay assigned; a refusal, or a bootstrap past its bound
+  (:func:`bootstrap_bound_s`), stops the process here (:meth:`Supervisor.fail_process`).
+  The membership thread keeps polling meanwhile, and spawns only the tasks still
+  assigned here in the same assignment the bootstrap began in.
 * **Revoked** (or lost) partitions are tasks that move away: their workers are
   stopped (SIGTERM, deadline, SIGKILL; :meth:`Supervisor.release_tasks`) inside the
   revocation callback, so the revocation completes, and another coordinator gets
@@ -44,12 +46,18 @@ from coordinator.bootstrap import (
     resolve_topics,
 )
 from coordinator.bootstrap.clients import new_admin
-from coordinator.bootstrap.common import check_reachable, with_client_logger
-from coordinator.bootstrap.group import session_timeout_ms
+from coordinator.bootstrap.common import check_reachable, refuse, with_client_logger
+from coordinator.bootstrap.group import (
+    GroupMember,
+    group_members,
+    is_own_member,
+    leave_window_s,
+    session_timeout_ms,
+)
 from coordinator.config import ParsleyConfig
 from coordinator.supervisor import Supervisor
 from parsley.declarations import Process, application_id, task_width, validate_declarations
-from parsley.refusals import ParsleyFailClosedError
+from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import ensure_changelog_topic
 from workers.kafka import SubstrateError
 
@@ -59,6 +67,8 @@ __all__ = [
     "coordinators_group",
     "ensure_coordinators_topics",
     "membership_consumer_config",
+    "plain_coordinator_workers",
+    "refuse_beside_plain_coordinator",
     "start_joined",
 ]
 
@@ -73,6 +83,27 @@ RETRY_FIRST_S: Final = 1.0
 :data:`RETRY_CAP_S`."""
 RETRY_CAP_S: Final = 8.0
 """The longest wait between two bootstrap attempts of gained tasks, s."""
+MAX_POLL_INTERVAL_MS: Final = 300_000
+"""``max.poll.interval.ms`` of the membership consumer, set explicitly: the membership
+thread polls every :data:`POLL_S` s, except while a revocation callback stops revoked
+workers (at most the stop deadline, which :func:`max_poll_interval_ms` keeps below it);
+bootstraps run on a thread of their own, never between two polls."""
+BOOTSTRAP_BOUND_FLOOR_S: Final = 120.0
+"""The least time a gained task's bootstrap may take before it is abandoned, s; the
+bound is the larger of this and four session timeouts (the group window is two)."""
+
+
+def max_poll_interval_ms(stop_deadline_s: float) -> int:
+    """The membership consumer's ``max.poll.interval.ms`` (pure): :data:`MAX_POLL_INTERVAL_MS`,
+    or more when the revocation callback's stop deadline (``stop_deadline_s``, s) needs it
+    (twice the deadline plus 30 s)."""
+    return max(MAX_POLL_INTERVAL_MS, int((2 * stop_deadline_s + 30) * 1000))
+
+
+def bootstrap_bound_s(session_s: float) -> float:
+    """How long a gained task's bootstrap may run before it is abandoned, s (pure):
+    the larger of :data:`BOOTSTRAP_BOUND_FLOOR_S` and ``4 * session_s``."""
+    return max(BOOTSTRAP_BOUND_FLOOR_S, 4 * session_s)
 
 
 def coordinators_group(prefix: str, process: str) -> str:
@@ -82,7 +113,8 @@ def coordinators_group(prefix: str, process: str) -> str:
 
 
 def membership_consumer_config(config: ParsleyConfig, process: str,
-                               client_id: str | None = None) -> dict[str, Any]:
+                               client_id: str | None = None,
+                               stop_deadline_s: float = 30.0) -> dict[str, Any]:
     """The coordinators' group consumer of ``process`` (pure).
 
     Returns:
@@ -90,7 +122,9 @@ def membership_consumer_config(config: ParsleyConfig, process: str,
         ``cooperative-sticky`` assignor (KIP-429), the workers' ``session.timeout.ms``
         (:func:`~coordinator.bootstrap.group.session_timeout_ms`), no auto commit; the
         user's unprefixed and ``consumer.`` properties apply as for every consumer;
-        ``client_id`` names this coordinator to its peers (:mod:`coordinator.peers`).
+        ``client_id`` names this coordinator to its peers (:mod:`coordinator.peers`);
+        ``max.poll.interval.ms`` from :func:`max_poll_interval_ms` of ``stop_deadline_s``
+        (s).
     """
     from workers.kafka import _select  # the client-prefix rule workers apply
 
@@ -104,6 +138,7 @@ def membership_consumer_config(config: ParsleyConfig, process: str,
         "client.id": client_id or f"parsley-coordinator-{group}-{uuid.uuid4().hex[:8]}",
         "partition.assignment.strategy": "cooperative-sticky",
         "session.timeout.ms": session_timeout_ms(config.kafka_properties),
+        "max.poll.interval.ms": max_poll_interval_ms(stop_deadline_s),
         "enable.auto.commit": False,
         "auto.offset.reset": "latest",
         "allow.auto.create.topics": False,
@@ -149,11 +184,90 @@ def ensure_coordinators_topics(config: ParsleyConfig, processes: Sequence[Proces
         del admin
 
 
+def plain_coordinator_workers(app_id: str, workers: Sequence[GroupMember] | None,
+                              coordinators: Sequence[GroupMember] | None
+                              ) -> list[GroupMember] | None:
+    """The members of the workers' group ``app_id`` that a coordinator not started with
+    ``--join`` runs (pure): this process's own workers (:func:`is_own_member`) while its
+    coordinators' group has no member; ``None`` when either group could not answer yet.
+    """
+    if workers is None or coordinators is None:
+        return None
+    if coordinators:
+        return []
+    return [m for m in workers if is_own_member(app_id, m)]
+
+
+def refuse_beside_plain_coordinator(
+    config: ParsleyConfig, processes: Sequence[Process], window_s: float, *,
+    admin: Any = None, sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic, poll_s: float = 0.5,
+) -> None:
+    """Refuse a ``--join`` start while a coordinator that was not started with ``--join``
+    runs a process of the same prefix (docs/operations.md, "Several coordinators").
+
+    Such a coordinator's workers are members of the workers' group with this process's
+    own instance ids while the coordinators' group has no member; a ``--join``
+    coordinator would get every task and fence them. Workers of a ``--join``
+    coordinator that just stopped leave within their session timeout, so the check
+    waits up to ``window_s`` s (twice the session timeout) for either group to change.
+
+    Raises:
+        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` naming the workers still
+            there after ``window_s`` with no coordinator in the coordinators' group.
+        StartError: a group could not be described.
+    """
+    client = admin if admin is not None else new_admin(config)
+    prefix = config.application_id_prefix
+    deadline = clock() + window_s
+    announced = False
+    while True:
+        found: dict[str, list[GroupMember] | None] = {}
+        for p in processes:
+            app = application_id(prefix, p.name)
+            found[app] = plain_coordinator_workers(
+                app, group_members(client, app),
+                group_members(client, coordinators_group(prefix, p.name)))
+        if all(v == [] for v in found.values()):
+            return
+        now = clock()
+        if now >= deadline:
+            app, members = next((a, m) for a, m in found.items() if m != [])
+            named = "; ".join(m.describe() for m in members or [])
+            raise refuse(
+                Reason.SUBSTRATE_MISCONFIGURED,
+                f"a coordinator started without --join runs group '{app}' (its workers "
+                f"are members: [{named}]) and group '{app}{COORDINATORS_SUFFIX}' has no "
+                f"coordinator member after {window_s:g} s; a --join coordinator would take "
+                f"its tasks. Stop that coordinator (parsley-coordinator stop against it), "
+                f"then start every coordinator of the prefix with --join")
+        if not announced:
+            log.warning("workers of group(s) %s run with no coordinator in their "
+                        "coordinators' group; waiting up to %.0f s for them to leave",
+                        sorted(a for a, m in found.items() if m != []), deadline - now)
+            announced = True
+        sleep(min(poll_s, max(0.05, deadline - now)))
+
+
 @dataclass
 class _Pending:
     tasks: set[int]
     attempts: int = 0
     next_at: float = 0.0
+
+
+@dataclass
+class _Attempt:
+    """One bootstrap running on its own thread: the tasks, the assignment epoch of each
+    when it began, and its outcome once ``done`` is set."""
+
+    tasks: set[int]
+    epochs: dict[int, int]
+    started: float
+    done: threading.Event
+    plan: ProcessPlan | None = None
+    error: BaseException | None = None
+    polled_after: bool = False
 
 
 class _ProcessMembership:
@@ -172,6 +286,10 @@ class _ProcessMembership:
         self.session_s = session_timeout_ms(config.kafka_properties) / 1000.0
         self.owned: set[int] = set()  # assigned by the group (spawned or pending)
         self.pending = _Pending(set())
+        self.epoch: dict[int, int] = {}  # task -> count of assignments of it here
+        self.attempt: _Attempt | None = None
+        self.fence_checks: dict[int, float] = {}  # task -> monotonic s to check it moved
+        self.bound_s = bootstrap_bound_s(self.session_s)
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.closed = threading.Event()
@@ -189,6 +307,9 @@ class _ProcessMembership:
         with self.lock:
             self.owned |= gained
             self.pending.tasks |= gained
+            for t in gained:
+                self.epoch[t] = self.epoch.get(t, 0) + 1
+                self.fence_checks.pop(t, None)
             self.pending.attempts, self.pending.next_at = 0, 0.0
         self.moves.append((time.monotonic(), "assigned", sorted(gained)))
         log.info("%s: assigned task(s) %s by the coordinators' group (now owns %s)",
@@ -206,6 +327,8 @@ class _ProcessMembership:
         with self.lock:
             self.owned -= tasks
             self.pending.tasks -= tasks
+            for t in tasks:
+                self.fence_checks.pop(t, None)
         self.moves.append((time.monotonic(), how, sorted(tasks)))
         started = time.monotonic()
         report = self.supervisor.release_tasks(self.process.name, tasks, self.stop_deadline_s)
@@ -217,7 +340,8 @@ class _ProcessMembership:
     def _run(self) -> None:
         try:
             consumer = Consumer(with_client_logger(
-                membership_consumer_config(self.config, self.process.name, self.client_id)))
+                membership_consumer_config(self.config, self.process.name, self.client_id,
+                                           self.stop_deadline_s)))
             self.consumer = consumer
             consumer.subscribe([self.group], on_assign=self._on_assign,
                                on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -227,6 +351,7 @@ class _ProcessMembership:
                 except KafkaException as exc:
                     log.warning("%s: membership poll: %s", self.group, exc)
                 self._bootstrap_pending()
+                self._check_fenced()
             with self.lock:
                 mine = set(self.owned)
             self._release(mine, "released at the coordinator's stop")
@@ -237,22 +362,64 @@ class _ProcessMembership:
             self.closed.set()
 
     def _bootstrap_pending(self) -> None:
+        """Start the bootstrap of the pending tasks on a thread of its own, or act on the
+        one that ended (called between polls; never blocks)."""
+        attempt = self.attempt
+        if attempt is not None:
+            if attempt.done.is_set() and attempt.polled_after:
+                self.attempt = None
+                self._finish(attempt)
+            elif attempt.done.is_set():
+                attempt.polled_after = True  # act after one more poll (on_lost delivered)
+            elif time.monotonic() - attempt.started > self.bound_s:
+                self._abandon(attempt)
+            return
         with self.lock:
             tasks = set(self.pending.tasks)
             due = tasks and time.monotonic() >= self.pending.next_at
             lead = 0 in self.owned
+            epochs = {t: self.epoch.get(t, 0) for t in tasks}
         if not due:
             return
-        try:
-            plan = self._bootstrap(tasks, lead)
-        except ParsleyFailClosedError as exc:
+        attempt = _Attempt(tasks, epochs, time.monotonic(), threading.Event())
+        self.attempt = attempt
+
+        def run() -> None:
+            try:
+                attempt.plan = self._bootstrap(tasks, lead)
+            except BaseException as exc:  # handed to the membership thread
+                attempt.error = exc
+            finally:
+                attempt.done.set()
+
+        threading.Thread(target=run, daemon=True,
+                         name=f"parsley-bootstrap-{self.process.name}").start()
+
+    def _abandon(self, attempt: _Attempt) -> None:
+        """A bootstrap past :attr:`bound_s`: stop the process here (fail closed); the
+        thread is left to end on its own clients' bounds."""
+        self.attempt = None
+        with self.lock:
+            self.pending.tasks -= attempt.tasks
+        detail = (f"the bootstrap of task(s) {sorted(attempt.tasks)} of '{self.process.name}' "
+                  f"did not end within {self.bound_s:.0f} s (the bound: four session "
+                  f"timeouts, at least {BOOTSTRAP_BOUND_FLOOR_S:.0f} s); the tasks were "
+                  f"not started here")
+        log.error("%s: %s (failing closed)", self.group, detail)
+        self.supervisor.fail_process(self.process.name, None, detail)
+
+    def _finish(self, attempt: _Attempt) -> None:
+        """Act on an ended bootstrap: spawn the tasks still assigned here in the same
+        assignment (epoch) it began in; retry or refuse on an error."""
+        tasks, exc = attempt.tasks, attempt.error
+        if isinstance(exc, ParsleyFailClosedError):
             log.error("%s: the bootstrap of task(s) %s refused: %s (failing closed)",
                       self.group, sorted(tasks), exc)
             with self.lock:
                 self.pending.tasks -= tasks
             self.supervisor.fail_process(self.process.name, exc.reason, exc.detail)
             return
-        except (StartError, OSError) as exc:
+        if isinstance(exc, (StartError, OSError)):
             with self.lock:
                 self.pending.attempts += 1
                 delay = min(RETRY_CAP_S, RETRY_FIRST_S * 2 ** (self.pending.attempts - 1))
@@ -260,11 +427,46 @@ class _ProcessMembership:
             log.warning("%s: the bootstrap of task(s) %s did not complete (%s); again in "
                         "%.1f s", self.group, sorted(tasks), exc, delay)
             return
+        if exc is not None:
+            log.error("%s: the bootstrap of task(s) %s failed: %r (failing closed)",
+                      self.group, sorted(tasks), exc)
+            with self.lock:
+                self.pending.tasks -= tasks
+            self.supervisor.fail_process(
+                self.process.name, None,
+                f"the bootstrap of task(s) {sorted(tasks)} failed: {exc!r}")
+            return
+        assert attempt.plan is not None
         with self.lock:
-            tasks &= self.owned  # a revocation may have come meanwhile (never, on this thread)
-            self.pending.tasks -= tasks
-        self.supervisor.assign_tasks(self.process.name, plan, tasks)
-        self.moves.append((time.monotonic(), "spawned", sorted(tasks)))
+            # Still assigned here, in the assignment the bootstrap began in (a poll ran
+            # since the bootstrap ended, so a revocation or loss has been delivered).
+            still = {t for t in tasks
+                     if t in self.owned and self.epoch.get(t, 0) == attempt.epochs[t]}
+            self.pending.tasks -= still
+        if still != tasks:
+            log.warning("%s: task(s) %s moved while their bootstrap ran; not started here",
+                        self.group, sorted(tasks - still))
+        if still:
+            self.supervisor.assign_tasks(self.process.name, attempt.plan, still)
+            self.moves.append((time.monotonic(), "spawned", sorted(still)))
+
+    def _check_fenced(self) -> None:
+        """A task whose worker was fenced by a successor but which the group still
+        assigns here after twice the session timeout: two owners, fail closed."""
+        now = time.monotonic()
+        with self.lock:
+            due = [t for t, at in self.fence_checks.items() if now >= at]
+            for t in due:
+                del self.fence_checks[t]
+            stuck = sorted(t for t in due if t in self.owned)
+        if stuck:
+            detail = (f"the worker(s) of task(s) {stuck} of '{self.process.name}' were "
+                      f"fenced by a successor, but the coordinators' group still assigns "
+                      f"them here after {2 * self.session_s:.0f} s: another coordinator or "
+                      f"worker runs them outside the group (docs/operations.md, \"Several "
+                      f"coordinators\")")
+            log.error("%s: %s (failing closed)", self.group, detail)
+            self.supervisor.fail_process(self.process.name, None, detail)
 
     def _bootstrap(self, tasks: set[int], lead: bool) -> ProcessPlan:
         """Bootstrap ``tasks`` on clients of this attempt's own (StartRetryableError is a
@@ -283,26 +485,26 @@ class _ProcessMembership:
             del admin
 
     def fenced(self, task: int) -> bool:
-        """A worker of ``task`` stopped fenced: a successor runs the task (this coordinator
-        lost it, and hears so at its next poll: ``on_lost``), or something else took it.
+        """A worker of ``task`` stopped fenced by a live successor
+        (:func:`coordinator.supervisor.fenced_by_successor`): this coordinator lost the
+        task, and hears so at its next poll (``on_lost``).
 
-        If the group still assigns the task here after twice the session timeout, it is
-        bootstrapped and spawned again (:meth:`_bootstrap_pending`); a loss drops it first.
+        If the group still assigns the task here after twice the session timeout, the
+        process stops here as failed (:meth:`_check_fenced`): it is never started again
+        on that account.
 
         Returns:
-            ``True``: the exit is the task moving, not a failure, whether the group's loss
-            of it arrived already (the task is no longer owned here) or not yet.
+            ``True``: the exit is the task moving, not a failure (yet).
         """
         with self.lock:
             owned = task in self.owned
             if owned:
-                self.pending.tasks.add(task)
-                self.pending.attempts = 0
-                self.pending.next_at = time.monotonic() + 2 * self.session_s
+                self.pending.tasks.discard(task)
+                self.fence_checks[task] = time.monotonic() + 2 * self.session_s
         self.moves.append((time.monotonic(), "fenced", [task]))
         if owned:
             log.warning("%s: task %d's worker was fenced by a successor; if the group still "
-                        "assigns it here in %.0f s it is started again", self.group, task,
+                        "assigns it here in %.0f s the process stops here", self.group, task,
                         2 * self.session_s)
         else:
             log.info("%s: task %d's worker was fenced by its successor on the coordinator "
@@ -405,9 +607,12 @@ def start_joined(config: ParsleyConfig, processes: Sequence[Process], *,
     Raises:
         ValueError: a wrong declaration.
         StartError: as :func:`ensure_coordinators_topics`.
+        ParsleyFailClosedError: as :func:`refuse_beside_plain_coordinator`.
     """
     validate_declarations(config.application_id_prefix, list(processes))
     topics = ensure_coordinators_topics(config, processes)
+    refuse_beside_plain_coordinator(config, processes,
+                                    leave_window_s(config.kafka_properties))
     plans: dict[str, ProcessPlan] = {}
     for p in processes:
         declared = {*p.received_topics, *(c.name for c in p.outputs)}

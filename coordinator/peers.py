@@ -17,15 +17,18 @@ tasks and ``"answered": false``; its tasks then have no entry.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from coordinator.bootstrap.clients import answer, new_admin
+from coordinator.bootstrap.clients import new_admin
+from coordinator.bootstrap.common import StartError
 from coordinator.config import ParsleyConfig
 from coordinator.membership import coordinators_group
 from coordinator.status import ProcessState, aggregate_state
@@ -49,9 +52,12 @@ CLIENT_ID_TAG: Final = "parsley-coordinator"
 """The first field of a coordinator's ``client.id`` in its coordinators' groups."""
 PEER_TIMEOUT_S: Final = 3.0
 """s to wait for a peer's status reply."""
-DESCRIBE_TIMEOUT_S: Final = 5.0
-"""s for a describe of a coordinators' group (the request's own timeout; the answer is
-awaited with :func:`coordinator.bootstrap.clients.answer`'s margin)."""
+DESCRIBE_BOUND_S: Final = 5.0
+"""s the describe of every coordinators' group may take in all: our own bound, on the
+futures (:func:`describe_coordinators`), never the client library's."""
+LIBRARY_REQUEST_TIMEOUT_S: Final = 2 * DESCRIBE_BOUND_S
+"""The ``request_timeout`` the describe API is given: above :data:`DESCRIBE_BOUND_S`, so
+that our bound, not the library's, ends the wait."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,9 @@ def describe_coordinators(config: ParsleyConfig, processes: Sequence[str]
         One :class:`PeerView` per coordinator (members whose client id is not a
         coordinator's are left out), sorted by host and pid.
 
+    Every describe answers within :data:`DESCRIBE_BOUND_S` s in all (a deadline over
+    the futures; the library's own ``request_timeout`` is set above it).
+
     Raises:
         KafkaException: a describe failed.
         coordinator.bootstrap.StartError: no answer within the bound.
@@ -114,10 +123,11 @@ def describe_coordinators(config: ParsleyConfig, processes: Sequence[str]
     groups = {coordinators_group(config.application_id_prefix, p): p for p in processes}
     found: dict[CoordinatorRef, dict[str, tuple[int, ...]]] = {}
     try:
+        deadline = time.monotonic() + DESCRIBE_BOUND_S
         futures = admin.describe_consumer_groups(list(groups),
-                                                 request_timeout=DESCRIBE_TIMEOUT_S)
+                                                 request_timeout=LIBRARY_REQUEST_TIMEOUT_S)
         for group, process in groups.items():
-            desc = answer(futures[group], f"describing group '{group}'", DESCRIBE_TIMEOUT_S)
+            desc = _within(futures[group], f"describing group '{group}'", deadline)
             for m in desc.members or ():
                 ref = parse_client_id(str(m.client_id))
                 if ref is None:
@@ -128,6 +138,19 @@ def describe_coordinators(config: ParsleyConfig, processes: Sequence[str]
         del admin
     return [PeerView(ref, tasks) for ref, tasks in sorted(
         found.items(), key=lambda kv: (kv[0].host, kv[0].pid))]
+
+
+def _within(future: Any, what: str, deadline: float) -> Any:
+    """``future.result()`` by ``deadline`` (monotonic s).
+
+    Raises:
+        KafkaException: the describe failed.
+        coordinator.bootstrap.StartError: no answer by the deadline.
+    """
+    try:
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+    except concurrent.futures.TimeoutError as exc:
+        raise StartError(f"{what}: no answer within {DESCRIBE_BOUND_S:g} s") from exc
 
 
 def _ask(ref: CoordinatorRef, payload: Mapping[str, Any], timeout_s: float

@@ -151,6 +151,23 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+SUCCESSOR_FENCED: Final = "fenced by a live successor:"
+"""How a worker's ``failure_detail`` begins when a live successor holds its task's
+``group.instance.id`` (KIP-345; ``workers.main._successor_stop``)."""
+
+
+def fenced_by_successor(kind: StopKind, detail: str | None) -> bool:
+    """Whether a worker's stop is the task moving to a live successor (pure).
+
+    Only a ``FATAL`` stop whose final report says a live successor holds the task's
+    ``group.instance.id`` (:data:`SUCCESSOR_FENCED`) counts; every other ``FATAL`` (an
+    unexpected exception, a native panic, a fatal client error) is a failure that stops
+    the process, with ``--join`` as without (docs/operations.md, "Several coordinators").
+    """
+    return kind is StopKind.FATAL and detail is not None \
+        and detail.startswith(SUCCESSOR_FENCED)
+
+
 def classify_exit(final: Mapping[str, Any], code: int | None
                   ) -> tuple[StopKind, Reason | None, str | None]:
     """How a worker stopped, from its final report or, when that was lost, its exit code (pure).
@@ -356,8 +373,9 @@ class Supervisor:
         owned: ``{process: task indexes}`` this coordinator runs at first (``--join``:
             none, until the coordinators' group assigns some; :mod:`coordinator.membership`);
             ``None`` (default) for every task.
-        on_fenced: ``(process, task) -> bool``, asked when a worker stops ``FATAL`` (fenced:
-            a successor runs its task); ``True`` takes the exit as the task moving away (no
+        on_fenced: ``(process, task) -> bool``, asked when a worker stops fenced by a live
+            successor (:func:`fenced_by_successor`; any other ``FATAL`` stops the
+            process); ``True`` takes the exit as the task moving away (no
             blast radius; :mod:`coordinator.membership` decides what runs it).
     """
 
@@ -722,6 +740,7 @@ class Supervisor:
         name = run.plan.name
         final = t.final or {}
         kind, reason, detail = classify_exit(final, code)
+        final_detail = detail
         with self._lock:
             self._observe("exited", name, t.index, t.pid, kind, reason)
         if t.stale is not None and not final:
@@ -741,7 +760,7 @@ class Supervisor:
             if t.released:
                 self._changed.notify_all()
                 return
-            if kind is StopKind.FATAL and self._on_fenced is not None \
+            if fenced_by_successor(kind, final_detail) and self._on_fenced is not None \
                     and not (run.closing or run.stopped or run.restarting) \
                     and self._on_fenced(name, t.index):
                 log.warning("%s: task %d (pid %d) was fenced: %s; its successor runs it "

@@ -1016,7 +1016,7 @@ class Worker:
         self._close_state()
 
 
-def _timed_out(outcome: Stop, worker: Worker) -> Stop:
+def _timed_out(outcome: Stop, worker: Worker, fenced: bool = False) -> Stop:
     """A fenced producer: its own transaction timed out (SUBSTRATE), or a successor (FATAL).
 
     The broker aborts a transaction open past ``transaction.timeout.ms`` and bumps the
@@ -1026,8 +1026,10 @@ def _timed_out(outcome: Stop, worker: Worker) -> Stop:
     fence a worker whose transaction is old too, and calling that restartable would
     let two owners of a task fence each other in a restart loop. So:
 
-    * transaction not open, or open no longer than the timeout: a successor; as it was
-      (FATAL);
+    * transaction not open, or open no longer than the timeout: a successor; FATAL,
+      naming the live successor when ``fenced`` (the error was a fencing one) and one
+      holds the task's ``group.instance.id`` (so that a coordinator can tell the task
+      moved from a failure), else as it was;
     * older: the consumer group is asked (:meth:`Worker.successor_member`) whether
       another live member holds this task's ``group.instance.id``: if so, FATAL,
       naming it; if not, the timeout explains the fencing: a substrate stop that a
@@ -1037,11 +1039,9 @@ def _timed_out(outcome: Stop, worker: Worker) -> Stop:
     if worker.member_fenced:
         return _member_fenced(outcome, worker)
     txn = worker.txn
-    if not txn.open:
-        return outcome
-    age_s = time.monotonic() - txn.opened_at
+    age_s = time.monotonic() - txn.opened_at if txn.open else 0.0
     if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
-        return outcome
+        return (_successor_stop(outcome, worker, "") if fenced else None) or outcome
     fatal = _successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
     if fatal is not None:
         return fatal
@@ -1190,7 +1190,8 @@ def run(spec: TaskSpec) -> int:
     except BaseException as exc:  # every end is classified and reported
         outcome = stop_of(exc)
         if outcome.kind is StopKind.FATAL and worker is not None:
-            outcome = _timed_out(outcome, worker)
+            outcome = _timed_out(outcome, worker,
+                                 fenced=classify(exc).kind is ErrorKind.FENCED)
         dog.outcome = outcome
         if outcome.kind is not StopKind.CLEAN and worker is not None:
             try:

@@ -6,6 +6,7 @@ public key is authorized; an unknown key, or no key at all, gets no reply.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -70,3 +71,28 @@ def test_a_tcp_control_socket_off_the_loopback_needs_keys(
         assert request(server.endpoint, {"op": "ping"}, timeout_s=5)["pong"] is True
     finally:
         server.close()
+
+
+def test_loopback_is_decided_on_addresses_not_on_the_text() -> None:
+    def fake(host: str, port: Any) -> list[Any]:
+        table = {"localhost": ["127.0.0.1", "::1"], "127.example.com": ["203.0.113.7"],
+                 "mixed": ["127.0.0.1", "10.0.0.7"]}
+        if host not in table:
+            raise OSError("unknown host")
+        return [(0, 0, 0, "", (a, 0)) for a in table[host]]
+
+    assert is_loopback("tcp://127.0.0.2:1", fake) and is_loopback("tcp://[::1]:1", fake)
+    assert is_loopback("tcp://localhost:1", fake)
+    for off in ("127.example.com", "mixed", "nowhere", "0.0.0.0", "*", "[::]", "10.0.0.1"):
+        assert not is_loopback(f"tcp://{off}:1", fake), off
+
+
+def test_secret_keys_are_private_from_creation_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        make_keys(tmp_path / "k", "ops")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "k").stat().st_mode & 0o777 == 0o700
+    for name in ("server.key_secret", "ops.key_secret"):
+        assert (tmp_path / "k" / name).stat().st_mode & 0o777 == 0o600
