@@ -13,57 +13,9 @@ Source: Apache Kafka ``org.apache.kafka.common.utils.Utils.murmur2`` and
 
 from __future__ import annotations
 
-from typing import Final
+from parsley.testing.partitioner import murmur2, partition_for
 
 __all__ = ["key_for_partition", "murmur2", "partition_for"]
-
-_SEED: Final = 0x9747B28C
-_M: Final = 0x5BD1E995
-_MASK: Final = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash of ``data``, as Java's signed 32-bit ``int``.
-
-    Args:
-        data: the serialized key bytes.
-
-    Returns:
-        The hash, in ``-2**31 .. 2**31 - 1``.
-    """
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    tail = length % 4
-    if tail == 3:
-        h ^= data[whole + 2] << 16
-    if tail >= 2:
-        h ^= data[whole + 1] << 8
-    if tail >= 1:
-        h ^= data[whole]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition a non-null ``key`` goes to among ``partitions`` (``murmur2_random``).
-
-    Raises:
-        ValueError: ``partitions`` below 1.
-    """
-    if partitions < 1:
-        raise ValueError(f"a topic has at least one partition, got {partitions}")
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def key_for_partition(stem: str, partition: int, partitions: int) -> str:
