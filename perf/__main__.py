@@ -3,12 +3,14 @@
 Usage::
 
     python -m perf [--quick] [--json FILE] [--plot FILE.png] [--bootstrap-servers HOST:PORT]
-                   [--runs baseline,parsley-1,parsley-2,diamond] [--sizes 100,1024]
+                   [--runs baseline,parsley-1,parsley-1-python,parsley-2,diamond]
+                   [--sizes 100,1024]
                    [--no-restore] [--docs docs/performance.md]
 
 Without ``--bootstrap-servers`` it starts a private broker in a temporary
 directory (``coordinator.devbroker.up``) and stops it at the end. It runs the
-baseline, parsley-1, parsley-2 and diamond relays (``perf.runs``) for each value
+baseline, parsley-1 (native engine), parsley-1-python (the reference engine),
+parsley-2 and diamond relays (``perf.runs``) for each value
 size, then the restore benchmark (``perf.restore``), prints every figure and the
 ratios against the baseline of the same invocation, and writes the JSON, the PNG
 plot and the docs table when asked. Nothing here asserts a timing.
@@ -41,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     from perf.patches import PATCHES
 
-    ap.add_argument("--quick", action="store_true", help="smaller backlogs (a few minutes)")
+    ap.add_argument("--quick", action="store_true",
+                    help="backlogs of 10^5 records, 2 rounds (a few minutes; the default is "
+                         "2*10^5 records, 3 rounds)")
     ap.add_argument("--json", metavar="FILE", help="write the JSON report here")
     ap.add_argument("--plot", metavar="FILE.png", help="write a PNG plot here (matplotlib)")
     ap.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
@@ -49,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", help="comma-separated value sizes in bytes (default 100,1024)")
     ap.add_argument("--messages", type=int, help="backlog records per run (overrides)")
     ap.add_argument("--rounds", type=int,
-                    help="rounds of every run; the best throughput is kept (default quick 1, 2)")
+                    help="rounds of every run; the best throughput is kept (default quick 2, 3)")
     ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
                     help="apply a candidate worker fix from perf/patches.py in the workers")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore benchmark")
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        rounds = a.rounds or (1 if a.quick else 2)
+        rounds = a.rounds or (2 if a.quick else 3)
         for _ in range(rounds):
             for size in settings.sizes:
                 for kind in kinds:

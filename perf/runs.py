@@ -34,6 +34,7 @@ commit interval and the same records per ``consume()`` call.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,15 @@ from perf.measure import (
     throughput,
 )
 
-__all__ = ["KINDS", "Conditions", "Settings", "conditions", "run_one"]
+__all__ = ["ENGINES", "KINDS", "Conditions", "Settings", "conditions", "run_one"]
 
-KINDS: tuple[str, ...] = ("baseline", "parsley-1", "parsley-2", "diamond")
-"""The relay runs, in the order they are run."""
+KINDS: tuple[str, ...] = ("baseline", "parsley-1", "parsley-1-python", "parsley-2", "diamond")
+"""The relay runs, in the order they are run. ``parsley-1-python`` is ``parsley-1`` on the
+pure-Python reference engine and codec (``PARSLEY_ENGINE=python`` in its worker; the others
+run the default, native one: docs/operations.md, "Choosing the engine")."""
+
+ENGINES: dict[str, str] = {"parsley-1-python": "python"}
+"""The ``PARSLEY_ENGINE`` of a run's workers, where not the default (native)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ class Settings:
         timeout_s: deadline for any one wait (startup, drain), seconds.
     """
 
-    messages: int = 50_000
+    messages: int = 200_000
     latency_messages: int = 2_000
     latency_rate: float = 400.0
     sizes: tuple[int, ...] = (100, 1024)
@@ -89,8 +95,12 @@ class Settings:
     timeout_s: float = 240.0
 
 
-QUICK = Settings(messages=20_000, latency_messages=600, latency_rate=300.0)
-FULL = Settings()
+QUICK = Settings(messages=100_000, latency_messages=600, latency_rate=300.0)
+"""``--quick``: a backlog of 10^5 records. Not fewer: the baseline drains 10^5 records of
+100 B in well under a second, and on 2*10^4 its fixed start costs (the first fetches and
+commit) showed as half its throughput (63,000 msg/s against 120,000-170,000 on 10^5), which
+inflated every ratio against it."""
+FULL = Settings(messages=200_000, latency_messages=2_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +234,8 @@ class ParsleyRelay:
     """
 
     def __init__(self, bootstrap: str, inputs: Sequence[str], output: str, tag: str,
-                 commit_interval_ms: int, state_dir: str) -> None:
+                 commit_interval_ms: int, state_dir: str, engine: str | None = None) -> None:
+        self.engine = engine  # PARSLEY_ENGINE of the workers; None: the default
         self.bootstrap = bootstrap
         self.inputs = list(inputs)
         self.output = output
@@ -299,7 +310,8 @@ class ParsleyRelay:
                             kafka_properties=self.PROPS,
                             commit_interval_ms=self.commit_interval_ms)
             p = ctx.Process(target=target or run, args=(spec, *extra_args), daemon=True)
-            p.start()
+            with _engine_env(self.engine):
+                p.start()  # a spawned process takes the environment at its start
             self.procs.append(p)
         deadline = time.monotonic() + timeout_s
         for p in self.procs:
@@ -343,6 +355,24 @@ class ParsleyRelay:
             time.sleep(0.2)
             self.collector.close()
             self.collector = None
+
+
+@contextlib.contextmanager
+def _engine_env(engine: str | None) -> Any:
+    """``PARSLEY_ENGINE=engine`` in this process's environment for the block (unchanged
+    for ``None``), restored after."""
+    if engine is None:
+        yield
+        return
+    old = os.environ.get("PARSLEY_ENGINE")
+    os.environ["PARSLEY_ENGINE"] = engine
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PARSLEY_ENGINE"]
+        else:
+            os.environ["PARSLEY_ENGINE"] = old
 
 
 def relay_handler(out: Any) -> Callable[[Any, Any], Any]:
@@ -442,7 +472,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
                               cond.consume_batch)
     else:
         relay = ParsleyRelay(bootstrap, ins, out, tag, settings.commit_interval_ms,
-                             tempfile.mkdtemp(prefix="state-", dir=workdir))
+                             tempfile.mkdtemp(prefix="state-", dir=workdir), ENGINES.get(kind))
     _say(f"{kind} {size} B: starting the relay")
     t_start = time.monotonic()
     if worker_patches and isinstance(relay, ParsleyRelay):
@@ -541,6 +571,7 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         "kind": kind,
         "value_bytes": size,
         "tasks": len(pids) if kind != "baseline" else 1,
+        "engine": None if kind == "baseline" else ENGINES.get(kind, "native"),
         "backlog_records": backlog,
         "msgs_per_s": rate,
         "startup_s": round(startup_s, 2),

@@ -39,7 +39,8 @@ docs/runbooks.md ("The application must change", "A handler that throws"), READM
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -277,6 +278,7 @@ class HandlerFrame:
         self._latched: ParsleyFailClosedError | None = None
         self._state = _FrameState(self)
         self._latch_fn = self.latch
+        self._latching = False  # inside latching(): the refusal latch is already set
         # Per-channel plans, built once; the declaration is immutable.
         self._in_plans: dict[str, _InputPlan] = {
             i.channel.name: (i.handler, decoder(i.channel.key_serde),
@@ -300,6 +302,23 @@ class HandlerFrame:
         if self._latched is None:
             self._latched = refusal
         return refusal
+
+    @contextlib.contextmanager
+    def latching(self) -> Iterator[None]:
+        """Set the refusal latch once for a block of :meth:`run` calls (a delivery batch).
+
+        Inside it :meth:`run` does not set and reset the latch's context variable per
+        message; what a handler sees is the same (a refusal raised while it builds
+        effects is latched into this frame). The block must run nothing but this
+        frame's deliveries and the writing of their results.
+        """
+        token = _REFUSAL_LATCH.set(self._latch_fn)
+        self._latching = True
+        try:
+            yield
+        finally:
+            self._latching = False
+            _REFUSAL_LATCH.reset(token)
 
     def _rethrow(self) -> None:
         """Raise a latched refusal, once."""
@@ -399,6 +418,26 @@ class HandlerFrame:
             + APPLICATION_REMEDY,
         )
 
+    def _plan_plain(self, send: Send, plan: _OutputPlan,
+                    timestamp_ms: int) -> list[PlannedSend]:
+        """:meth:`_plan_sends` of one send without headers to a channel whose serdes are
+        built-in (output always bytes or ``None``, no headers hook): nothing to check but
+        that each payload serializes; the same results and refusals."""
+        topic, encode_key, _, _, encode_value, _, _ = plan
+        key, value = send.key, send.value
+        try:
+            key_bytes = None if key is None else encode_key(key)
+        except Exception as exc:
+            raise self._unserializable(exc, topic, "key") from exc
+        try:
+            value_bytes = None if value is None else encode_value(value)
+        except Exception as exc:
+            raise self._unserializable(exc, topic, "value") from exc
+        if self._latched is not None:
+            self._rethrow()
+        ts = send.timestamp_ms
+        return [(topic, key_bytes, value_bytes, [], timestamp_ms if ts is None else ts)]
+
     def _plan_sends(self, sends: tuple[Send, ...], plans: list[_OutputPlan],
                     timestamp_ms: int) -> list[PlannedSend]:
         out: list[PlannedSend] = []
@@ -494,13 +533,16 @@ class HandlerFrame:
         delivery = new_delivery(topic, partition, offset, timestamp_ms, key_value, value_value,
                                 strip_reserved(headers) if headers else ())
         try:
-            # RefusalLatch(self.latch), without the object: refusals raised while the
-            # handler builds effects are latched into this frame.
-            token = _REFUSAL_LATCH.set(self._latch_fn)
-            try:
+            if self._latching:
                 effects = handler(delivery, self._state)
-            finally:
-                _REFUSAL_LATCH.reset(token)
+            else:
+                # RefusalLatch(self.latch), without the object: refusals raised while the
+                # handler builds effects are latched into this frame.
+                token = _REFUSAL_LATCH.set(self._latch_fn)
+                try:
+                    effects = handler(delivery, self._state)
+                finally:
+                    _REFUSAL_LATCH.reset(token)
         except ParsleyFailClosedError:
             self._rethrow()
             raise
@@ -522,8 +564,13 @@ class HandlerFrame:
                 raise HandlerFailure(self.task, topic, partition, offset,
                                      _describe(wrong)) from wrong
         sends, writes = effects.sends, effects.writes
-        if not sends and not writes:
-            return (), ()
+        if not writes:
+            if not sends:
+                return (), ()
+            if len(sends) == 1:
+                plan = self._out_plans.get(sends[0].channel.name)
+                if plan is not None and plan[3] and plan[6] and not sends[0].headers:
+                    return self._plan_plain(sends[0], plan, timestamp_ms), ()
         # Every target first, then every payload: nothing is serialized for a step
         # with an undeclared target, and nothing is returned unless all of it is.
         stores = [self.resolve_store(w.store, "state write") for w in writes] if writes else ()

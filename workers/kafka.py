@@ -247,7 +247,9 @@ def producer_config(
         idempotence on, ``acks=all``, ``transaction.timeout.ms=10000``
         (:data:`TRANSACTION_TIMEOUT_MS`) and ``partitioner=murmur2_random``
         (Java's default partitioner, so keys land on the same partitions
-        from either implementation).
+        from either implementation); by default ``acks=all`` and
+        ``delivery.report.only.error=true`` (failures only: a commit knows every other
+        record delivered once its flush empties the queue, :class:`workers.ledger.DeliveryLedger`).
 
     Raises:
         ValueError: a blank argument, or a user property Parsley owns.
@@ -255,7 +257,9 @@ def producer_config(
     _check_common(bootstrap_servers, prefix, process)
     user = _select(_check_user_properties(kafka_properties), "producer")
     name = transactional_id(prefix, process, task, task_count)
-    config: dict[str, Any] = {"client.id": name, "acks": "all"}
+    # Failures only: no Python call per delivered record (workers.ledger.DeliveryLedger).
+    config: dict[str, Any] = {"client.id": name, "acks": "all",
+                              "delivery.report.only.error": True}
     config.update(user)
     config.update(
         {

@@ -36,9 +36,18 @@ class DeliveryLedger:
     call :meth:`sent` once per successful ``produce()``. Delivery reports
     arrive from ``poll()``/``flush()``/``commit_transaction()``.
 
+    The task's producer reports failures only (``delivery.report.only.error``,
+    :func:`workers.kafka.producer_config`): confluent-kafka then frees a delivered
+    record's report state in C and calls no Python per record. A record is then
+    known delivered once the producer's queue is empty (``flush()`` returned 0:
+    librdkafka's ``rd_kafka_outq_len`` counts queued and in-flight records and
+    unserved reports) and it has no error report; :meth:`check` takes that as
+    ``queue_empty``. A producer that reports successes too counts them in
+    :attr:`delivered`.
+
     Attributes:
         produced: successful ``produce()`` calls in this transaction.
-        delivered: reports without an error.
+        delivered: reports without an error (none under ``delivery.report.only.error``).
         failed: reports with an error (purges included).
         first_error: the first failed report whose error is not a purge
             (:data:`PURGE_CODES`), else ``None``: the cause to classify.
@@ -88,11 +97,17 @@ class DeliveryLedger:
         """Whether some delivery failed (a purge included)."""
         return self.first_error is not None or self.first_purge is not None
 
-    def check(self, context: str = "") -> None:
+    def check(self, context: str = "", *, queue_empty: bool = False) -> None:
         """Raise unless every produced message was delivered.
 
         The error classified is the first report's that is not a purge
         (:data:`PURGE_CODES`); a purge is reported only when nothing else failed.
+
+        Args:
+            context: prefixed to the error's detail.
+            queue_empty: the producer's queue is empty (``flush()`` returned 0), so every
+                record without an error report was delivered; otherwise a record counts
+                as delivered only by its success report.
 
         Raises:
             ParsleyFailClosedError: a delivery failed with a record too large
@@ -106,7 +121,7 @@ class DeliveryLedger:
             where = f"{context}: " if context else ""
             exc = to_exception(err, f"{where}delivering to {where_to}")
             raise exc from KafkaException(err)
-        if self.outstanding:
+        if self.outstanding and not queue_empty:
             raise SubstrateError(
                 ErrorKind.SUBSTRATE_TRANSIENT,
                 f"{context}: {self.outstanding} of {self.produced} messages not delivered",

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
@@ -94,9 +94,10 @@ class TaskStep:
         self.stores = stores
         self.txn = txn
         self._channels = dict(channels)
-        # Keyed by the channel objects the engine was given, which it hands back: the
-        # lookup hits identity and the channel's cached hash, not uuid.UUID.__hash__.
-        self._by_channel = {ch: (name, ch.partition) for name, ch in channels.items()}
+        # Keyed by the identity of the channel objects the engine was given, which it
+        # hands back (kept alive by _channels, so an id is never reused): an int's hash,
+        # no ChannelId.__hash__ call per delivery.
+        self._by_channel = {id(ch): (name, ch.partition) for name, ch in channels.items()}
         self._ordering_topic = ordering_topic
         self._store_topics = dict(store_topics)
         self.close_after_s = close_after_s
@@ -187,8 +188,13 @@ class TaskStep:
         run = self.frame.run
         txn = self.txn
         send = txn.send_counted
+        # The producer's own call on the hot path; anything but a plain success goes
+        # through send_counted, which waits out a full queue and classifies a failure.
+        produce = txn.producer.produce
+        on_delivery = txn.ledger.on_delivery
         apply = self.stores.apply
         by_channel = self._by_channel
+        latching = self.frame.latching
         batches = self.batches
         close = self.close
         close_after = self.close_after_s if close is not None else None
@@ -236,24 +242,32 @@ class TaskStep:
                     txn.begin()
                 slowest = 0.0
                 mark = clock()
-                for ch, position, timestamp_ms, key, value, headers, causes in batch:
-                    topic, partition = by_channel[ch]
-                    sends, writes = run(topic, partition, position, timestamp_ms, key, value,
-                                        headers)
-                    if writes:
-                        apply(writes)
-                    if sends:
-                        stamp = (CAUSES_HEADER, causes)
-                        for out, k, v, h, ts in sends:
-                            # A fresh list: a headers-aware serializer may keep the one
-                            # it was given, and must not see the stamp appear in it.
-                            send(out, k, v, [*h, stamp], ts)
-                            sent += 1
-                    count += 1
-                    now = clock()
-                    if now - mark > slowest:
-                        slowest = now - mark
-                    mark = now
+                with latching():
+                    for ch, position, timestamp_ms, key, value, headers, causes in batch:
+                        topic, partition = by_channel[id(ch)]
+                        sends, writes = run(topic, partition, position, timestamp_ms, key,
+                                            value, headers)
+                        if writes:
+                            apply(writes)
+                        if sends:
+                            stamp = (CAUSES_HEADER, causes)
+                            for out, k, v, h, ts in sends:
+                                # A fresh list: a headers-aware serializer may keep the one
+                                # it was given, and must not see the stamp appear in it.
+                                stamped = [*h, stamp]
+                                try:
+                                    produce(out, v, k, on_delivery=on_delivery, timestamp=ts,
+                                            headers=stamped)
+                                except (BufferError, KafkaException):
+                                    # Nothing was queued: the full path retries, or raises
+                                    # the classified failure.
+                                    send(out, k, v, stamped, ts)
+                                sent += 1
+                        count += 1
+                        now = clock()
+                        if now - mark > slowest:
+                            slowest = now - mark
+                        mark = now
                 batches.observe(len(batch), mark - began, slowest)
                 # A short batch: nothing else was deliverable, and handling a batch
                 # feeds the engine nothing, so none is now.

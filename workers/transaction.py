@@ -229,7 +229,7 @@ class TaskTransaction:
                 ErrorKind.ABORTABLE,
                 f"{remaining} records still queued {self.timeout_s:g} s into the commit's flush",
             )
-        self.ledger.check("committing the task's transaction")
+        self.ledger.check("committing the task's transaction", queue_empty=True)
         try:
             with map_kafka_errors("committing the task's transaction"), \
                     bounded("commit_transaction"):

@@ -281,6 +281,24 @@ def test_reserved_header_refusal_caught_by_the_application_is_latched() -> None:
         "first wins"
 
 
+def test_a_caught_refusal_is_latched_inside_a_latching_batch_too() -> None:
+    # The worker sets the latch once per delivery batch (HandlerFrame.latching): a
+    # refusal caught by the application is still rethrown, and the latch is gone after.
+    def handler(delivery: Delivery[Any, Any], state: State) -> Effects:
+        with contextlib.suppress(ParsleyFailClosedError):
+            Send(AUDIT, "k", 2, (("parsley.y", None),))
+        return Effects.builder().send(AUDIT, "k", 1).build()
+
+    frame = _frame(handler)
+    with frame.latching():
+        refusal = _refusal(frame)
+        assert _deliver(_frame(lambda d, s: Effects.none())) == FrameResult((), ())
+    assert refusal.reason is Reason.RESERVED_HEADER_USED
+    with pytest.raises(ParsleyFailClosedError):
+        Send(AUDIT, "k", 2, (("parsley.y", None),))
+    assert frame._latched is None, "nothing latched once the batch's block is left"
+
+
 def test_reserved_header_outside_a_frame_still_raises_and_latches_nothing() -> None:
     with pytest.raises(ParsleyFailClosedError):
         Effects.builder().send(AUDIT, "k", 1, headers={"parsley.causes": b""})

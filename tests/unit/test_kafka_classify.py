@@ -176,6 +176,29 @@ def test_delivery_ledger() -> None:
     ledger.check()
 
 
+def test_delivery_ledger_with_error_only_reports_trusts_an_empty_queue_not_an_error() -> None:
+    # delivery.report.only.error: delivered records are never reported; an empty queue
+    # (flush() returned 0) says every record without an error report was delivered.
+    ledger = DeliveryLedger()
+    ledger.sent(3)
+    with pytest.raises(SubstrateError, match="3 of 3"):
+        ledger.check("commit")  # the queue not known empty: nothing counts as delivered
+    ledger.check("commit", queue_empty=True)
+    ledger.on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too big"), _Msg())  # type: ignore[arg-type]
+    with pytest.raises(ParsleyFailClosedError) as info:
+        ledger.check("commit", queue_empty=True)
+    assert info.value.reason is Reason.SUBSTRATE_MISCONFIGURED and "t[4]" in info.value.detail
+
+
+def test_the_task_producer_reports_failed_deliveries_only() -> None:
+    from workers.kafka import producer_config
+
+    config = producer_config("localhost:9092", "app", "proc", 0)
+    assert config["delivery.report.only.error"] is True
+    assert producer_config("localhost:9092", "app", "proc", 0, {
+        "producer.delivery.report.only.error": False})["delivery.report.only.error"] is False
+
+
 def test_delivery_ledger_reports_the_first_error_that_is_not_a_purge() -> None:
     # An oversize record in a transaction: the other records' purge reports may come first.
     ledger = DeliveryLedger()

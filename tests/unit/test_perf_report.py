@@ -147,6 +147,8 @@ def _runs() -> dict:
     for size, base in ((100, 20_000.0), (1024, 10_000.0)):
         runs[run_key("baseline", size)] = _run("baseline", size, base, 120.0, 100_000.0)
         runs[run_key("parsley-1", size)] = _run("parsley-1", size, base * 0.9, 150.0, 20_000.0)
+        runs[run_key("parsley-1-python", size)] = _run("parsley-1-python", size, base * 0.3,
+                                                       150.0, 5_000.0)
         runs[run_key("parsley-2", size)] = _run("parsley-2", size, base * 0.9 * 1.5, 160.0,
                                                 18_000.0 if size == 100 else 19_000.0)
         runs[run_key("diamond", size)] = _run("diamond", size, base / 2, 200.0, 10_000.0,
@@ -162,6 +164,7 @@ def test_ratios_per_size_and_headline_worst() -> None:
     assert r100["parsley2_cpu_efficiency"] == pytest.approx(0.9)
     assert r100["held_added_p99_ms"] == pytest.approx(50.0)
     assert r100["parsley1_vs_baseline_cpu"] == pytest.approx(0.2)
+    assert r100["parsley1_python_vs_baseline"] == pytest.approx(0.3)
     r = ratios(runs)
     assert r["parsley2_cpu_efficiency"] == pytest.approx(0.9)   # min(0.9, 0.95)
     assert r["held_added_p99_ms"] == pytest.approx(110.0)       # max(50, 110)
@@ -191,8 +194,9 @@ def test_markdown_table_has_one_row_per_run() -> None:
     rep = build_report(_runs(), {"cores": 2})
     table = markdown_table(rep)
     lines = table.splitlines()
-    assert len(lines) == 2 + 8
-    assert "| parsley-2 | 1024 B | 13,500 |" in table
+    assert len(lines) == 2 + 10
+    assert "| parsley-2 | – | 1024 B | 13,500 |" in table
+    assert "| 200.0 |" in table  # worker CPU µs per message of 5,000 msg per CPU-second
     assert "| 50 |" in table  # RSS in MiB
 
 

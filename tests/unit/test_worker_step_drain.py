@@ -3,6 +3,7 @@ transaction (no Kafka): the stamp it appends, and the batch bound by the time le
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,23 @@ class _Ledger:
     def sent(self, n: int) -> None:
         pass
 
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        pass
+
+
+class _Producer:
+    """``Producer.produce``'s shape, recording into its transaction's ``sent``."""
+
+    def __init__(self, txn: _Txn) -> None:
+        self._txn = txn
+        self.refuse: list[BaseException] = []  # raised by the next calls, in order
+
+    def produce(self, topic: str, value: Any, key: Any, *, on_delivery: Any, timestamp: int,
+                headers: list[tuple[str, bytes]]) -> None:
+        if self.refuse:
+            raise self.refuse.pop(0)
+        self._txn.sent.append((topic, key, value, headers, timestamp))
+
 
 class _Txn:
     """Records what is sent; opens on ``begin``."""
@@ -30,6 +48,8 @@ class _Txn:
         self.open = False
         self.opened_at = 0.0
         self.ledger = _Ledger()
+        self.producer = _Producer(self)
+        self.full_path: list[Any] = []  # keys sent through send_counted
         self.sent: list[tuple[str, Any, Any, list[tuple[str, bytes]], int]] = []
         self._clock = clock
 
@@ -40,6 +60,7 @@ class _Txn:
 
     def send_counted(self, topic: str, key: Any, value: Any,
                      headers: list[tuple[str, bytes]], ts: int) -> None:
+        self.full_path.append(key)
         self.sent.append((topic, key, value, headers, ts))
 
 
@@ -55,6 +76,9 @@ class _Frame:
         self.kept: list[list[tuple[str, bytes]]] = []
         self._costs = iter(cost_s)
         self._clock = clock
+
+    def latching(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def run(self, topic: str, partition: int, position: int, ts: int, key: Any,
             value: Any, headers: Any) -> tuple[list[Any], None]:
@@ -97,6 +121,22 @@ def test_a_headers_aware_serializer_never_sees_the_causes_stamp_in_its_list() ->
     assert all(h == [("app", b"1")] for h in frame.kept), frame.kept
     for _, _, _, headers, _ in txn.sent:
         assert headers[0] == ("app", b"1") and headers[-1][0] == CAUSES_HEADER
+
+
+def test_a_full_queue_or_a_produce_failure_takes_the_full_path_once_per_record() -> None:
+    # Nothing was queued by the refused call: send_counted (which waits out a full queue
+    # and classifies a failure) sends that record, and nothing is sent twice.
+    from confluent_kafka import KafkaError, KafkaException
+
+    frame = _Frame()
+    txn = _Txn(_Clock())
+    txn.producer.refuse = [BufferError("queue full"),
+                           KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))]
+    assert _step(_engine(3), frame, txn).drain() == 3
+    assert [k for _, k, _, _, _ in txn.sent] == [b"k", b"k", b"k"]
+    assert len(txn.full_path) == 2
+    for _, _, _, headers, _ in txn.sent:
+        assert [h[0] for h in headers] == ["app", CAUSES_HEADER]
 
 
 def test_a_slowing_handler_never_carries_the_transaction_past_its_close_time(
