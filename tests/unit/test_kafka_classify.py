@@ -257,6 +257,11 @@ def test_restore_consumer_config() -> None:
     assert r["isolation.level"] == "read_committed"
     assert r["group.id"] != "pre-proc", "the restore consumer must not use the process's group"
     assert r["enable.auto.commit"] is False
+    # A bounded prefetch (the worker keeps this consumer for its life), refilled at once.
+    assert r["queued.max.messages.kbytes"] == 16_384 and r["fetch.queue.backoff.ms"] == 10
+    bigger = restore_consumer_config(BS, "pre", "proc", 0,
+                                     {"consumer.queued.max.messages.kbytes": 65_536})
+    assert bigger["queued.max.messages.kbytes"] == 65_536, "a user's setting wins"
     assert admin_config(BS, {"admin.request.timeout.ms": 5})["request.timeout.ms"] == 5
 
 
