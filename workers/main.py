@@ -66,7 +66,6 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
     TopicPartition,
 )
@@ -85,6 +84,7 @@ from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.assignment import IncompleteAssignment
 from workers.changelog import RestoreProgress, read_partition
 from workers.client_log import serve_client_logs, with_task_logger
+from workers.fetched import split_errors
 from workers.frame import HandlerFailure, HandlerFrame
 from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
 from workers.identity import (
@@ -925,13 +925,9 @@ class Worker:
                             "join", self.app_id, self.task, sorted(self.assignment),
                             sorted(self.expected), waited)
         if messages:
-            good: list[Message] = []
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    self._consumer_error(err, msg)
-                else:
-                    good.append(msg)
+            good, errors = split_errors(messages)
+            for msg in errors:
+                self._consumer_error(msg.error(), msg)
             if good and self.state is TaskState.RUNNING:
                 assert self.step is not None
                 began = time.monotonic()

@@ -19,6 +19,8 @@ pub mod wire;
 pub mod engine;
 #[cfg(feature = "python")]
 mod py_engine;
+#[cfg(feature = "python")]
+mod py_fetch;
 
 #[cfg(feature = "python")]
 pub mod py_state_codec;
@@ -40,6 +42,7 @@ fn version() -> &'static str {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     py_engine::register(m)?;
+    py_fetch::register(m)?;
     py_wire::register(m)?;
     py_state_codec::register(m)?;
     Ok(())
