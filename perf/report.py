@@ -249,7 +249,7 @@ def replace_section(document: str, section: str) -> str:
 
 
 def plot(report: Mapping[str, Any], path: str) -> None:
-    """A PNG: throughput per run and size (bars) and p50/p99 latency per run and size.
+    """A PNG: throughput, worker CPU µs per message and p50/p99 latency per run and size.
 
     Raises:
         ImportError: matplotlib is not installed (``pip install .[perf]``).
@@ -262,10 +262,10 @@ def plot(report: Mapping[str, Any], path: str) -> None:
     runs = list(report["runs"].values())
     kinds = list(dict.fromkeys(r["kind"] for r in runs))
     sizes = sorted({r["value_bytes"] for r in runs})
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(15, 4.6))
     width = 0.8 / max(1, len(sizes))
     for j, size in enumerate(sizes):
-        xs, tput, p50, p99 = [], [], [], []
+        xs, tput, p50, p99, cpu_us = [], [], [], [], []
         for i, kind in enumerate(kinds):
             run = report["runs"].get(run_key(kind, size))
             if run is None:
@@ -274,18 +274,24 @@ def plot(report: Mapping[str, Any], path: str) -> None:
             tput.append(run.get("msgs_per_s") or 0)
             p50.append(_get(run, "latency", "p50_ms") or 0)
             p99.append(_get(run, "latency", "p99_ms") or 0)
+            per_cpu_s = run.get("msgs_per_worker_cpu_s")
+            cpu_us.append(1e6 / per_cpu_s if per_cpu_s else 0)
         ax1.bar(xs, tput, width, label=f"{size} B")
+        ax3.bar(xs, cpu_us, width, label=f"{size} B")
         ax2.bar(xs, p99, width, label=f"p99 {size} B", alpha=0.5)
         ax2.bar(xs, p50, width, label=f"p50 {size} B")
-    for ax in (ax1, ax2):
+    for ax in (ax1, ax3, ax2):
         ax.set_xticks([i + width * (len(sizes) - 1) / 2 for i in range(len(kinds))])
-        ax.set_xticklabels(kinds)
+        ax.set_xticklabels(kinds, rotation=25, ha="right")
         ax.legend(fontsize=8)
     ax1.set_ylabel("messages / s")
     ax1.set_title("Relay throughput (backlog drain)")
+    ax3.set_ylabel("µs")
+    ax3.set_title("Worker CPU per message")
     ax2.set_ylabel("ms")
     ax2.set_title("End-to-end latency (read_committed)")
-    fig.suptitle(f"python -m perf on {report['machine'].get('cores')} cores")
+    fig.suptitle(f"python -m perf on {report['machine'].get('cores')} cores "
+                 "(parsley-1: native engine; parsley-1-python: the reference engine)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
