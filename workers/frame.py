@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from parsley.declarations import (
     Channel,
@@ -294,6 +294,35 @@ class HandlerFrame:
             s.name: (s.key_serde.serialize, _exact(s.key_serde),
                      decoder(s.value_serde))
             for s in process.declared_stores}
+
+    @property
+    def state(self) -> State:
+        """The :class:`parsley.State` this frame hands its handlers."""
+        return self._state
+
+    def fast_plans(self) -> tuple[dict[str, tuple[Any, Any, Any]],
+                                  dict[str, tuple[str, Any, Any]]]:
+        """The plans the native fast path (``workers.fastpath``) may run without this frame.
+
+        Returns:
+            ``(inputs, outputs)``: received topic -> ``(handler, decode key, decode value)``
+            for channels whose serdes are built in (:data:`parsley.serdes.BYTES`,
+            ``STRING``, ``JSON``: pure decoders, so a failed decode is simply decoded
+            again here); declared output -> ``(topic, encode key, encode value)`` for
+            outputs whose serdes are built in, ``None`` standing for BYTES (the identity
+            on ``bytes``).
+        """
+        inputs = {i.channel.name: self._in_plans[i.channel.name]
+                  for i in self.process.inputs
+                  if _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
+        outputs = {}
+        for c in self.process.outputs:
+            topic, kenc, _, kexact, venc, _, vexact = self._out_plans[c.name]
+            if kexact and vexact:
+                outputs[c.name] = (topic,
+                                   None if type(c.key_serde) is BytesSerde else kenc,
+                                   None if type(c.value_serde) is BytesSerde else venc)
+        return inputs, outputs
 
     # -- the latch ---------------------------------------------------------------
 
@@ -547,8 +576,40 @@ class HandlerFrame:
             self._rethrow()
             raise
         except Exception as exc:
-            self._rethrow()
-            raise HandlerFailure(self.task, topic, partition, offset, _describe(exc)) from exc
+            self.handler_raised(exc, topic, partition, offset)
+        return self.plan(effects, topic, partition, offset, timestamp_ms)
+
+    def handler_raised(self, exc: Exception, topic: str, partition: int,
+                       offset: int) -> NoReturn:
+        """Raise what a handler that raised ``exc`` stops the step with (as :meth:`run`).
+
+        A latched refusal first; a refusal raised by the handler as it is; anything else as
+        :class:`HandlerFailure` with ``exc`` as its cause.
+
+        Raises:
+            ParsleyFailClosedError: the latched refusal, or ``exc`` when it is one.
+            HandlerFailure: otherwise.
+        """
+        self._rethrow()
+        if isinstance(exc, ParsleyFailClosedError):
+            raise exc
+        raise HandlerFailure(self.task, topic, partition, offset, _describe(exc)) from exc
+
+    def plan(self, effects: Any, topic: str, partition: int, offset: int,
+             timestamp_ms: int) -> tuple[Sequence[PlannedSend], tuple[SerializedWrite, ...]]:
+        """What the handler returned, checked and planned (the second half of :meth:`run`).
+
+        Args:
+            effects: the handler's return value for the delivery of ``topic``-``partition``
+                at ``offset``.
+            timestamp_ms: the delivered message's timestamp, ms (a send's default).
+
+        Returns:
+            As :meth:`run`.
+
+        Raises:
+            As :meth:`run` after its handler call.
+        """
         if self._latched is not None:
             self._rethrow()
         if effects.__class__ is not Effects:

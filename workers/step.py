@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException, Message
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.wire import CAUSES_HEADER
+from workers.fastpath import STOP_EFFECTS, STOP_RAISED, STOP_RECORD, fast_frame
 from workers.frame import HandlerFrame
 from workers.pacing import delivery_batches
 from workers.stores import TaskStores
@@ -63,6 +64,9 @@ class TaskStep:
             caller's loop, s; ``None``: no limit but the mid-drain commit. Both bounds
             are checked between delivery batches, each sized to take a tenth of the
             shorter (:func:`workers.pacing.delivery_batches`).
+        fast: run plain deliveries through the native fast path
+            (:mod:`workers.fastpath`) when the native core runs; ``False``: every
+            delivery through ``frame`` (the reference, for differential tests).
 
     Attributes:
         more: the last :meth:`drain` pass ended with heads possibly still deliverable
@@ -87,6 +91,7 @@ class TaskStep:
         close_after_s: float | None = None,
         close: Callable[[], Any] | None = None,
         pass_s: float | None = None,
+        fast: bool = True,
     ) -> None:
         self.task = task
         self.engine = engine
@@ -98,6 +103,8 @@ class TaskStep:
         # hands back (kept alive by _channels, so an id is never reused): an int's hash,
         # no ChannelId.__hash__ call per delivery.
         self._by_channel = {id(ch): (name, ch.partition) for name, ch in channels.items()}
+        # The native fast path of a delivery batch (None without the native core).
+        self._fast = fast_frame(frame, txn, channels) if fast else None
         self._ordering_topic = ordering_topic
         self._store_topics = dict(store_topics)
         self.close_after_s = close_after_s
@@ -186,6 +193,9 @@ class TaskStep:
         """
         deliver_batch = self.engine.deliver_batch
         run = self.frame.run
+        plan = self.frame.plan
+        raised = self.frame.handler_raised
+        fast = self._fast
         txn = self.txn
         send = txn.send_counted
         # The producer's own call on the hot path; anything but a plain success goes
@@ -241,12 +251,37 @@ class TaskStep:
                 if not txn.open:
                     txn.begin()
                 slowest = 0.0
-                mark = clock()
                 with latching():
-                    for ch, position, timestamp_ms, key, value, headers, causes in batch:
+                    i, n = 0, len(batch)
+                    while i < n:
+                        if fast is not None:
+                            # Plain entries in Rust (workers.fastpath), up to the first that
+                            # needs this frame, which is finished here.
+                            done, done_sent, took, stop = fast.run(batch, i)
+                            count += done
+                            sent += done_sent
+                            if took > slowest:
+                                slowest = took
+                            if stop is None:
+                                break
+                            i, kind, payload = stop
+                        else:
+                            kind, payload = STOP_RECORD, None
+                        mark = clock()
+                        ch, position, timestamp_ms, key, value, headers, causes = batch[i]
                         topic, partition = by_channel[id(ch)]
-                        sends, writes = run(topic, partition, position, timestamp_ms, key,
-                                            value, headers)
+                        if kind == STOP_RECORD:
+                            sends, writes = run(topic, partition, position, timestamp_ms, key,
+                                                value, headers)
+                        elif kind == STOP_EFFECTS:
+                            sends, writes = plan(payload, topic, partition, position,
+                                                 timestamp_ms)
+                        elif kind == STOP_RAISED:
+                            raised(payload, topic, partition, position)
+                        else:  # STOP_PRODUCE: planned, stamped, refused by produce()
+                            sends, writes = (), ()
+                            send(*payload)
+                            sent += 1
                         if writes:
                             apply(writes)
                         if sends:
@@ -266,10 +301,11 @@ class TaskStep:
                                     send(out, k, v, stamped, ts)
                                 sent += 1
                         count += 1
-                        now = clock()
-                        if now - mark > slowest:
-                            slowest = now - mark
-                        mark = now
+                        took = clock() - mark
+                        if took > slowest:
+                            slowest = took
+                        i += 1
+                mark = clock()
                 batches.observe(len(batch), mark - began, slowest)
                 # A short batch: nothing else was deliverable, and handling a batch
                 # feeds the engine nothing, so none is now.

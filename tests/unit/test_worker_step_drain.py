@@ -80,6 +80,12 @@ class _Frame:
     def latching(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def plan(self, *args: Any) -> Any:
+        raise AssertionError("only the native fast path hands effects back")
+
+    def handler_raised(self, *args: Any) -> Any:
+        raise AssertionError("only the native fast path hands an exception back")
+
     def run(self, topic: str, partition: int, position: int, ts: int, key: Any,
             value: Any, headers: Any) -> tuple[list[Any], None]:
         if self._clock is not None:
@@ -111,7 +117,7 @@ def _engine(n: int) -> ProcessEngine:
 def _step(engine: ProcessEngine, frame: _Frame, txn: _Txn, **kw: Any) -> TaskStep:
     return TaskStep(task=0, engine=engine, frame=frame, stores=_Stores(),  # type: ignore[arg-type]
                     txn=txn, channels={"in": CH}, ordering_topic="o",  # type: ignore[arg-type]
-                    store_topics={}, **kw)
+                    store_topics={}, fast=False, **kw)
 
 
 def test_a_headers_aware_serializer_never_sees_the_causes_stamp_in_its_list() -> None:
