@@ -17,8 +17,9 @@ The ``Delivery`` is built slot by slot, the handler is called with the frame's s
 view (the refusal latch is set for the batch, :meth:`HandlerFrame.latching`), and the
 send is produced with ``parsley.causes`` = the entry's header, as the step does.
 
-At the first entry that is not plain it stops and says why; the step then finishes that
-entry in Python and calls it again for the rest:
+At the first entry that is not plain it stops and says why (with the time it already
+spent on the entry, which the step adds to that entry's cost when it sizes the next
+batch); the step then finishes that entry in Python and calls it again for the rest:
 
 * :data:`STOP_RECORD` — the handler was not called: the frame runs the entry whole
   (a failed decode is decoded again: built-in decoders are pure);
@@ -32,6 +33,9 @@ entry in Python and calls it again for the rest:
   ``(topic, key, value, headers, timestamp_ms)``, and queued nothing: the step sends it
   through ``TaskTransaction.send_counted`` (which waits out a full queue or classifies the
   failure).
+
+A call that raises (a ``BaseException`` that is not an ``Exception``, or a failure of
+its own) leaves what it had handled in ``FastFrame.partial()``, which the step counts.
 
 ``tests/unit/test_worker_fastpath.py`` runs the same batches through both paths and
 compares every send, count and refusal.
@@ -77,5 +81,9 @@ def fast_frame(frame: HandlerFrame, txn: TaskTransaction,
     plans, outputs = frame.fast_plans()
     inputs = {id(ch): (name, ch.partition, *plans[name])
               for name, ch in channels.items() if name in plans}
+    if not inputs or not outputs:
+        return None  # no entry could be plain: every one would be handed back
+    # The producer's produce and the ledger's callback are held for the step's life: the
+    # worker keeps one producer and one ledger per task (workers.transaction).
     return NATIVE.FastFrame(inputs, outputs, frame, frame.state, (Delivery, Effects, Send),
                             txn.producer.produce, txn.ledger.on_delivery, CAUSES_HEADER)

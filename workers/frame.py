@@ -339,7 +339,10 @@ class HandlerFrame:
         Inside it :meth:`run` does not set and reset the latch's context variable per
         message; what a handler sees is the same (a refusal raised while it builds
         effects is latched into this frame). The block must run nothing but this
-        frame's deliveries and the writing of their results.
+        frame's deliveries and the writing of their results. The latch is then set while
+        effects are planned too: a serializer that builds a ``Send`` with a reserved
+        header (RESERVED_HEADER_USED, latched) stops the step with that refusal rather
+        than with APPLICATION_PAYLOAD_UNSERIALIZABLE.
         """
         token = _REFUSAL_LATCH.set(self._latch_fn)
         self._latching = True

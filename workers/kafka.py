@@ -250,7 +250,7 @@ def producer_config(
         idempotence on, ``acks=all``, ``transaction.timeout.ms=10000``
         (:data:`TRANSACTION_TIMEOUT_MS`) and ``partitioner=murmur2_random``
         (Java's default partitioner, so keys land on the same partitions
-        from either implementation); by default ``acks=all`` and
+        from either implementation); by default also
         ``delivery.report.only.error=true`` (failures only: a commit knows every other
         record delivered once its flush empties the queue, :class:`workers.ledger.DeliveryLedger`).
 
@@ -308,7 +308,7 @@ def restore_consumer_config(
         "enable.auto.offset.store": False,
         # Prefetch at most 16 MiB (librdkafka's default is 64 MiB): a restore reads as fast
         # as it decodes, and a worker keeps this consumer (and its high-water mark of
-        # memory) for its life (docs/performance.md, "Restore").
+        # memory) for its life (docs/performance.md, "Restore, what limits it").
         "queued.max.messages.kbytes": RESTORE_PREFETCH_KIB,
         # ...and fetch again within 10 ms once it has room (librdkafka waits a whole
         # second by default, which made a 16 MiB restore three times slower).

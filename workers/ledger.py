@@ -37,11 +37,12 @@ class DeliveryLedger:
     arrive from ``poll()``/``flush()``/``commit_transaction()``.
 
     The task's producer reports failures only (``delivery.report.only.error``,
-    :func:`workers.kafka.producer_config`): confluent-kafka then frees a delivered
-    record's report state in C and calls no Python per record. A record is then
-    known delivered once the producer's queue is empty (``flush()`` returned 0:
-    librdkafka's ``rd_kafka_outq_len`` counts queued and in-flight records and
-    unserved reports) and it has no error report; :meth:`check` takes that as
+    :func:`workers.kafka.producer_config`): confluent-kafka-python handles that setting
+    itself (``confluent_kafka.c``, ``Producer.c``'s ``dr_msg_cb``), serving every report
+    in C and calling back into Python for failed ones only. A record is then known
+    delivered once the producer's queue is empty (``flush()`` returned 0: librdkafka's
+    ``rd_kafka_outq_len`` counts queued and in-flight records and unserved reports)
+    and it has no error report; :meth:`check` takes that as
     ``queue_empty``. A producer that reports successes too counts them in
     :attr:`delivered`.
 

@@ -257,17 +257,25 @@ class TaskStep:
                         if fast is not None:
                             # Plain entries in Rust (workers.fastpath), up to the first that
                             # needs this frame, which is finished here.
-                            done, done_sent, took, stop = fast.run(batch, i)
+                            try:
+                                done, done_sent, took, stop = fast.run(batch, i)
+                            except BaseException:
+                                # What it handled before it raised is delivered and sent.
+                                done, done_sent = fast.partial()
+                                count += done
+                                sent += done_sent
+                                raise
                             count += done
                             sent += done_sent
                             if took > slowest:
                                 slowest = took
                             if stop is None:
                                 break
-                            i, kind, payload = stop
+                            # ...plus the time it already spent on the entry handed back.
+                            i, kind, payload, spent = stop
                         else:
-                            kind, payload = STOP_RECORD, None
-                        mark = clock()
+                            kind, payload, spent = STOP_RECORD, None, 0.0
+                        mark = clock() - spent
                         ch, position, timestamp_ms, key, value, headers, causes = batch[i]
                         topic, partition = by_channel[id(ch)]
                         if kind == STOP_RECORD:

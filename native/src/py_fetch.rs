@@ -6,6 +6,7 @@
 //!   (`workers/fastpath.py` documents what it covers and what it hands back to the
 //!   Python handler frame; `workers/step.py` drives it).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -13,6 +14,7 @@ use pyo3::exceptions::PyException;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
+use pyo3::{PyTraverseError, PyVisit};
 
 /// `split_errors(records) -> (good, errors)`: the records whose `error()` is `None`, and
 /// the others, each in fetch order. When no record has an error, `good` is `records`
@@ -58,8 +60,9 @@ const STOP_EFFECTS: u8 = 1; // the handler returned this object: the Python fram
 const STOP_RAISED: u8 = 2; // the handler raised this exception (an Exception)
 const STOP_PRODUCE: u8 = 3; // produce() refused this planned send (nothing was queued)
 
-/// `FastFrame.run`'s result: `(handled, sent, slowest_s, stop)`.
-type RunResult = (usize, usize, f64, Option<(usize, u8, PyObject)>);
+/// `FastFrame.run`'s result: `(handled, sent, slowest_s, stop)`; `stop` is
+/// `(index, kind, payload, spent_s)`, `spent_s` the time already spent on that entry.
+type RunResult = (usize, usize, f64, Option<(usize, u8, PyObject, f64)>);
 
 /// A received channel's plan: topic name, partition, handler, key and value decoders
 /// (`None`: the built-in BYTES decoder, the identity on `bytes`).
@@ -94,6 +97,10 @@ struct FastFrame {
     on_delivery: PyObject,
     causes_key: Py<PyString>,
     fields: Vec<Py<PyString>>,
+    /// Entries handled and sends produced by the current (or last) `run` so far: what a
+    /// `run` that raises had done (`partial`).
+    handled: Cell<usize>,
+    sent: Cell<usize>,
 }
 
 fn optional_decoder(py: Python<'_>, f: &Bound<'_, PyAny>) -> Option<PyObject> {
@@ -190,7 +197,41 @@ impl FastFrame {
             on_delivery,
             causes_key,
             fields,
+            handled: Cell::new(0),
+            sent: Cell::new(0),
         })
+    }
+
+    /// `(handled, sent)` of the current or last `run` so far: what a `run` that raised
+    /// (a `BaseException` that is not an `Exception`, or a failure of its own) had done.
+    fn partial(&self) -> (usize, usize) {
+        (self.handled.get(), self.sent.get())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for plan in self.inputs.values() {
+            visit.call(&plan.handler)?;
+            visit.call(&plan.partition)?;
+            if let Some(f) = &plan.decode_key {
+                visit.call(f)?;
+            }
+            if let Some(f) = &plan.decode_value {
+                visit.call(f)?;
+            }
+        }
+        for out in self.outputs.values() {
+            if let Some(f) = &out.encode_key {
+                visit.call(f)?;
+            }
+            if let Some(f) = &out.encode_value {
+                visit.call(f)?;
+            }
+        }
+        visit.call(&self.frame)?;
+        visit.call(&self.state)?;
+        visit.call(&self.produce)?;
+        visit.call(&self.on_delivery)?;
+        Ok(())
     }
 
     /// Handle the entries of `batch` (`ProcessEngine.deliver_batch`'s tuples) from
@@ -227,16 +268,22 @@ impl FastFrame {
         let mut handled = 0usize;
         let mut sent = 0usize;
         let mut slowest = 0f64;
+        self.handled.set(0);
+        self.sent.set(0);
         let n = batch.len();
         let mut i = start;
         while i < n {
             let began = Instant::now();
+            // Hand entry `i` back to the Python frame (see workers/fastpath.py).
+            let stop = move |kind: u8, payload: PyObject| -> PyResult<RunResult> {
+                Ok((handled, sent, slowest, Some((i, kind, payload, began.elapsed().as_secs_f64()))))
+            };
             let entry = batch.get_item(i)?;
             let entry = entry.downcast::<PyTuple>()?;
             let ch = entry.get_item(0)?;
             let plan = match self.inputs.get(&(ch.as_ptr() as usize)) {
                 Some(p) => p,
-                None => return Ok((handled, sent, slowest, Some((i, STOP_RECORD, py.None())))),
+                None => return stop(STOP_RECORD, py.None()),
             };
             let position = entry.get_item(1)?;
             let ts = entry.get_item(2)?;
@@ -245,16 +292,16 @@ impl FastFrame {
             // frame strips and checks any others.
             let no_headers = headers.downcast::<PyTuple>().map(|t| t.is_empty()).unwrap_or(false);
             if !no_headers || !frame.getattr(latched)?.is_none() {
-                return Ok((handled, sent, slowest, Some((i, STOP_RECORD, py.None()))));
+                return stop(STOP_RECORD, py.None());
             }
             // -- decode (pure: on a failure the Python frame decodes again and refuses)
             let key = match coded(&plan.decode_key, &entry.get_item(3)?) {
                 Ok(Some(k)) => k,
-                _ => return Ok((handled, sent, slowest, Some((i, STOP_RECORD, py.None())))),
+                _ => return stop(STOP_RECORD, py.None()),
             };
             let value = match coded(&plan.decode_value, &entry.get_item(4)?) {
                 Ok(Some(v)) => v,
-                _ => return Ok((handled, sent, slowest, Some((i, STOP_RECORD, py.None())))),
+                _ => return stop(STOP_RECORD, py.None()),
             };
             // -- the Delivery, slot by slot as its own __init__ would
             let delivery = self.object_new.bind(py).call1((delivery_type,))?;
@@ -286,14 +333,12 @@ impl FastFrame {
                 Err(err) => {
                     if err.is_instance_of::<PyException>(py) {
                         let exc = err.into_value(py).into_any();
-                        return Ok((handled, sent, slowest, Some((i, STOP_RAISED, exc))));
+                        return stop(STOP_RAISED, exc);
                     }
                     return Err(err);
                 }
             };
-            let to_python = move |effects: Bound<'py, PyAny>| -> PyResult<_> {
-                Ok((handled, sent, slowest, Some((i, STOP_EFFECTS, effects.unbind()))))
-            };
+            let to_python = move |effects: Bound<'py, PyAny>| stop(STOP_EFFECTS, effects.unbind());
             if !effects.get_type().is(effects_type) || !frame.getattr(latched)?.is_none() {
                 return to_python(effects);
             }
@@ -355,12 +400,13 @@ impl FastFrame {
                         stamped.into_any(),
                         send_ts,
                     ])?;
-                    return Ok((handled, sent, slowest,
-                               Some((i, STOP_PRODUCE, planned.into_any().unbind()))));
+                    return stop(STOP_PRODUCE, planned.into_any().unbind());
                 }
                 sent += 1;
+                self.sent.set(sent);
             }
             handled += 1;
+            self.handled.set(handled);
             let took = began.elapsed().as_secs_f64();
             if took > slowest {
                 slowest = took;

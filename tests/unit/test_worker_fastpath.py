@@ -23,6 +23,7 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES, JSON, STRING
 from tests.engines import engine_cls
+from workers.fastpath import STOP_EFFECTS, STOP_PRODUCE, STOP_RAISED, STOP_RECORD
 from workers.frame import HandlerFailure, HandlerFrame
 from workers.step import TaskStep
 
@@ -93,16 +94,22 @@ Handler = Callable[[Delivery[Any, Any], State], Any]
 
 
 class _Counting:
-    """Counts the entries the native fast path handled itself."""
+    """Counts the entries the native fast path handled itself, and its stops by kind."""
 
     def __init__(self, fast: Any) -> None:
         self.fast = fast
         self.handled = 0
+        self.stops: set[int] = set()
 
     def run(self, batch: Any, start: int) -> Any:
         result = self.fast.run(batch, start)
         self.handled += result[0]
+        if result[3] is not None:
+            self.stops.add(result[3][1])
         return result
+
+    def partial(self) -> Any:
+        return self.fast.partial()
 
 
 def _relay(d: Delivery[Any, Any], s: State) -> Any:
@@ -130,6 +137,19 @@ def _raise(d: Delivery[Any, Any], s: State) -> Any:
     raise ValueError(f"no {d.offset}")
 
 
+def _swallowed_state_refusal(d: Delivery[Any, Any], s: State) -> Any:
+    with contextlib.suppress(ParsleyFailClosedError):
+        s.get(Store("undeclared", STRING, JSON), "k")
+    return _relay(d, s)
+
+
+def _described(d: Delivery[Any, Any], s: State) -> Any:
+    # Everything the handler is handed, in the value: a wrongly built Delivery shows.
+    value = repr((d.topic, d.partition, d.offset, d.timestamp, d.key, d.value,
+                  d.headers)).encode()
+    return Effects.builder().send(OUT, d.key, value).build()
+
+
 def _count(d: Delivery[Any, Any], s: State) -> Any:
     n = (s.get(COUNTS, "k") or 0) + 1
     return Effects.builder().put(COUNTS, "k", n).send(OUT, d.key, d.value).build()
@@ -137,6 +157,8 @@ def _count(d: Delivery[Any, Any], s: State) -> Any:
 
 CASES: dict[str, tuple[Handler, Any, Any]] = {
     "plain relay": (_relay, BYTES, BYTES),
+    "what the handler is handed": (_described, BYTES, BYTES),
+    "a swallowed state refusal": (_every(5, _swallowed_state_refusal), BYTES, BYTES),
     "nothing to send": (_every(3, lambda d, s: Effects.none()), BYTES, BYTES),
     "two sends": (_every(4, lambda d, s: Effects.builder().send(OUT, d.key, b"1")
                          .send(OUT, None, None).build()), BYTES, BYTES),
@@ -200,20 +222,27 @@ def _drain(handler: Handler, key_serde: Any, value_serde: Any, fast: bool,
         failure = (type(exc).__name__, getattr(exc, "reason", None), str(exc),
                    type(exc.__cause__).__name__)
     return (txn.sent, stores.applied, step.delivered, txn.ledger.counted, failure), \
-        counting.handled
+        counting
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_fast_path_sends_and_refuses_what_the_python_frame_does(case: str) -> None:
     handler, key_serde, value_serde = CASES[case]
     python, _ = _drain(handler, key_serde, value_serde, False, {})
-    native, handled = _drain(handler, key_serde, value_serde, True, {})
+    native, counting = _drain(handler, key_serde, value_serde, True, {})
     assert native == python
     assert python[0] or python[4], "the case sends something or refuses"
-    assert handled > 0, "the fast path handled the plain records before any way out"
-    if case == "plain relay":
+    assert counting.handled > 0, "the fast path handled the plain records before any way out"
+    if python[4] is None:
+        assert STOP_RECORD in counting.stops, "records with application headers are handed back"
+    if case in ("plain relay", "what the handler is handed"):
         # every record but those with application headers (offsets 6, 13, 20)
-        assert handled == 24 - 3
+        assert counting.handled == 24 - 3
+    expected_stop = {"a handler that raises": STOP_RAISED, "two sends": STOP_EFFECTS,
+                     "None returned": STOP_EFFECTS, "a store write": STOP_EFFECTS,
+                     "a caught reserved header": STOP_EFFECTS}.get(case)
+    if expected_stop is not None:
+        assert expected_stop in counting.stops
 
 
 def test_a_refused_produce_goes_through_the_full_path_once() -> None:
@@ -222,6 +251,70 @@ def test_a_refused_produce_goes_through_the_full_path_once() -> None:
     refuse: dict[int, BaseException] = {
         3: BufferError("queue full"), 9: KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))}
     python, _ = _drain(_relay, BYTES, BYTES, False, refuse)
-    native, handled = _drain(_relay, BYTES, BYTES, True, refuse)
-    assert native == python and handled == 24 - 3 - 2
+    native, counting = _drain(_relay, BYTES, BYTES, True, refuse)
+    assert native == python and counting.handled == 24 - 3 - 2
+    assert STOP_PRODUCE in counting.stops
     assert len(native[0]) == 24 and native[3] == 24
+
+
+def test_what_a_raising_call_had_handled_is_counted() -> None:
+    # A BaseException (not an Exception) from the handler leaves the fast path at once;
+    # the entries it had handled and sent still count (TaskStep's finally).
+    def handler(d: Delivery[Any, Any], s: State) -> Any:
+        if d.offset == 4:
+            raise KeyboardInterrupt
+        return _relay(d, s)
+
+    counts = []
+    for fast in (False, True):
+        engine = engine_cls("native")(InMemoryOrderingStore(), received=[CH])
+        engine.start({})
+        for m in _records(BYTES, 8):
+            engine.receive(m)
+        stores = _Stores()
+        txn = _Txn({})
+        step = TaskStep(task=0, engine=engine,
+                        frame=HandlerFrame(Process("p").receives(Channel("in", BYTES, BYTES),
+                                                                 handler).sends(OUT), 0, stores),
+                        stores=stores, txn=txn, channels={"in": CH},  # type: ignore[arg-type]
+                        ordering_topic="o", store_topics={}, fast=fast)
+        with pytest.raises(KeyboardInterrupt):
+            while True:
+                step.drain()
+                if not step.more:
+                    break
+        counts.append((step.delivered, txn.ledger.counted, len(txn.sent)))
+    assert counts[0] == counts[1] == (4, 4, 4)
+
+
+@pytest.mark.parametrize("slow_case", ["plain", "handed back"])
+def test_a_slow_entry_counts_in_the_batch_sizing_on_either_path(slow_case: str) -> None:
+    # The step sizes the next delivery batch from the slowest entry: an entry the fast
+    # path handles, or one it hands back after calling its handler, must both count.
+    import time
+
+    def handler(d: Delivery[Any, Any], s: State) -> Any:
+        if d.offset == 2:
+            time.sleep(0.05)
+            if slow_case == "handed back":
+                return Effects.builder().put(COUNTS, "k", 1).send(OUT, d.key, d.value).build()
+        return _relay(d, s)
+
+    engine = engine_cls("native")(InMemoryOrderingStore(), received=[CH])
+    engine.start({})
+    for m in _records(BYTES, 5):
+        engine.receive(m)
+    stores = _Stores()
+    process = Process("p").receives(Channel("in", BYTES, BYTES), handler).sends(OUT).stores(COUNTS)
+    step = TaskStep(task=0, engine=engine, frame=HandlerFrame(process, 0, stores),
+                    stores=stores, txn=_Txn({}), channels={"in": CH},  # type: ignore[arg-type]
+                    ordering_topic="o", store_topics={})
+    observed: list[tuple[int, float, float]] = []
+    step.batches.observe = lambda n, elapsed, slowest=None: observed.append(  # type: ignore[method-assign]
+        (n, elapsed, slowest or 0.0))
+    while True:
+        step.drain()
+        if not step.more:
+            break
+    assert step.delivered == 5
+    assert max(s for _, _, s in observed) >= 0.05, observed
