@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only the scale-out run (perf/scale_out.py: 4 tasks over 1 vs 2 "
                          "--join coordinators; on one machine it measures overhead)")
     ap.add_argument("--restore-held", type=int,
-                    help="held messages for the restore benchmark (default 10^5; quick 2*10^4)")
+                    help="held messages for the restore benchmark (default 10^5, quick too)")
     ap.add_argument("--docs", metavar="FILE",
                     help="replace the relay section of this markdown file (docs/performance.md)")
     ap.add_argument("--from-json", metavar="FILE",
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_restore:
             from perf.restore import restore_benchmark
 
-            held = a.restore_held or (20_000 if a.quick else 100_000)
+            held = a.restore_held or 100_000
             try:
                 restore = restore_benchmark(bootstrap, admin, held, 1024, workdir,
                                             worker_patches=tuple(a.worker_patch))
