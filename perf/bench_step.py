@@ -15,7 +15,9 @@ records), the per-record work of one task between ``consume()`` and the commit:
   :meth:`workers.frame.HandlerFrame.run` with the relay handler of ``perf.runs``;
 * ``worker step``: :meth:`workers.step.TaskStep.feed` and :meth:`TaskStep.drain` as
   the worker calls them (engine, frame, the ``parsley.causes`` stamp, ``produce``),
-  with ``workers.fetched.split_errors`` on each batch.
+  with ``workers.fetched.split_errors`` on each batch; with the native core its plain
+  deliveries go through the native fast path (``workers.fastpath``), unless
+  ``--no-fast``.
 
 Records are ``confluent_kafka.Message`` objects with ``--value-bytes`` values and
 the 16-entry ``parsley.causes`` header of the relay benchmark (``perf.load``). The
@@ -24,7 +26,8 @@ cluster (``test.mock.num.brokers``), so ``produce`` does its real work (partitio
 copying, batching) with no broker process competing for the cores; both loops
 produce into one open transaction and flush between rounds.
 
-Run: ``python -m perf.bench_step [--number 50000] [--rounds 5] [--value-bytes 100]``;
+Run: ``python -m perf.bench_step [--number 50000] [--rounds 5] [--value-bytes 100]
+[--no-fast]``;
 ``PARSLEY_ENGINE=python python -m perf.bench_step`` for the reference engine.
 """
 
@@ -111,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--number", type=int, default=50_000, help="records per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--no-fast", action="store_true",
+                    help="every delivery through the Python frame (no native fast path)")
     a = ap.parse_args(argv)
     batches = _records(a.number, a.value_bytes)
     out = Channel("out", serdes.BYTES, serdes.BYTES)
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         stores = _NoStores()
         step = TaskStep(task=0, engine=engine, frame=HandlerFrame(process, 0, stores),
                         stores=stores, txn=txn, channels={"in": IN},  # type: ignore[arg-type]
-                        ordering_topic="ordering", store_topics={})
+                        ordering_topic="ordering", store_topics={}, fast=not a.no_fast)
         for batch in batches:
             good, errors = split_errors(batch)
             assert not errors
@@ -180,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
             producer.poll(0)
 
     print(f"Worker loop without a broker: {a.number:,} records of {a.value_bytes} B, 16-entry "
-          f"header, best of {a.rounds} rounds; engine: {ENGINE}")
+          f"header, best of {a.rounds} rounds; engine: {ENGINE}"
+          f"{'' if a.no_fast or ENGINE != 'native' else ', native fast path'}")
     print(f"{'loop':32s} {'CPU µs / record':>16s}")
     for name, loop in (("baseline loop", baseline),
                        ("engine", engine_loop(False)),

@@ -222,7 +222,8 @@ def markdown_section(report: Mapping[str, Any],
     """The docs/performance.md section for this report, between the section markers."""
     m = report["machine"]
     parts = [SECTION_BEGIN, heading, "",
-             f"`python -m perf` on {m.get('cores')} cores ({m.get('cpu')}), Python "
+             f"`python -m perf{' --quick' if (report.get('settings') or {}).get('quick') else ''}`"
+             f" on {m.get('cores')} cores ({m.get('cpu')}), Python "
              f"{m.get('python')}, load average {m.get('load_avg')} at the end. "
              "Figures of one invocation; the ratios compare runs of that same invocation.",
              "", markdown_table(report), "", *_ratio_lines(report)]

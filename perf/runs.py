@@ -98,7 +98,7 @@ class Settings:
 QUICK = Settings(messages=100_000, latency_messages=600, latency_rate=300.0)
 """``--quick``: a backlog of 10^5 records. Not fewer: the baseline drains 10^5 records of
 100 B in well under a second, and on 2*10^4 its fixed start costs (the first fetches and
-commit) showed as half its throughput (63,000 msg/s against 120,000-170,000 on 10^5), which
+commit) showed as half its throughput (63,000 msg/s against 120,000-210,000 on 10^5), which
 inflated every ratio against it."""
 FULL = Settings(messages=200_000, latency_messages=2_000)
 

@@ -68,20 +68,24 @@ STOP_PRODUCE: Final = 3
 
 def fast_frame(frame: HandlerFrame, txn: TaskTransaction,
                channels: Mapping[str, ChannelId]) -> Any | None:
-    """The ``parsley._native.FastFrame`` of one task, or ``None`` without the native core.
+    """The ``parsley._native.FastFrame`` of one task.
 
     Args:
         frame: the task's handler frame (its handlers, serdes plans, latch and state view).
         txn: the task's transaction (its producer's ``produce``, its ledger's callback).
         channels: received topic name -> the channel object the engine was given (and
             hands back in each delivery: the fast path matches it by identity).
+
+    Returns:
+        The fast frame, or ``None`` without the native core or when no received channel
+        has built-in serdes (every entry would be handed back).
     """
     if NATIVE is None:
         return None
     plans, outputs = frame.fast_plans()
     inputs = {id(ch): (name, ch.partition, *plans[name])
               for name, ch in channels.items() if name in plans}
-    if not inputs or not outputs:
+    if not inputs:
         return None  # no entry could be plain: every one would be handed back
     # The producer's produce and the ledger's callback are held for the step's life: the
     # worker keeps one producer and one ledger per task (workers.transaction).

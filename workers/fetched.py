@@ -26,7 +26,8 @@ def split_errors_py(records: list[Any]) -> tuple[list[Any], list[Any]]:
         records: what ``Consumer.consume()`` returned (``confluent_kafka.Message``).
 
     Raises:
-        AttributeError: an element has no ``error()`` method.
+        AttributeError: an element has no ``error()`` method (the native twin also raises
+            ``TypeError`` when ``records`` is not a list).
     """
     errors = [m for m in records if m.error() is not None]
     if not errors:

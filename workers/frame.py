@@ -589,6 +589,12 @@ class HandlerFrame:
         A latched refusal first; a refusal raised by the handler as it is; anything else as
         :class:`HandlerFailure` with ``exc`` as its cause.
 
+        Args:
+            exc: what the handler raised.
+            topic: the received topic of the delivery.
+            partition: its partition.
+            offset: the delivered message's offset.
+
         Raises:
             ParsleyFailClosedError: the latched refusal, or ``exc`` when it is one.
             HandlerFailure: otherwise.

@@ -247,12 +247,13 @@ def producer_config(
         A librdkafka config: ``transactional.id = <prefix>-<process>-task-<NNN>``
         (``parsley.declarations.transactional_id``; its
         ``init_transactions`` fences any zombie of the same task),
-        idempotence on, ``acks=all``, ``transaction.timeout.ms=10000``
+        idempotence on, ``transaction.timeout.ms=10000``
         (:data:`TRANSACTION_TIMEOUT_MS`) and ``partitioner=murmur2_random``
         (Java's default partitioner, so keys land on the same partitions
-        from either implementation); by default also
-        ``delivery.report.only.error=true`` (failures only: a commit knows every other
-        record delivered once its flush empties the queue, :class:`workers.ledger.DeliveryLedger`).
+        from either implementation); by default ``acks=all`` (idempotence refuses
+        any other) and ``delivery.report.only.error=true`` (failures only: a commit
+        knows every other record delivered once its flush empties the queue,
+        :class:`workers.ledger.DeliveryLedger`).
 
     Raises:
         ValueError: a blank argument, or a user property Parsley owns.

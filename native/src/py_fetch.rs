@@ -239,16 +239,23 @@ impl FastFrame {
     ///
     /// Returns `(handled, sent, slowest_s, stop)`: entries fully handled (their one send
     /// produced, or nothing to send), sends produced, the longest one entry took (s), and
-    /// `None` at the end of the batch or `(index, kind, payload)` for the entry that
-    /// needs the Python frame (kinds and payloads: `workers/fastpath.py`).
+    /// `None` at the end of the batch or `(index, kind, payload, spent_s)` for the entry
+    /// that needs the Python frame (kinds and payloads: `workers/fastpath.py`; `spent_s`
+    /// the time already spent on it, s).
+    ///
+    /// Raises `TypeError` when `batch` is not a list.
     ///
     /// Raises what is not an `Exception` (KeyboardInterrupt, SystemExit) as it is.
     fn run<'py>(
         &self,
         py: Python<'py>,
-        batch: &Bound<'py, PyList>,
+        batch: &Bound<'py, PyAny>,
         start: usize,
     ) -> PyResult<RunResult> {
+        // Reset first: partial() must never report an earlier call's counts.
+        self.handled.set(0);
+        self.sent.set(0);
+        let batch = batch.downcast::<PyList>()?;
         let frame = self.frame.bind(py);
         let latched = intern!(py, "_latched");
         let sends_name = intern!(py, "sends");
@@ -268,13 +275,12 @@ impl FastFrame {
         let mut handled = 0usize;
         let mut sent = 0usize;
         let mut slowest = 0f64;
-        self.handled.set(0);
-        self.sent.set(0);
         let n = batch.len();
         let mut i = start;
         while i < n {
             let began = Instant::now();
-            // Hand entry `i` back to the Python frame (see workers/fastpath.py).
+            // Hand entry `i` back to the Python frame (see workers/fastpath.py). The counters
+            // are copied here: no stop may follow an update of them in this iteration.
             let stop = move |kind: u8, payload: PyObject| -> PyResult<RunResult> {
                 Ok((handled, sent, slowest, Some((i, kind, payload, began.elapsed().as_secs_f64()))))
             };
