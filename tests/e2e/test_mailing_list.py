@@ -37,12 +37,12 @@ DEMO_TIMEOUT_S = 280.0
 class Demo:
     """``python -m examples.mailing_list.demo`` in its own session; stdout read line by line."""
 
-    def __init__(self, bootstrap: str, *args: str) -> None:
+    def __init__(self, bootstrap: str, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "examples.mailing_list.demo", "--bootstrap-servers",
              bootstrap, "--plain", *args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "COLUMNS": "400"}, start_new_session=True)
+            env={**os.environ, "COLUMNS": "400", **(env or {})}, start_new_session=True)
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -164,15 +164,22 @@ def test_demo_survives_a_digest_worker_killed_mid_run(kafka_bootstrap: str) -> N
 
 def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap: str) -> None:
     # 15,000 posts on two tasks per process: each digest task catches up on 15,000
-    # records, so its held events stay visible for several status intervals.
+    # records; what it holds comes and goes with the two topics' fetches, for about a
+    # second with the native fast path. Workers report every 200 ms (not 1 s), so the
+    # status the test polls catches a held head while the catch-up lasts.
     demo = Demo(kafka_bootstrap, "--delay-every", "25", "--delay-ms", "300",
-                "--partitions", "2", "--count", "15000")
+                "--partitions", "2", "--count", "15000",
+                env={"PARSLEY_STATUS_INTERVAL_MS": "200"})
     held_seen: list[dict[str, Any]] = []
     try:
         posts_topic = demo.wait_for(r"topics (list\.posts\S*),").group(1)
         config = demo.wait_for(STARTED_DIGEST, timeout_s=180).group(1)
         deadline = time.monotonic() + 90
-        while not held_seen and time.monotonic() < deadline and demo.proc.poll() is None:
+        # Until a held head that waits for a cause: a head with no blockers is deliverable
+        # on the task's next drain (docs/runbooks.md, "Read the head's blockers"), which a
+        # status sent between two drain passes can show.
+        while not any(h["blockers"] for h in held_seen) and time.monotonic() < deadline \
+                and demo.proc.poll() is None:
             for task in digest_tasks(status(config)):
                 held_seen += [dict(h, task=task["task"]) for h in task.get("held") or []
                               if h.get("count")]
@@ -180,10 +187,13 @@ def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap
     finally:
         demo.stop()
     assert held_seen, "status --json never showed digest holding a message:\n" + demo.tail()
+    assert any(h["blockers"] for h in held_seen), \
+        f"no held head named its blockers: {held_seen}\n" + demo.tail()
     for held in held_seen:
-        assert held["topic"].startswith("list.threaded"), held
+        # threaded events wait for their posts; a reply post waits for its parent when
+        # --delay-every wrote the parent after it on the same partition
+        assert held["topic"].startswith(("list.threaded", "list.posts")), held
         assert held["partition"] == held["task"], held
-        assert held["blockers"], f"a held head names its blockers: {held}"
         for blocker in held["blockers"]:
             assert blocker["topic"] == posts_topic and blocker["partition"] == held["task"], \
                 blocker
@@ -191,10 +201,14 @@ def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap
             assert settled is None or blocker["required"] > settled, blocker
     assert demo.seen(r"^replayed 15000 posts \(.*, 600 delayed by --delay-every\)"), \
         demo.tail()
-    # the demo's own summary above RESULT: the most digest held at once, one blocker
-    assert demo.seen(r"^  digest held up to [1-9]\d* messages at once; e\.g\. "
-                     r"list\.threaded\S*-\d+@\d+ waited for list\.posts\S*-\d+ up to \d+ "
-                     r"\(settled (\d+|none)\)$"), demo.tail()
+    # the demo's own summary above RESULT: the most digest held at once and one blocker,
+    # from its own status samples (once a second: a catch-up of about a second can fall
+    # between two, which it then says; the status polled above is the check of the holds)
+    summary = (r"^  digest held up to [1-9]\d* messages at once; e\.g\. "
+               r"list\.(threaded|posts)\S*-\d+@\d+ waited for list\.posts\S*-\d+ up to "
+               r"\d+ \(settled (\d+|none)\)$")
+    assert demo.seen(summary) or demo.seen(r"^  digest held no message in \d+ status samples "), \
+        demo.tail()
     assert result["messages"] == result["handled"] == 15000, result
     assert (result["duplicates"], result["lost"], result["causal_violations"]) == (0, 0, 0), \
         demo.tail()
