@@ -220,7 +220,18 @@ class TaskTransaction:
                         self.producer.send_offsets_to_transaction(tps, group_metadata,
                                                                   self.timeout_s)
             with map_kafka_errors("flushing the transaction's records"), bounded("flush"):
-                remaining = self.producer.flush(self.timeout_s)
+                try:
+                    remaining = self.producer.flush(self.timeout_s)
+                except SystemError as exc:
+                    # confluent-kafka can lose the exception of a callback it served in
+                    # flush ("returned NULL without setting an exception", seen once as a
+                    # successor fenced this producer): the first failed delivery, which
+                    # the ledger has, is the cause to classify.
+                    self._delivery_failure_first()
+                    raise SubstrateError(
+                        ErrorKind.ABORTABLE,
+                        f"flushing the transaction's records failed in the client: {exc}",
+                    ) from exc
         except SubstrateError:
             self._delivery_failure_first()
             raise
