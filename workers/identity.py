@@ -45,6 +45,7 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.watchdog import bounded
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "apply_received_verdicts",
     "judge",
     "settled_detail",
+    "unread_on_deleted",
 ]
 
 log = logging.getLogger("parsley.worker.identity")
@@ -100,10 +102,61 @@ def settled_detail(verdicts: Mapping[UUID, TopicVerdict],
             f"and needs a reset ({_RUNBOOK}).")
 
 
+def unread_on_deleted(
+    verdicts: Mapping[UUID, TopicVerdict],
+    channels: Mapping[str, ChannelId],
+    read_ends: Mapping[tuple[str, int], int],
+    covered: Callable[[ChannelId], int | None],
+) -> ParsleyFailClosedError | None:
+    """The refusal for a deleted received topic the task read past what its state covers.
+
+    A record the task read whose read was never committed (its transaction aborted, or
+    was still open when the topic was deleted) is not in the committed state the task
+    rebuilds from, and the topic it would be read again from is gone: it stays
+    undelivered, so the deletion lost it, whether or not the rebuilt state holds
+    anything on the channel (pure; docs/failing-closed.md, "A received topic deleted
+    while the process runs").
+
+    Args:
+        verdicts: topic id -> verdict (pending ids omitted).
+        channels: received topic name -> the task's channel on it.
+        read_ends: ``(topic, partition)`` -> the offset past the last record the task
+            fed from it in this process's life (``TaskStep.read_ends``), offsets.
+        covered: the engine's coverage of a channel (``ProcessEngine.covered``): the
+            highest position fed or known never to arrive, in the state as it stands.
+
+    Returns:
+        ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` for the first such channel (in
+        name order), naming the offsets read and not covered, or ``None``.
+    """
+    for name in sorted(channels):
+        ch = channels[name]
+        if verdicts.get(ch.topic_id) is not TopicVerdict.DELETED:
+            continue
+        end = read_ends.get((name, ch.partition))
+        if end is None:
+            continue
+        done = covered(ch)
+        first = 0 if done is None else done + 1
+        if end <= first:
+            continue
+        return ParsleyFailClosedError(
+            Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
+            f"up to {end - first} received message(s) from "
+            f"{describe_channel(ch, {ch.topic_id: name})} (offsets {first} to {end - 1}) "
+            "were read but their read was never committed, and the channel's topic no "
+            "longer exists: they remain undelivered and their place in causal order can "
+            "no longer be preserved. The deletion breached the deletion-hygiene "
+            "assumption; an operator must reset this process's state deliberately to "
+            f"proceed ({_RUNBOOK}).")
+    return None
+
+
 def apply_received_verdicts(
     engine: ProcessEngine,
     verdicts: Mapping[UUID, TopicVerdict],
     channels: Mapping[str, ChannelId],
+    read_ends: Mapping[tuple[str, int], int] | None = None,
 ) -> str | None:
     """Apply an identity check's verdicts to ``engine``; name the settled deletions.
 
@@ -111,6 +164,8 @@ def apply_received_verdicts(
         engine: the task's engine.
         verdicts: topic id -> verdict (pending ids omitted).
         channels: received topic name -> the task's channel on it.
+        read_ends: the offsets past what the task has read, as for
+            :func:`unread_on_deleted`; ``None`` when it has read nothing.
 
     Returns:
         :func:`settled_detail` for received topics deleted with nothing held (their
@@ -120,9 +175,15 @@ def apply_received_verdicts(
         ParsleyFailClosedError: the engine's ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``
             for a deleted received topic with held messages ("<n> received message(s)
             from topic '<name>' partition <p> (topic id <id>) remain undelivered ..."),
-            ``CHANNEL_IDENTITY_CHANGED`` for a recreated one.
+            ``CHANNEL_IDENTITY_CHANGED`` for a recreated one; then
+            :func:`unread_on_deleted`'s refusal for one the task read past its state's
+            coverage (records whose read was never committed).
     """
+    # Judged before the engine settles the channel to its end (which covers everything).
+    unread = unread_on_deleted(verdicts, channels, read_ends or {}, engine.covered)
     engine.apply_identity(verdicts)
+    if unread is not None:
+        raise unread
     return settled_detail(verdicts, channels)
 
 

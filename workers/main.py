@@ -273,6 +273,9 @@ class Worker:
         self.settled: tuple[float, str] | None = None  # (when, detail): a deletion settled
         self.start_positions: dict[tuple[str, int], int] = {}
         self.read_positions: dict[tuple[str, int], int] = {}
+        # Past the last record fed, over the process's life (TaskStep.read_ends): what an
+        # aborted read reached, for the deletion check (identity.unread_on_deleted).
+        self.read_ends: dict[tuple[str, int], int] = {}
         self.restores = 0
         self.next_group_check = 0.0
         self.own_members = frozenset(
@@ -366,7 +369,7 @@ class Worker:
         bindings = {n: i for n, i in engine.names().items() if i in ids}
         with bounded("describe_topics"):
             result = self.identity.check(bindings)
-        apply_received_verdicts(engine, result.verdicts, self.channels)
+        apply_received_verdicts(engine, result.verdicts, self.channels, self.read_ends)
         unnamed = engine.unnamed_topic_ids()
         if unnamed:
             # Names of upstream ids are learned while alive, so that their deletion can
@@ -388,7 +391,7 @@ class Worker:
             channels=self.channels, ordering_topic=self.ordering_topic,
             store_topics=self.store_topics,
             close_after_s=close_after_s(TRANSACTION_TIMEOUT_MS), close=self._commit,
-            pass_s=self.spec.status_interval_ms / 1000.0)
+            pass_s=self.spec.status_interval_ms / 1000.0, read_ends=self.read_ends)
         self.needs_rebuild = False
         self.state = TaskState.REBALANCING
 
@@ -734,7 +737,8 @@ class Worker:
                 self.build_state()
                 gone = settled_detail(result.verdicts, self.channels)
         else:
-            gone = apply_received_verdicts(self.engine, result.verdicts, self.channels)
+            gone = apply_received_verdicts(self.engine, result.verdicts, self.channels,
+                                           self.read_ends)
             if gone is not None:
                 self.step.touch()
                 self._drain()

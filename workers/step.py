@@ -67,6 +67,9 @@ class TaskStep:
         fast: run plain deliveries through the native fast path
             (:mod:`workers.fastpath`) when the native core runs; ``False``: every
             delivery through ``frame`` (the reference, for differential tests).
+        read_ends: a map this step raises in place, ``(topic, partition)`` -> the offset
+            past the last record fed (never lowered; a step after a rebuild is given
+            its predecessor's, so it spans the process's life); ``None``: a new one.
 
     Attributes:
         more: the last :meth:`drain` pass ended with heads possibly still deliverable
@@ -74,6 +77,9 @@ class TaskStep:
         fed: messages fed; duplicates: of them, dropped as duplicates.
         delivered: messages delivered, the open transaction's included.
         delivered_committed: messages delivered in transactions that committed.
+        read_ends: as the argument: what an aborted transaction's reads reached, which
+            the identity check weighs against a deleted topic
+            (:func:`workers.identity.unread_on_deleted`).
         batches: sizes the engine's delivery batches from their measured cost.
     """
 
@@ -92,8 +98,10 @@ class TaskStep:
         close: Callable[[], Any] | None = None,
         pass_s: float | None = None,
         fast: bool = True,
+        read_ends: dict[tuple[str, int], int] | None = None,
     ) -> None:
         self.task = task
+        self.read_ends = {} if read_ends is None else read_ends
         self.engine = engine
         self.frame = frame
         self.stores = stores
@@ -142,9 +150,13 @@ class TaskStep:
         count, duplicates, last = self.engine.feed_records(messages, self._channels)
         # Per batch, not per record: the read position is the last fed offset + 1.
         positions = self._positions
+        ends = self.read_ends
         task = self.task
         for topic, offset in last.items():
-            positions[(topic, task)] = offset + 1
+            key = (topic, task)
+            positions[key] = offset + 1
+            if offset >= ends.get(key, 0):
+                ends[key] = offset + 1
         self.fed += count
         self.duplicates += duplicates
         return count

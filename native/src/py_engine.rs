@@ -90,8 +90,17 @@ struct Refs {
     dropped: PyObject,
 }
 
+// SAFETY: the crate is built for the stable ABI (abi3), which no free-threaded CPython
+// loads, so every method, and the drop a cyclic garbage collection makes, runs with the
+// GIL held, and no method releases it: the `Rc` counts and `Cell`s inside are never
+// touched by two threads at once. `unsendable` would instead leak the object, with a
+// RuntimeError printed, whenever a collection triggered on one of librdkafka's threads
+// (an admin future resolved there runs Python) drops it.
+unsafe impl Send for EngineCore {}
+unsafe impl Sync for EngineCore {}
+
 /// One task's ordering state and delivery decisions; see the module docs.
-#[pyclass(subclass, unsendable, module = "parsley._native", name = "EngineCore")]
+#[pyclass(subclass, module = "parsley._native", name = "EngineCore")]
 pub struct EngineCore {
     refs: Option<Refs>,
     store: Option<PyObject>,

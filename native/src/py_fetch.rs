@@ -82,8 +82,17 @@ struct OutPlan {
     encode_value: Option<PyObject>,
 }
 
+// SAFETY: the crate is built for the stable ABI (abi3), which no free-threaded CPython
+// loads, so every method, and the drop a cyclic garbage collection makes, runs with the
+// GIL held, and no method releases it: the `Rc` counts and `Cell`s inside are never
+// touched by two threads at once. `unsendable` would instead leak the object, with a
+// RuntimeError printed, whenever a collection triggered on one of librdkafka's threads
+// (an admin future resolved there runs Python) drops it.
+unsafe impl Send for FastFrame {}
+unsafe impl Sync for FastFrame {}
+
 /// The common case of the handler frame and the step, per delivery batch.
-#[pyclass(module = "parsley._native", unsendable)]
+#[pyclass(module = "parsley._native")]
 struct FastFrame {
     inputs: HashMap<usize, InPlan>,
     outputs: HashMap<String, OutPlan>,

@@ -59,12 +59,14 @@ def _held(parsley: Parsley) -> int:
 
 
 def _hold_one_on_b(kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
-                   partitions: int = 1) -> tuple[Any, Any, Any, Parsley]:
+                   partitions: int = 1, commit_interval_ms: int = 100,
+                   ) -> tuple[Any, Any, Any, Parsley]:
     a = create_topic(partitions=partitions)
     b = create_topic(partitions=partitions)
     out = create_topic(partitions=partitions)
     config = ParsleyConfig(kafka_bootstrap, f"del-{uuid.uuid4().hex[:8]}",
-                           state_dir=str(tmp_path), status_interval_ms=INTERVAL_MS)
+                           state_dir=str(tmp_path), status_interval_ms=INTERVAL_MS,
+                           commit_interval_ms=commit_interval_ms)
     parsley = Parsley.start(config, _joiner(a.name, b.name, out.name))
     _wait(lambda: parsley.status()["joiner"].state is ProcessState.RUNNING
           and len(parsley.status()["joiner"].tasks) == partitions, 60, "RUNNING")
@@ -104,6 +106,33 @@ def test_deleting_a_topic_with_held_messages_refuses_within_a_minute(
         assert part in detail, (part, detail)
     # Independent verdict: nothing was delivered out of causal order.
     assert read_committed(kafka_bootstrap, out.name, range(partitions)) == []
+
+
+def test_deleting_a_topic_whose_held_read_is_not_committed_yet_refuses(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
+) -> None:
+    # A long commit interval keeps the held record's read in the open transaction (the
+    # transaction closes after 5 s) while b is deleted: the commit then fails on b's
+    # position, the task aborts and rebuilds from the committed state, which never held
+    # the record. The task read it, so the deletion lost an undelivered message: the
+    # refusal must come, not a settled stop.
+    _a, b, out, parsley = _hold_one_on_b(kafka_bootstrap, create_topic, tmp_path,
+                                         commit_interval_ms=60_000)
+    try:
+        delete_topic(kafka_admin, b.name)
+        stopped = parsley.await_stopped(timeout=90)
+        st = parsley.status()["joiner"]
+    finally:
+        parsley.close(deadline_s=20)
+    print(f"stopped={stopped}: {st.state} {st.refusal_reason} {st.failure_detail}")
+    assert stopped, f"still {st.state} 90 s after deleting {b.name}"
+    assert st.refusal_reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, (
+        st.refusal_reason, st.failure_detail)
+    detail = st.failure_detail or ""
+    for part in (f"1 received message(s) from topic '{b.name}' partition 0 (topic id "
+                 f"{kafka_topic_id(b.topic_id)})", "docs/runbooks.md"):
+        assert part in detail, (part, detail)
+    assert read_committed(kafka_bootstrap, out.name) == []
 
 
 def test_deleting_a_topic_nothing_waits_on_settles_it_and_stops_without_refusal(

@@ -34,11 +34,14 @@ from tests.worker_support import (
 from workers.protocol import EXIT_CODES, StopKind
 
 
-def relay_handler(out_name: str) -> Any:
-    """A handler that relays ``value`` to ``out_name`` prefixed with the source topic."""
+def relay_handler(out_name: str, pause_s: float = 0.0) -> Any:
+    """A handler that relays ``value`` to ``out_name`` prefixed with the source topic,
+    sleeping ``pause_s`` first (s; 0: none)."""
     out = Channel(out_name, BYTES, BYTES)
 
     def handle(delivery: Any, state: Any) -> Effects:
+        if pause_s:
+            time.sleep(pause_s)
         return (Effects.builder()
                 .send(out, delivery.key, delivery.topic.encode() + b":" + delivery.value,
                       headers=delivery.headers)
@@ -47,10 +50,12 @@ def relay_handler(out_name: str) -> Any:
     return handle
 
 
-def relay_process(name: str, sources: list[str], out_name: str) -> Process:
-    """``name`` receives every topic in ``sources`` and relays to ``out_name``."""
+def relay_process(name: str, sources: list[str], out_name: str,
+                  pause_s: float = 0.0) -> Process:
+    """``name`` receives every topic in ``sources`` and relays to ``out_name`` (each
+    delivery after a ``pause_s`` sleep, s)."""
     proc = Process(name)
-    handler = relay_handler(out_name)
+    handler = relay_handler(out_name, pause_s)
     for s in sources:
         proc = proc.receives(Channel(s, BYTES, BYTES), handler)
     return proc.sends(Channel(out_name, BYTES, BYTES))
@@ -145,14 +150,16 @@ def test_two_processes_downstream_holds_derived_messages_until_their_causes(
     arrives with the first fetches while A's long backlog takes many (16 KiB fetches), so
     plain consumption
     would deliver derived records before their causes. Process 2 must hold them (status
-    shows it) and relay every B record after the A record it names."""
+    shows it) and relay every B record after the A record it names. Its handler takes
+    about 0.1 ms a delivery, so the B records wait seconds behind A's backlog: a hold
+    long enough for the 100 ms status samples to see, however fast the feed."""
     n, every = 20_000, 100
     a = create_topic(unique_names.topic("a"))
     b = create_topic(unique_names.topic("b"))
     out = create_topic(unique_names.topic("out"))
     first = (Process("sampler").receives(Channel(a.name, BYTES, BYTES), sampler(b.name, every))
              .sends(Channel(b.name, BYTES, BYTES)))
-    second = relay_process("joiner", [a.name, b.name], out.name)
+    second = relay_process("joiner", [a.name, b.name], out.name, pause_s=0.0001)
     topics = {a.name: a, b.name: b, out.name: out}
     prefix = unique_names.group("app")
     bootstrap(kafka_admin, prefix, first, topics)

@@ -58,3 +58,43 @@ def test_a_deleted_received_topic_with_nothing_held_is_named_for_the_stop() -> N
         "while the process ran; nothing was held on it")
     assert "docs/runbooks.md" in detail
     assert settled_detail({a.topic_id: TopicVerdict.ALIVE}, channels) is None
+
+
+def test_a_deleted_topic_read_past_its_coverage_is_refused_with_the_offsets() -> None:
+    import uuid
+
+    from parsley.engine.channel import ChannelId, kafka_topic_id
+    from parsley.refusals import Reason
+    from workers.identity import unread_on_deleted
+
+    a, b = ChannelId(uuid.UUID(int=1), 0), ChannelId(uuid.UUID(int=2), 0)
+    channels = {"a": a, "b": b}
+    deleted = {b.topic_id: TopicVerdict.DELETED, a.topic_id: TopicVerdict.ALIVE}
+    coverage: dict[ChannelId, int | None] = {a: 9, b: 4}
+    # b was read to offset 6 (end 7) but its state covers only up to 4: 5 and 6 lost.
+    refusal = unread_on_deleted(deleted, channels, {("a", 0): 20, ("b", 0): 7},
+                                coverage.get)
+    assert refusal is not None
+    assert refusal.reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES
+    assert (f"up to 2 received message(s) from topic 'b' partition 0 (topic id "
+            f"{kafka_topic_id(b.topic_id)}) (offsets 5 to 6)") in refusal.detail
+    assert "docs/runbooks.md" in refusal.detail
+    # Nothing ever covered on b: every offset read from the start is lost.
+    assert "up to 7 " in unread_on_deleted(deleted, channels, {("b", 0): 7},
+                                           {a: 9}.get).detail  # type: ignore[union-attr]
+
+
+def test_a_deleted_topic_covered_to_what_was_read_or_alive_or_unread_is_not_refused() -> None:
+    import uuid
+
+    from parsley.engine.channel import FED_TO_END, ChannelId
+    from workers.identity import unread_on_deleted
+
+    a, b = ChannelId(uuid.UUID(int=1), 0), ChannelId(uuid.UUID(int=2), 0)
+    channels = {"a": a, "b": b}
+    deleted = {b.topic_id: TopicVerdict.DELETED}
+    assert unread_on_deleted(deleted, channels, {("b", 0): 7}, {b: 6}.get) is None
+    assert unread_on_deleted(deleted, channels, {("b", 0): 7}, {b: FED_TO_END}.get) is None
+    assert unread_on_deleted(deleted, channels, {("a", 0): 7}, {}.get) is None
+    assert unread_on_deleted({b.topic_id: TopicVerdict.ALIVE}, channels, {("b", 0): 7},
+                             {}.get) is None
