@@ -90,8 +90,9 @@ close, so the group empties only when their sessions expire: keep it to
 seconds (docs/operations.md, "The consumer group at a start"). 6 s is the broker's default
 ``group.min.session.timeout.ms``, the shortest a stock broker accepts."""
 
-RESTORE_PREFETCH_KIB: Final = 16_384
-"""The restore consumer's ``queued.max.messages.kbytes`` (KiB) unless the user sets one."""
+PREFETCH_KIB: Final = 16_384
+"""The ``queued.max.messages.kbytes`` (KiB) of the main and the restore consumer unless the
+user sets one (``consumer.queued.max.messages.kbytes``)."""
 
 OWNED_PROPERTIES: Final = frozenset(
     {
@@ -197,7 +198,8 @@ def consumer_config(
         classic group protocol with the range assignor, ``read_committed``,
         no auto commit, ``auto.offset.reset=error`` (a committed position
         below the log start is refused, never skipped: docs/failing-closed.md,
-        ``POSITIONS_DISCARDED_UNREAD``), no topic auto-creation.
+        ``POSITIONS_DISCARDED_UNREAD``), no topic auto-creation; by default a
+        16 MiB prefetch (:data:`PREFETCH_KIB`) fetched again after 10 ms.
 
     Raises:
         ValueError: a blank argument, or a user property Parsley owns
@@ -213,6 +215,13 @@ def consumer_config(
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
         "allow.auto.create.topics": False,
+        # Prefetch at most 16 MiB, not librdkafka's 64 MiB: a worker handed a backlog of
+        # large records otherwise holds 64 MiB of fetched records it has not fed, and
+        # keeps that high-water mark (docs/performance.md, "Memory"). 16 MiB is still a
+        # third of a second of 1 KiB records at this worker's fastest.
+        "queued.max.messages.kbytes": PREFETCH_KIB,
+        # ...and fetch again within 10 ms once it has room (librdkafka's default waits 1 s).
+        "fetch.queue.backoff.ms": 10,
     }
     config.update(user)
     config.update(
@@ -310,7 +319,7 @@ def restore_consumer_config(
         # Prefetch at most 16 MiB (librdkafka's default is 64 MiB): a restore reads as fast
         # as it decodes, and a worker keeps this consumer (and its high-water mark of
         # memory) for its life (docs/performance.md, "Restore, what limits it").
-        "queued.max.messages.kbytes": RESTORE_PREFETCH_KIB,
+        "queued.max.messages.kbytes": PREFETCH_KIB,
         # ...and fetch again within 10 ms once it has room (librdkafka waits a whole
         # second by default, which made a 16 MiB restore three times slower).
         "fetch.queue.backoff.ms": 10,

@@ -108,6 +108,7 @@ from workers.kafka import (
     stop_kind,
     to_exception,
 )
+from workers.memory import heap_trimmer
 from workers.offsets import positions_past_markers, resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
@@ -276,6 +277,7 @@ class Worker:
         # Past the last record fed, over the process's life (TaskStep.read_ends): what an
         # aborted read reached, for the deletion check (identity.unread_on_deleted).
         self.read_ends: dict[tuple[str, int], int] = {}
+        self._trim_heap = heap_trimmer()
         self.restores = 0
         self.next_group_check = 0.0
         self.own_members = frozenset(
@@ -625,6 +627,9 @@ class Worker:
         self._next_status = now + self.spec.status_interval_ms / 1000.0
         if self.reporter is None:
             return
+        # Free heap back to the system first, so the status's rss_bytes is what is in use
+        # (workers.memory: glibc keeps a burst's freed records otherwise).
+        self._trim_heap()
         self.reporter.status(self.state, self.status_fields())
 
     def _lag(self) -> int | None:
