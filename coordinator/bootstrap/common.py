@@ -9,12 +9,14 @@ from confluent_kafka import KafkaError
 
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.client_log import RepeatFilter
+from workers.kafka import TRANSACTION_TIMEOUT_MS
 
 __all__ = [
     "ADMIN_TIMEOUT_S",
     "ANSWER_SPACING_S",
     "BOOTSTRAP_CLIENT_PREFIX",
     "BOOTSTRAP_METADATA",
+    "BROKER_ABORT_CHECK_S",
     "KAFKA_CLIENT_LOG",
     "REACH_TIMEOUT_S",
     "STABLE_DEADLINE_S",
@@ -43,7 +45,17 @@ UNKNOWN_ANSWERS: Final = 3
 ANSWER_SPACING_S: Final = 0.5
 ADMIN_TIMEOUT_S: Final = 30.0
 STABLE_RETRY_S: Final = 0.2
-STABLE_DEADLINE_S: Final = 5.0
+BROKER_ABORT_CHECK_S: Final = 10.0
+"""The broker's default ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, s:
+how often it aborts transactions past their ``transaction.timeout.ms``."""
+STABLE_DEADLINE_S: Final = TRANSACTION_TIMEOUT_MS / 1000 + BROKER_ABORT_CHECK_S + 5.0
+"""How long a start waits for the group's committed positions to be stable, s (25 s).
+
+A worker of a coordinator that died (``kill -9``) can leave a transaction open that
+carries read positions; the broker answers ``UNSTABLE_OFFSET_COMMIT`` for them until it
+aborts that transaction, at most ``transaction.timeout.ms`` (:data:`TRANSACTION_TIMEOUT_MS`)
+plus one abort check (:data:`BROKER_ABORT_CHECK_S`) later; a start inside that window waits
+it out, with a log line, instead of failing (KIP-447: ``require_stable``)."""
 
 UNKNOWN_CODES: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 TOPIC_ID_FLOOR: Final = "3.7.0"

@@ -29,6 +29,7 @@ from coordinator.bootstrap.common import (
     STABLE_RETRY_S,
     StartError,
     StartRetryableError,
+    log,
     refuse,
 )
 from parsley.declarations import InitialPosition
@@ -120,6 +121,7 @@ def committed_positions(
 ) -> dict[tuple[str, int], tuple[int, str]]:
     """Stable committed offsets: ``{(topic, partition): (offset, metadata)}``, committed only."""
     deadline = time.monotonic() + STABLE_DEADLINE_S
+    said = False
     while True:
         try:
             request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t.topic, t.partition)
@@ -140,6 +142,11 @@ def committed_positions(
                     out[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
             if not unstable:
                 return out
+            if not said:
+                log.info("the committed positions of group '%s' are unstable: a transaction "
+                         "carrying them is still open (a worker that died?); waiting up to "
+                         "%g s for the broker to end it", group, STABLE_DEADLINE_S)
+                said = True
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if not (isinstance(err, KafkaError) and err.code() in (
