@@ -107,6 +107,7 @@ def unread_on_deleted(
     channels: Mapping[str, ChannelId],
     read_ends: Mapping[tuple[str, int], int],
     covered: Callable[[ChannelId], int | None],
+    floors: Mapping[tuple[str, int], int] | None = None,
 ) -> ParsleyFailClosedError | None:
     """The refusal for a deleted received topic the task read past what its state covers.
 
@@ -124,6 +125,9 @@ def unread_on_deleted(
             fed from it in this process's life (``TaskStep.read_ends``), offsets.
         covered: the engine's coverage of a channel (``ProcessEngine.covered``): the
             highest position fed or known never to arrive, in the state as it stands.
+        floors: ``(topic, partition)`` -> the highest committed read position a start
+            of this process's life began from (offsets): nothing below it was read
+            and left uncommitted, whatever the state's coverage says.
 
     Returns:
         ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` for the first such channel (in
@@ -137,7 +141,7 @@ def unread_on_deleted(
         if end is None:
             continue
         done = covered(ch)
-        first = 0 if done is None else done + 1
+        first = max(0 if done is None else done + 1, (floors or {}).get((name, ch.partition), 0))
         if end <= first:
             continue
         return ParsleyFailClosedError(
@@ -157,6 +161,7 @@ def apply_received_verdicts(
     verdicts: Mapping[UUID, TopicVerdict],
     channels: Mapping[str, ChannelId],
     read_ends: Mapping[tuple[str, int], int] | None = None,
+    floors: Mapping[tuple[str, int], int] | None = None,
 ) -> str | None:
     """Apply an identity check's verdicts to ``engine``; name the settled deletions.
 
@@ -164,7 +169,7 @@ def apply_received_verdicts(
         engine: the task's engine.
         verdicts: topic id -> verdict (pending ids omitted).
         channels: received topic name -> the task's channel on it.
-        read_ends: the offsets past what the task has read, as for
+        read_ends, floors: what the task has read and where its starts began, as for
             :func:`unread_on_deleted`; ``None`` when it has read nothing.
 
     Returns:
@@ -180,7 +185,7 @@ def apply_received_verdicts(
             coverage (records whose read was never committed).
     """
     # Judged before the engine settles the channel to its end (which covers everything).
-    unread = unread_on_deleted(verdicts, channels, read_ends or {}, engine.covered)
+    unread = unread_on_deleted(verdicts, channels, read_ends or {}, engine.covered, floors)
     engine.apply_identity(verdicts)
     if unread is not None:
         raise unread

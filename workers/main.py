@@ -108,7 +108,7 @@ from workers.kafka import (
     stop_kind,
     to_exception,
 )
-from workers.memory import heap_trimmer
+from workers.memory import TRIM_INTERVAL_S, heap_trimmer
 from workers.offsets import positions_past_markers, resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
@@ -277,7 +277,11 @@ class Worker:
         # Past the last record fed, over the process's life (TaskStep.read_ends): what an
         # aborted read reached, for the deletion check (identity.unread_on_deleted).
         self.read_ends: dict[tuple[str, int], int] = {}
+        # The highest committed read position seen at a start in this life: nothing below
+        # it was read uncommitted by this process (identity.unread_on_deleted).
+        self.read_floors: dict[tuple[str, int], int] = {}
         self._trim_heap = heap_trimmer()
+        self._next_trim = 0.0  # monotonic s
         self.restores = 0
         self.next_group_check = 0.0
         self.own_members = frozenset(
@@ -371,7 +375,8 @@ class Worker:
         bindings = {n: i for n, i in engine.names().items() if i in ids}
         with bounded("describe_topics"):
             result = self.identity.check(bindings)
-        apply_received_verdicts(engine, result.verdicts, self.channels, self.read_ends)
+        apply_received_verdicts(engine, result.verdicts, self.channels, self.read_ends,
+                                self.read_floors)
         unnamed = engine.unnamed_topic_ids()
         if unnamed:
             # Names of upstream ids are learned while alive, so that their deletion can
@@ -485,6 +490,9 @@ class Worker:
         assert self.engine is not None and self.consumer is not None
         committed = self._committed()
         self.start_positions = dict(committed)
+        for key, off in committed.items():
+            if off > self.read_floors.get(key, -1):
+                self.read_floors[key] = off
         self.read_positions = {k: v for k, v in committed.items() if v >= 0}
         self.engine.start({
             self.channels[t]: off for (t, _p), off in committed.items()
@@ -629,7 +637,9 @@ class Worker:
             return
         # Free heap back to the system first, so the status's rss_bytes is what is in use
         # (workers.memory: glibc keeps a burst's freed records otherwise).
-        self._trim_heap()
+        if now >= self._next_trim:
+            self._next_trim = now + TRIM_INTERVAL_S
+            self._trim_heap()
         self.reporter.status(self.state, self.status_fields())
 
     def _lag(self) -> int | None:
@@ -704,13 +714,20 @@ class Worker:
             self._before_blocking("identity check")
             with bounded("describe_topics"):
                 result = self.identity.check(self.pending_identity)
+            gone = None
             if result.verdicts:
-                self.engine.apply_identity(result.verdicts)
+                # A pending received topic judged deleted now is weighed as the running
+                # check weighs it (held, read past coverage, or settled).
+                gone = apply_received_verdicts(self.engine, result.verdicts, self.channels,
+                                               self.read_ends, self.read_floors)
                 step.touch()
             self.pending_identity = dict(result.pending)
             if self.pending_identity:
                 self.backoff.failed(time.monotonic())
             self._drain()
+            if gone is not None:
+                self._commit()
+                self._settled(gone)
         if running:
             self._commit_past_markers()
         self._maybe_status()
@@ -743,18 +760,24 @@ class Worker:
                 gone = settled_detail(result.verdicts, self.channels)
         else:
             gone = apply_received_verdicts(self.engine, result.verdicts, self.channels,
-                                           self.read_ends)
+                                           self.read_ends, self.read_floors)
             if gone is not None:
                 self.step.touch()
                 self._drain()
                 self._commit()
         if gone is not None:
-            # A sibling task may hold messages from the topic: its refusal, within one
-            # check interval, must be what the process reports, not this stop.
-            self.settled = (time.monotonic(), gone)
-            self.next_received_check = time.monotonic() + SETTLED_STOP_GRACE_S
-            log.warning("%s task %d: %s Stopping in %g s.", self.app_id, self.task, gone,
-                        SETTLED_STOP_GRACE_S)
+            self._settled(gone)
+
+    def _settled(self, gone: str) -> None:
+        """Stop :data:`SETTLED_STOP_GRACE_S` from now for the settled deletion ``gone``."""
+        if self.settled is not None:
+            return
+        # A sibling task may hold messages from the topic: its refusal, within one
+        # check interval, must be what the process reports, not this stop.
+        self.settled = (time.monotonic(), gone)
+        self.next_received_check = time.monotonic() + SETTLED_STOP_GRACE_S
+        log.warning("%s task %d: %s Stopping in %g s.", self.app_id, self.task, gone,
+                    SETTLED_STOP_GRACE_S)
 
     on_blocking: Callable[[str, bool], None] | None = None
     """A seam for tests: called as ``(what, transaction_open)`` right before each blocking

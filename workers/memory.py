@@ -6,9 +6,10 @@ frees nearly all of it within a commit, the held bodies being in the ordering st
 from then on; but glibc's ``malloc`` keeps freed memory in its arenas unless it lies at
 a heap's top, so the resident set stays at its high-water mark: 140–250 MiB measured
 where 55 MiB is live. ``malloc_trim(0)`` (glibc, ``malloc.h``) releases every whole free
-page of every arena; it takes well under a millisecond, and the worker calls it once
-per status interval, before each status report, so the reported ``rss_bytes`` is what
-the worker uses.
+page of every arena; it takes well under a millisecond, but it locks each arena in
+turn (librdkafka's threads wait) and pages it releases fault back in at the next
+burst, so the worker calls it before a status report at most every
+:data:`TRIM_INTERVAL_S`, and the reported ``rss_bytes`` is close to what it uses.
 
 Elsewhere (another C library, or no ``malloc_trim``) :func:`heap_trimmer` returns a
 function that does nothing.
@@ -17,11 +18,14 @@ function that does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 from collections.abc import Callable
+from typing import Final
 
-__all__ = ["heap_trimmer"]
+__all__ = ["TRIM_INTERVAL_S", "heap_trimmer"]
+
+TRIM_INTERVAL_S: Final = 5.0
+"""The least time between two trims of the worker's heap, s."""
 
 log = logging.getLogger("parsley.worker.memory")
 
@@ -37,13 +41,11 @@ def heap_trimmer() -> Callable[[], None]:
         A call of glibc's ``malloc_trim(0)`` (no arguments, no result), or a function
         that does nothing where the C library has no ``malloc_trim``.
     """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return _nothing
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        # The symbols already loaded in the process (no ldconfig lookup): the C library's.
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
-        log.debug("no malloc_trim in %s: the free heap stays with the process", name)
+        log.debug("no malloc_trim in this C library: the free heap stays with the process")
         return _nothing
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int

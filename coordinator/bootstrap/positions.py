@@ -157,8 +157,10 @@ def committed_positions(
                                  "then retry") from exc
         if time.monotonic() > deadline:
             raise StartRetryableError(
-                f"the committed positions of group '{group}' stayed unstable (a transaction "
-                f"was committing) for {STABLE_DEADLINE_S:g} s"
+                f"the committed positions of group '{group}' stayed unstable for "
+                f"{STABLE_DEADLINE_S:g} s: a transaction carrying them is still open (a worker "
+                "that died, whose transaction the broker has not aborted yet, or a producer "
+                "outside Parsley sending offsets for the group); retry the start"
             )
         sleep(STABLE_RETRY_S)
 

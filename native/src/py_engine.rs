@@ -90,12 +90,18 @@ struct Refs {
     dropped: PyObject,
 }
 
-// SAFETY: the crate is built for the stable ABI (abi3), which no free-threaded CPython
-// loads, so every method, and the drop a cyclic garbage collection makes, runs with the
-// GIL held, and no method releases it: the `Rc` counts and `Cell`s inside are never
-// touched by two threads at once. `unsendable` would instead leak the object, with a
-// RuntimeError printed, whenever a collection triggered on one of librdkafka's threads
-// (an admin future resolved there runs Python) drops it.
+// SAFETY: Rust code reads and writes these fields (`Rc` counts, `Cell`s, maps) only
+// while it holds the GIL: every method takes `Python<'_>` or runs under a PyO3
+// borrow, nothing calls `allow_threads` (keep it so: with `Sync`, a closure over
+// `self` inside `py.allow_threads` would now compile, and would be unsound), and the
+// drop a cyclic garbage collection makes runs under the GIL too, on whichever thread
+// triggered it. Python code that a method calls (a handler, sqlite3) may release the
+// GIL, but then no Rust code of this object runs until it is taken back, and PyO3's
+// borrow flag refuses a second `&mut`. The crate is built for the stable ABI (abi3),
+// which no free-threaded CPython loads and PyO3 refuses to build for one, so the GIL
+// is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
+// whenever a collection triggered on one of librdkafka's threads (an admin future
+// resolved there runs Python) drops it.
 unsafe impl Send for EngineCore {}
 unsafe impl Sync for EngineCore {}
 

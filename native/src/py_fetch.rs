@@ -82,12 +82,18 @@ struct OutPlan {
     encode_value: Option<PyObject>,
 }
 
-// SAFETY: the crate is built for the stable ABI (abi3), which no free-threaded CPython
-// loads, so every method, and the drop a cyclic garbage collection makes, runs with the
-// GIL held, and no method releases it: the `Rc` counts and `Cell`s inside are never
-// touched by two threads at once. `unsendable` would instead leak the object, with a
-// RuntimeError printed, whenever a collection triggered on one of librdkafka's threads
-// (an admin future resolved there runs Python) drops it.
+// SAFETY: Rust code reads and writes these fields (`Rc` counts, `Cell`s, maps) only
+// while it holds the GIL: every method takes `Python<'_>` or runs under a PyO3
+// borrow, nothing calls `allow_threads` (keep it so: with `Sync`, a closure over
+// `self` inside `py.allow_threads` would now compile, and would be unsound), and the
+// drop a cyclic garbage collection makes runs under the GIL too, on whichever thread
+// triggered it. Python code that a method calls (a handler, sqlite3) may release the
+// GIL, but then no Rust code of this object runs until it is taken back, and PyO3's
+// borrow flag refuses a second `&mut`. The crate is built for the stable ABI (abi3),
+// which no free-threaded CPython loads and PyO3 refuses to build for one, so the GIL
+// is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
+// whenever a collection triggered on one of librdkafka's threads (an admin future
+// resolved there runs Python) drops it.
 unsafe impl Send for FastFrame {}
 unsafe impl Sync for FastFrame {}
 
@@ -241,6 +247,21 @@ impl FastFrame {
         visit.call(&self.produce)?;
         visit.call(&self.on_delivery)?;
         Ok(())
+    }
+
+    /// Drop every reference `__traverse__` reports, so a reference cycle through this
+    /// object (a handler that holds its own step, say) can be collected: the plans
+    /// go, and the frame, state, `produce` and `on_delivery` become `None`. A cleared
+    /// object is never run again (the collector clears only unreachable objects).
+    fn __clear__(&mut self) {
+        Python::with_gil(|py| {
+            self.inputs.clear();
+            self.outputs.clear();
+            self.frame = py.None();
+            self.state = py.None();
+            self.produce = py.None();
+            self.on_delivery = py.None();
+        });
     }
 
     /// Handle the entries of `batch` (`ProcessEngine.deliver_batch`'s tuples) from

@@ -114,7 +114,7 @@ impl FrontierEncoding {
 
     fn relayout<'a>(&mut self, entries: impl Iterator<Item = (&'a Channel, i64)>) {
         let mut sorted: Vec<(Channel, i64)> = entries.map(|(c, p)| (*c, p)).collect();
-        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        sorted.sort_unstable_by_key(|a| a.0);
         let mut buf = Vec::with_capacity(self.size());
         let mut layout = FxMap::default();
         buf.push(1u8);

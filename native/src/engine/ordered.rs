@@ -36,6 +36,10 @@ impl OrderedMap {
         self.map.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     /// Entries in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&Channel, i64)> + '_ {
         self.order.iter().map(move |c| (c, self.map[c]))
