@@ -216,23 +216,36 @@ class Send:
     def __init__(self, channel: Channel[Any, Any], key: Any, value: Any,
                  headers: Mapping[str, Any] | Iterable[Any] | None = (),
                  timestamp_ms: int | None = None) -> None:
-        if not isinstance(channel, Channel):
-            raise TypeError(f"send needs a Channel, got {type(channel).__name__}")
-        if timestamp_ms is not None:
-            if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
-                raise TypeError(f"{channel.name}: timestamp must be an int of ms")
-            if timestamp_ms < 0:
-                raise ValueError(
-                    f"{channel.name}: timestamp must be >= 0 ms, got {timestamp_ms}")
-        _s_channel(self, channel)
-        _s_key(self, key)
-        _s_value(self, value)
-        _s_headers(self, _headers(channel.name, headers) if headers else ())
-        _s_timestamp_ms(self, timestamp_ms)
+        _fill_send(self, channel, key, value, headers, timestamp_ms)
 
 
 (_s_channel, _s_key, _s_value, _s_headers, _s_timestamp_ms) = _slot_setters(
     Send, "channel", "key", "value", "headers", "timestamp_ms")
+
+
+def _check_timestamp(channel: Channel[Any, Any], timestamp_ms: Any) -> None:
+    """Raise unless ``timestamp_ms`` is an int (not a bool) of ms >= 0 (see :class:`Send`)."""
+    if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+        raise TypeError(f"{channel.name}: timestamp must be an int of ms")
+    if timestamp_ms < 0:
+        raise ValueError(f"{channel.name}: timestamp must be >= 0 ms, got {timestamp_ms}")
+
+
+def _fill_send(send: Send, channel: Channel[Any, Any], key: Any, value: Any,
+               headers: Mapping[str, Any] | Iterable[Any] | None,
+               timestamp_ms: int | None) -> None:
+    """Check and set the fields of a new :class:`Send` (its constructor, and
+    :meth:`EffectsBuilder.send` without the class call): the raises of :class:`Send`."""
+    if channel.__class__ is not Channel and not isinstance(channel, Channel):
+        raise TypeError(f"send needs a Channel, got {type(channel).__name__}")
+    # A plain non-negative int passes on the first test; anything else gets the full one.
+    if timestamp_ms is not None and (timestamp_ms.__class__ is not int or timestamp_ms < 0):
+        _check_timestamp(channel, timestamp_ms)
+    _s_channel(send, channel)
+    _s_key(send, key)
+    _s_value(send, value)
+    _s_headers(send, _headers(channel.name, headers) if headers else ())
+    _s_timestamp_ms(send, timestamp_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +305,7 @@ class EffectsBuilder:
 
     def __init__(self) -> None:
         self._sends: list[Send] = []
-        self._writes: list[Write] = []
+        self._writes: list[Write] | None = None  # made at the first write (most make none)
 
     def send(
         self,
@@ -317,7 +330,9 @@ class EffectsBuilder:
                 header, latched into the handler frame (see :class:`RefusalLatch`).
             ValueError: negative timestamp.
         """
-        self._sends.append(Send(channel, key, value, headers, timestamp))
+        send: Send = _new(Send)
+        _fill_send(send, channel, key, value, headers, timestamp)
+        self._sends.append(send)
         return self
 
     def put(self, store: Store[K, V], key: K, value: V) -> EffectsBuilder:
@@ -328,19 +343,26 @@ class EffectsBuilder:
         """
         if value is None:
             raise ValueError(f"{store.name}: put needs a value; use delete(store, key) to remove")
-        self._writes.append(Write(store, key, value))
+        write = Write(store, key, value)
+        if self._writes is None:
+            self._writes = []
+        self._writes.append(write)
         return self
 
     def delete(self, store: Store[K, V], key: K) -> EffectsBuilder:
         """Remove ``key`` from ``store`` (a changelog tombstone)."""
-        self._writes.append(Write(store, key, None))
+        write = Write(store, key, None)
+        if self._writes is None:
+            self._writes = []
+        self._writes.append(write)
         return self
 
     def build(self) -> Effects:
         """The effects collected so far; the builder stays usable."""
         effects: Effects = _new(Effects)
         _e_sends(effects, tuple(self._sends))
-        _e_writes(effects, tuple(self._writes))
+        writes = self._writes
+        _e_writes(effects, tuple(writes) if writes else ())
         return effects
 
 

@@ -181,6 +181,36 @@ def test_builder_refuses_negative_timestamp_null_put_and_bad_headers() -> None:
         Effects.builder().send(AUDIT, "k", 1, headers=[(1, b"")])  # type: ignore[list-item]
 
 
+def test_builder_and_constructor_check_a_send_alike() -> None:
+    # The builder fills a Send without the class call: the same checks, the same values.
+    import enum
+
+    from parsley.effects import Send, Write
+
+    class Ms(enum.IntEnum):
+        T = 5
+
+    for bad, error in ((True, TypeError), (1.5, TypeError), ("7", TypeError),
+                       (-1, ValueError), (Ms.T, None), (0, None), (None, None)):
+        for make in (lambda ts: Effects.builder().send(AUDIT, "k", 1, timestamp=ts).build()
+                     .sends[0],
+                     lambda ts: Send(AUDIT, "k", 1, None, ts)):
+            if error is None:
+                send = make(bad)
+                assert send == Send(AUDIT, "k", 1, (), bad)
+                assert (send.channel, send.key, send.value, send.headers,
+                        send.timestamp_ms) == (AUDIT, "k", 1, (), bad)
+            else:
+                with pytest.raises(error, match="audit: timestamp must be"):
+                    make(bad)
+    with pytest.raises(TypeError, match="send needs a Channel, got str"):
+        Effects.builder().send("audit", "k", 1)  # type: ignore[arg-type]
+    effects = Effects.builder().send(AUDIT, "k", 1).send(AUDIT, "j", 2).build()
+    assert [s.key for s in effects.sends] == ["k", "j"] and effects.writes == ()
+    assert Effects.builder().put(COUNTS, "k", 3).delete(COUNTS, "j").build().writes == (
+        Write(COUNTS, "k", 3), Write(COUNTS, "j", None))
+
+
 # --- names on the cluster --------------------------------------------------------------
 
 
