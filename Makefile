@@ -55,7 +55,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VPY) -m ruff check .
 
-# The demo's data is not in the repository (README, "The demo"): look for it before the
+# The demo's data is not in the repository (README, "See it work: make demo"): look for it before the
 # install, as examples/mailing_list/threads.py resolve_data_path does (--data in DEMO_ARGS,
 # else $$PARSLEY_DEMO_DATA, else the default beside the clone).
 DEMO_DATA_DEFAULT := ../shared/data/lkml-linux-ext4/messages.jsonl
@@ -69,6 +69,6 @@ demo-data:
 	[ -f "$$data" ] && exit 0; \
 	echo "make demo: mailing-list data not found: $$data" >&2; \
 	echo "  The demo reads lkml-linux-ext4/messages.jsonl, which is not in the repository" >&2; \
-	echo "  (README, \"The demo\"). Put it at $(DEMO_DATA_DEFAULT) (beside the clone)," >&2; \
+	echo "  (README, \"See it work: make demo\"). Put it at $(DEMO_DATA_DEFAULT) (beside the clone)," >&2; \
 	echo "  or point to it: PARSLEY_DEMO_DATA=PATH make demo, or make demo DEMO_ARGS=\"--data PATH\"." >&2; \
 	exit 2

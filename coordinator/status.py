@@ -129,6 +129,8 @@ class TaskStatus:
         cross_partition_causes: messages accepted with a cause on another task's
             partition of a received topic, carried unenforced (docs/failing-closed.md,
             ``CROSS_PARTITION_CAUSE``).
+        waited: heads the task's current execution found waiting for a cause not
+            delivered yet, each counted once (:class:`parsley.status.TaskDiagnosis`).
     """
 
     task: int
@@ -145,6 +147,7 @@ class TaskStatus:
     updated_ms_ago: int
     stale: bool
     cross_partition_causes: int = 0
+    waited: int = 0
 
     @property
     def held_count(self) -> int:
@@ -174,6 +177,7 @@ class TaskStatus:
             "updated_ms_ago": self.updated_ms_ago,
             "stale": self.stale,
             "cross_partition_causes": self.cross_partition_causes,
+            "waited": self.waited,
             "caught_up": self.caught_up,
         }
 
@@ -200,6 +204,7 @@ class TaskStatus:
             updated_ms_ago=int(obj.get("updated_ms_ago", 0)),
             stale=bool(obj.get("stale", False)),
             cross_partition_causes=int(obj.get("cross_partition_causes", 0)),
+            waited=int(obj.get("waited", 0)),
         )
 
 

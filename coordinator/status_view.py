@@ -126,12 +126,12 @@ def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
 def _wide(statuses: Mapping[str, ProcessStatus]) -> Table:
     table = Table(title="parsley processes")
     for col in ("process", "state", "restarts", "task", "task state", "pid", "held",
-                "head blockers", "frontier", "lag", "caught up", "restore", "rss", "cpu",
-                "cross-partition causes", "age"):
+                "waited", "head blockers", "frontier", "lag", "caught up", "restore", "rss",
+                "cpu", "cross-partition causes", "age"):
         table.add_column(col, no_wrap=True)
     for name, st in statuses.items():
         if not st.tasks:
-            table.add_row(name, st.state.value, str(st.restarts), *["-"] * 7,
+            table.add_row(name, st.state.value, str(st.restarts), *["-"] * 8,
                           _no_tasks_caught_up(st), *["-"] * 5)
         for t in st.tasks:
             restore = "-" if t.restore is None else (
@@ -139,7 +139,8 @@ def _wide(statuses: Mapping[str, ProcessStatus]) -> Table:
                 + (" done" if t.restore.done else ""))
             table.add_row(
                 name, st.state.value, str(st.restarts), str(t.task), t.state.value, str(t.pid),
-                str(t.held_count), "\n".join(held_line(h) for h in t.held) or "-",
+                str(t.held_count), str(t.waited),
+                "\n".join(held_line(h) for h in t.held) or "-",
                 f"{t.frontier_channels} ch / {t.frontier_bytes} of {t.budget_bytes} B",
                 "-" if t.lag is None else str(t.lag), _yes(t.caught_up), restore,
                 _bytes(t.rss_bytes),

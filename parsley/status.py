@@ -102,6 +102,11 @@ class TaskDiagnosis:
             a partition of a received topic that another task reads: carried
             unenforced, warned once per pair of partitions (docs/failing-closed.md,
             ``CROSS_PARTITION_CAUSE``).
+        waited: heads this execution found waiting for a cause not delivered yet:
+            each held its channel back (itself and every message behind it) until
+            the cause was delivered; a head counted once however long it waited
+            (docs/operations.md, "Status"). Holds too short for a status sample to
+            show are counted here.
     """
 
     held: tuple[HeldChannel, ...]
@@ -109,6 +114,7 @@ class TaskDiagnosis:
     frontier_bytes: int
     budget_bytes: int
     cross_partition_causes: int = 0
+    waited: int = 0
 
     @property
     def held_count(self) -> int:
@@ -123,4 +129,5 @@ class TaskDiagnosis:
             "frontier_bytes": self.frontier_bytes,
             "budget_bytes": self.budget_bytes,
             "cross_partition_causes": self.cross_partition_causes,
+            "waited": self.waited,
         }

@@ -201,7 +201,7 @@ def status_fields(
         held_total = engine.held_count()
     else:
         fields = {"held": [], "frontier_channels": 0, "frontier_bytes": 0,
-                  "budget_bytes": budget_bytes, "cross_partition_causes": 0}
+                  "budget_bytes": budget_bytes, "cross_partition_causes": 0, "waited": 0}
         held_total = 0
     progress = None
     if restore:

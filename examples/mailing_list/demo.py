@@ -323,7 +323,9 @@ def _blockers(held: dict[str, Any]) -> str:
         settled = b.get("settled")
         parts.append(f"{b.get('topic')}-{b.get('partition')} needs {b.get('required')}, "
                      f"settled {'none' if settled is None else settled}")
-    return "; ".join(parts)
+    # A head with no blocker waits only for the task's next delivery pass
+    # (docs/runbooks.md): it is queued behind nothing.
+    return "; ".join(parts) or "nothing it waits for, delivered at the next step"
 
 
 def short_topic(topic: object) -> str:
@@ -438,9 +440,16 @@ def process_holds(status: dict[str, Any], process: str = "digest") -> tuple[int,
     return total, example
 
 
+def process_waited(status: dict[str, Any], process: str = "digest") -> dict[int, int]:
+    """Per task of ``process``, its ``waited`` count in one ``status --json`` answer: the
+    heads its engine found waiting for a cause not delivered yet (pure)."""
+    proc = (status.get("processes") or {}).get(process) or {}
+    return {int(t.get("task", 0)): int(t.get("waited") or 0) for t in proc.get("tasks") or []}
+
+
 @dataclass
 class HoldRecord:
-    """The most ``digest`` held at once over the status samples seen, with an example.
+    """What ``digest`` held back over the status samples seen, with an example.
 
     Attributes:
         process: the process watched.
@@ -448,17 +457,23 @@ class HoldRecord:
         peak: the largest held total in one answer (messages).
         example: a blocker from the peak answer (or the first one seen, if the
             peak answer had none), :func:`example_blocker`'s words.
+        waited: per task, the most waits its engine reported (``waited``: heads that
+            waited for a cause, each holding its channel back; counted by the engine
+            however short the wait, so a sample need not catch it).
     """
 
     process: str = "digest"
     samples: int = 0
     peak: int = 0
     example: str | None = None
+    waited: dict[int, int] = field(default_factory=dict)
 
     def observe(self, status: dict[str, Any]) -> None:
         """Take one ``status --json`` answer into account."""
         held, example = process_holds(status, self.process)
         self.samples += 1
+        for task, count in process_waited(status, self.process).items():
+            self.waited[task] = max(count, self.waited.get(task, 0))
         if held > self.peak:
             self.peak = held
             self.example = example or self.example
@@ -466,13 +481,21 @@ class HoldRecord:
             self.example = example
 
     def summary(self) -> str:
-        """One line for the end of the run, e.g. ``digest held up to 1087 messages at once;
-        e.g. list.threaded-1@118 waited for list.posts-1 up to 123 (settled 122)``."""
+        """One line for the end of the run, e.g. ``digest held a channel back 17 times
+        until a cause was delivered; up to 1087 messages held at once in a status
+        sample, e.g. list.threaded-1@118 waited for list.posts-1 up to 123 (settled
+        122)``."""
+        waited = sum(self.waited.values())
+        if self.peak == 0 and waited == 0:
+            return (f"{self.process} held no message back ({self.samples} status samples: "
+                    "nothing it received was ahead of its causes)")
+        text = (f"{self.process} held a channel back {waited} times until a cause was "
+                "delivered")
         if self.peak == 0:
-            return (f"{self.process} held no message in {self.samples} status samples "
-                    "(nothing it received was ahead of its causes when sampled)")
-        text = f"{self.process} held up to {self.peak} messages at once"
-        return f"{text}; e.g. {self.example}" if self.example else text
+            return (f"{text}; each hold was shorter than a status sample "
+                    f"({self.samples} samples)")
+        text = f"{text}; up to {self.peak} messages held at once in a status sample"
+        return f"{text}, e.g. {self.example}" if self.example else text
 
 
 def digest_label(steps: int | None) -> str:
@@ -611,6 +634,24 @@ class _StatusPoller:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+def _await_caught_up(coordinator: Coordinator, process: str, timeout_s: float,
+                     poll_s: float = 0.5) -> float | None:
+    """Wait until ``process`` under ``coordinator`` is caught up (``status --json``'s
+    ``caught_up``: running, nothing held, nothing left to read).
+
+    Returns:
+        Seconds waited, or ``None`` when ``timeout_s`` passed first or the coordinator
+        exited (the run goes on; its verdict says what happened).
+    """
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s and coordinator.alive():
+        answer = coordinator.status()
+        if ((answer.get("processes") or {}).get(process) or {}).get("caught_up"):
+            return time.monotonic() - began
+        time.sleep(poll_s)
+    return None
 
 
 @dataclass
@@ -771,6 +812,12 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
                             + f") in {outcome.ingest.elapsed_s:.1f} s; "
                             "end-of-input markers sent")
                 if not digest:
+                    # digest catches up on the whole backlog: every threaded event is
+                    # there, small, ahead of the posts it names (README, "See it work").
+                    waited = _await_caught_up(coordinators[0], "threader", settings.timeout_s)
+                    display.say("threader caught up" if waited is None else
+                                f"threader caught up {waited:.1f} s after the replay; "
+                                "starting digest on the whole backlog")
                     if settings.digest_delay_s:
                         time.sleep(settings.digest_delay_s)
                     display.digest_progress(0, outcome.ingest.posts)

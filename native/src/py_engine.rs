@@ -157,6 +157,10 @@ pub struct EngineCore {
     stamp_version: bool,
     cross_warned: FxSet<(usize, Channel)>,
     cross_count: u64,
+    /// Heads found waiting for a cause (`waited_count`), and per rank the last head
+    /// counted, so a head decided again is not counted twice.
+    waited: u64,
+    waited_at: Vec<i64>,
     no_causes: Causes,
 }
 
@@ -542,6 +546,11 @@ impl EngineCore {
                 Some((b, p)) => {
                     self.waiting[b].push(Reverse((p, r)));
                     self.loaded = None;
+                    // Counted once: heads only move forward on a channel.
+                    if q > self.waited_at[r] {
+                        self.waited_at[r] = q;
+                        self.waited += 1;
+                    }
                 }
             }
         }
@@ -1024,6 +1033,8 @@ impl EngineCore {
             stamp_version: false,
             cross_warned: FxSet::default(),
             cross_count: 0,
+            waited: 0,
+            waited_at: Vec::new(),
             no_causes: Rc::from(Vec::new()),
         }
     }
@@ -1100,6 +1111,7 @@ impl EngineCore {
         self.queues = (0..n).map(|_| VecDeque::new()).collect();
         self.head_causes = vec![None; n];
         self.is_candidate = vec![false; n];
+        self.waited_at = vec![-1; n];
         self.waiting = (0..n).map(|_| BinaryHeap::new()).collect();
         self.fed_exec = vec![None; n];
         for (k, v) in fed.iter() {
@@ -1575,6 +1587,12 @@ impl EngineCore {
     /// Messages accepted with a cause the task could not enforce.
     fn cross_partition_causes(&self) -> u64 {
         self.cross_count
+    }
+
+    /// Heads found waiting for a cause not yet delivered since this engine was built,
+    /// each counted once.
+    fn waited_count(&self) -> u64 {
+        self.waited
     }
 }
 

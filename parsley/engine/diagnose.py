@@ -25,6 +25,7 @@ def diagnose_task(
     frontier_bytes: int,
     budget_bytes: int,
     cross_partition_causes: int = 0,
+    waited: int = 0,
 ) -> TaskDiagnosis:
     """Build the task's diagnosis.
 
@@ -39,6 +40,7 @@ def diagnose_task(
         budget_bytes: the metadata budget, bytes.
         cross_partition_causes: messages accepted with a cause the task could
             not enforce (a cause on another task's partition of a received topic).
+        waited: heads found waiting for a cause (``ProcessEngine.waited_count``).
 
     Returns:
         Per held channel: topic label, partition, count, head position and
@@ -65,4 +67,4 @@ def diagnose_task(
         channels.append(HeldChannel(_label(ch.topic_id), ch.partition, len(positions), head,
                                     blockers))
     return TaskDiagnosis(tuple(channels), frontier_channels, frontier_bytes, budget_bytes,
-                         cross_partition_causes)
+                         cross_partition_causes, waited)

@@ -243,6 +243,8 @@ class ProcessEngine:
         self._cross_policy = cross_partition
         self._cross_warned: set[tuple[ChannelId, ChannelId]] = set()
         self._cross_count = 0
+        self._waited = 0
+        self._waited_at: dict[ChannelId, int] = {}  # the last head counted as waiting
         self._labels: dict[UUID, str] | None = None
         self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
         self._rank: dict[ChannelId, int] = {ch: i for i, ch in enumerate(ordered)}
@@ -728,6 +730,12 @@ class ProcessEngine:
                     "cross_partition_causes; cross_partition_causes = \"refuse\" makes it a "
                     "refusal (docs/runbooks.md, CROSS_PARTITION_CAUSE)")
 
+    def waited_count(self) -> int:
+        """Heads found waiting for a cause not yet delivered since this engine was built,
+        each counted once: every such wait held its channel back (docs/operations.md,
+        "Status", ``waited``)."""
+        return self._waited
+
     def cross_partition_causes(self) -> int:
         """Messages accepted by this engine that carried a cause it could not enforce
         (:class:`CrossPartition`); always 0 under :attr:`CrossPartition.REFUSE`."""
@@ -863,6 +871,11 @@ class ProcessEngine:
                 heappush(self._waiting.setdefault(blocker[0], []), (blocker[1], rank[ch]))
                 # A blocked head keeps only its causes in memory, never its body.
                 self._loaded = None
+                # Counted once: a head decided again (a blocker settled, another remains)
+                # is the same message; heads only move forward on a channel.
+                if queue[0] > self._waited_at.get(ch, -1):
+                    self._waited_at[ch] = queue[0]
+                    self._waited += 1
 
     def deliver_next(self) -> DeliverableMessage | None:
         """Deliver the next head whose causes are all settled, if any.
@@ -1140,4 +1153,5 @@ class ProcessEngine:
             frontier_bytes=self.frontier_bytes(),
             budget_bytes=self._budget,
             cross_partition_causes=self._cross_count,
+            waited=self._waited,
         )

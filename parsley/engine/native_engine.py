@@ -254,6 +254,7 @@ def _build() -> type[Any] | None:
                 frontier_bytes=self.frontier_bytes(),
                 budget_bytes=self.budget_bytes,
                 cross_partition_causes=self.cross_partition_causes(),
+                waited=self.waited_count(),
             )
 
     return NativeProcessEngine

@@ -75,6 +75,24 @@ def test_message_without_header_delivers_at_once_with_reserved_headers_stripped(
     assert e.frontier() == {A: 4}, "delivery merges its own (channel, position)"
 
 
+def test_waited_counts_each_message_held_back_for_a_cause_once() -> None:
+    e = engine()
+    e.receive(msg(A, 0))                     # nothing to wait for
+    e.receive(msg(C, 0, {A: 1, B: 0}))       # waits for A@1, then for B@0
+    assert drain(e) == [(A, 0)]
+    assert e.waited_count() == 1
+    e.receive(msg(A, 1))                     # C@0 is decided again: still waits, on B
+    assert drain(e) == [(A, 1)]
+    assert e.waited_count() == 1, "the same message is counted once"
+    e.receive(msg(B, 0))
+    assert drain(e) == [(B, 0), (C, 0)]
+    e.receive(msg(C, 1, {A: 1}))             # its cause is delivered: no wait
+    e.receive(msg(C, 2, {B: 5}))             # a second message waits
+    assert drain(e) == [(C, 1)]
+    assert e.waited_count() == 2
+    assert e.diagnose().waited == 2 and e.diagnose().to_json()["waited"] == 2
+
+
 def test_held_until_cause_settles_then_chain_releases_in_channel_order() -> None:
     e = engine()
     e.receive(msg(C, 0, {B: 0}))        # C@0 waits for B@0

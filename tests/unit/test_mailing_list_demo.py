@@ -26,6 +26,7 @@ from examples.mailing_list.demo import (
     incompleteness,
     log_dir,
     process_holds,
+    process_waited,
     short_blocker,
     status_lines,
     status_rows,
@@ -70,6 +71,10 @@ def test_plain_lines_sum_per_process_and_show_stops() -> None:
         {"topic": "b", "partition": 0, "count": 1, "head": 0,
          "blockers": [{"topic": "a", "partition": 0, "required": 1, "settled": None}]}]}]}}}
     assert status_lines(unsettled)[0].endswith("a-0 needs 1, settled none")
+    free = {"processes": {"digest": {"state": "RUNNING", "tasks": [{"task": 0, "held": [
+        {"topic": "b", "partition": 0, "count": 1, "head": 0, "blockers": []}]}]}}}
+    assert status_lines(free)[0].endswith(
+        "holds b-0@0: nothing it waits for, delivered at the next step")
     assert status_lines({}) == [] and status_rows({}) == []
 
 
@@ -159,16 +164,31 @@ def test_process_holds_sums_tasks_and_names_the_first_blocker() -> None:
                            ["held"][0]).endswith("up to 9 (settled none)")
 
 
-def test_hold_record_keeps_the_peak_and_its_example() -> None:
+def test_hold_record_keeps_the_peak_its_example_and_what_each_task_held_back() -> None:
     record = HoldRecord()
-    assert record.summary().startswith("digest held no message in 0 status samples")
-    for answer in (_answer([(2, 10, 11, 9)]), _answer([(700, 20, 30, 25), (387, 5, 6, 1)]),
-                   _answer([(40, 99, 100, 98)]), {}):
+    assert record.summary().startswith("digest held no message back (0 status samples")
+    answers = [_answer([(2, 10, 11, 9)]), _answer([(700, 20, 30, 25), (387, 5, 6, 1)]),
+               _answer([(40, 99, 100, 98)]), {}]
+    for answer, waited in zip(answers, ([5], [900, 400], [950], []), strict=True):
+        for task, count in zip(answer.get("processes", {}).get("digest", {})  # type: ignore[attr-defined]
+                               .get("tasks", []), waited, strict=True):
+            task["waited"] = count
         record.observe(answer)
     assert (record.samples, record.peak) == (4, 1087)
-    assert record.summary() == ("digest held up to 1087 messages at once; e.g. "
-                                "list.threaded-0@20 waited for list.posts-0 up to 30 "
-                                "(settled 25)")
+    # Per task the most it reported (a later, smaller count is an engine rebuilt since).
+    assert record.waited == {0: 950, 1: 400}
+    assert record.summary() == ("digest held a channel back 1350 times until a cause was "
+                                "delivered; up to 1087 messages held at once in a status "
+                                "sample, e.g. list.threaded-0@20 waited for list.posts-0 "
+                                "up to 30 (settled 25)")
+    quick = HoldRecord()
+    answer = _answer([])
+    answer["processes"]["digest"]["tasks"] = [{"task": 0, "held": [], "waited": 12}]  # type: ignore[index]
+    quick.observe(answer)
+    assert quick.summary() == ("digest held a channel back 12 times until a cause was "
+                               "delivered; each hold was shorter than a status sample "
+                               "(1 samples)")
+    assert process_waited({}) == {}
 
 
 def test_progress_rows_say_what_their_bars_count() -> None:

@@ -95,7 +95,7 @@ def test_status_fields_sum_restore_progress_over_the_changelogs_without_an_engin
                            lag=None, commits=2, commit_latency_ms=1.5)
     assert fields == {
         "held": [], "frontier_channels": 0, "frontier_bytes": 0, "budget_bytes": 4096,
-        "cross_partition_causes": 0,
+        "cross_partition_causes": 0, "waited": 0,
         "held_total": 0, "lag": None, "delivered": 7, "commits": 2, "commit_latency_ms": 1.5,
         "restore": {"records": 18, "position": 23, "end": 28, "done": False},
     }
