@@ -60,6 +60,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+import psutil
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
@@ -108,7 +109,7 @@ from workers.kafka import (
     stop_kind,
     to_exception,
 )
-from workers.memory import TRIM_INTERVAL_S, heap_trimmer
+from workers.memory import HeapTrimmer, heap_trimmer
 from workers.offsets import positions_past_markers, resolve_offset_reset
 from workers.ordering_store import SqliteOrderingStore, task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
@@ -280,8 +281,8 @@ class Worker:
         # The highest committed read position seen at a start in this life: nothing below
         # it was read uncommitted by this process (identity.unread_on_deleted).
         self.read_floors: dict[tuple[str, int], int] = {}
-        self._trim_heap = heap_trimmer()
-        self._next_trim = 0.0  # monotonic s
+        me = psutil.Process()
+        self._trim = HeapTrimmer(heap_trimmer(), lambda: int(me.memory_info().rss))
         self.restores = 0
         self.next_group_check = 0.0
         self.own_members = frozenset(
@@ -637,9 +638,7 @@ class Worker:
             return
         # Free heap back to the system first, so the status's rss_bytes is what is in use
         # (workers.memory: glibc keeps a burst's freed records otherwise).
-        if now >= self._next_trim:
-            self._next_trim = now + TRIM_INTERVAL_S
-            self._trim_heap()
+        self._trim.maybe(now)
         self.reporter.status(self.state, self.status_fields())
 
     def _lag(self) -> int | None:

@@ -8,8 +8,10 @@ a heap's top, so the resident set stays at its high-water mark: 140–250 MiB me
 where 55 MiB is live. ``malloc_trim(0)`` (glibc, ``malloc.h``) releases every whole free
 page of every arena; it takes well under a millisecond, but it locks each arena in
 turn (librdkafka's threads wait) and pages it releases fault back in at the next
-burst, so the worker calls it before a status report at most every
-:data:`TRIM_INTERVAL_S`, and the reported ``rss_bytes`` is close to what it uses.
+burst. So :class:`HeapTrimmer`, asked before each status report, trims when the
+resident set grew by :data:`TRIM_GROWTH_BYTES` since the last trim (a burst), and
+otherwise at most every :data:`TRIM_INTERVAL_S`: the reported ``rss_bytes`` is close to
+what the worker uses, and a steady worker trims twice a minute.
 
 Elsewhere (another C library, or no ``malloc_trim``) :func:`heap_trimmer` returns a
 function that does nothing.
@@ -22,10 +24,12 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["TRIM_INTERVAL_S", "heap_trimmer"]
+__all__ = ["TRIM_GROWTH_BYTES", "TRIM_INTERVAL_S", "HeapTrimmer", "heap_trimmer"]
 
-TRIM_INTERVAL_S: Final = 5.0
-"""The least time between two trims of the worker's heap, s."""
+TRIM_INTERVAL_S: Final = 30.0
+"""The longest time between two trims of the worker's heap, s."""
+TRIM_GROWTH_BYTES: Final = 16 * 2**20
+"""Growth of the resident set since the last trim that trims at once, bytes."""
 
 log = logging.getLogger("parsley.worker.memory")
 
@@ -54,3 +58,28 @@ def heap_trimmer() -> Callable[[], None]:
         trim(0)
 
     return release
+
+
+class HeapTrimmer:
+    """Decides when to trim, and trims (see the module docstring).
+
+    Args:
+        release: the trim (:func:`heap_trimmer`'s function).
+        rss: the process's resident set now, bytes (psutil's ``memory_info().rss``).
+    """
+
+    def __init__(self, release: Callable[[], None], rss: Callable[[], int]) -> None:
+        self._release = release
+        self._rss = rss
+        self._after = 0  # resident set after the last trim, bytes
+        self._next = 0.0  # monotonic s
+
+    def maybe(self, now: float) -> bool:
+        """Trim if the resident set grew by :data:`TRIM_GROWTH_BYTES` since the last trim
+        or :data:`TRIM_INTERVAL_S` passed; ``now``: monotonic s. Returns whether it did."""
+        if now < self._next and self._rss() < self._after + TRIM_GROWTH_BYTES:
+            return False
+        self._release()
+        self._after = self._rss()
+        self._next = now + TRIM_INTERVAL_S
+        return True

@@ -21,6 +21,7 @@ from examples.mailing_list.demo import (
     DemoOutcome,
     HoldRecord,
     _Display,
+    caught_up_since,
     digest_label,
     example_blocker,
     incompleteness,
@@ -169,15 +170,17 @@ def test_hold_record_keeps_the_peak_its_example_and_what_each_task_held_back() -
     assert record.summary().startswith("digest held no message back (0 status samples")
     answers = [_answer([(2, 10, 11, 9)]), _answer([(700, 20, 30, 25), (387, 5, 6, 1)]),
                _answer([(40, 99, 100, 98)]), {}]
-    for answer, waited in zip(answers, ([5], [900, 400], [950], []), strict=True):
+    for answer, waited in zip(answers, ([5], [900, 400], [30], []), strict=True):
         for task, count in zip(answer.get("processes", {}).get("digest", {})  # type: ignore[attr-defined]
                                .get("tasks", []), waited, strict=True):
             task["waited"] = count
         record.observe(answer)
-    assert (record.samples, record.peak) == (4, 1087)
-    # Per task the most it reported (a later, smaller count is an engine rebuilt since).
-    assert record.waited == {0: 950, 1: 400}
-    assert record.summary() == ("digest held a channel back 1350 times until a cause was "
+    # An answer without digest is no sample of it.
+    assert (record.samples, record.peak) == (3, 1087)
+    # Per task what it reported, a smaller count after a larger one being a new execution
+    # of the task (its engine rebuilt): 5, 900, then 30 more.
+    assert record.waited == {0: 930, 1: 400}
+    assert record.summary() == ("digest held a channel back 1330 times until a cause was "
                                 "delivered; up to 1087 messages held at once in a status "
                                 "sample, e.g. list.threaded-0@20 waited for list.posts-0 "
                                 "up to 30 (settled 25)")
@@ -189,6 +192,26 @@ def test_hold_record_keeps_the_peak_its_example_and_what_each_task_held_back() -
                                "delivered; each hold was shorter than a status sample "
                                "(1 samples)")
     assert process_waited({}) == {}
+    queued = HoldRecord()
+    queued.observe(_answer([(3, 7, 9, 8)]))
+    assert queued.summary() == ("digest never waited for a cause; up to 3 messages queued at "
+                                "once in a status sample, each deliverable at the next step")
+    one = HoldRecord()
+    answer["processes"]["digest"]["tasks"] = [{"task": 0, "held": [], "waited": 1}]  # type: ignore[index]
+    one.observe(answer)
+    assert one.summary().startswith("digest held a channel back 1 time until")
+
+
+def test_caught_up_counts_only_reports_made_since_the_wait_began() -> None:
+    fresh = {"processes": {"threader": {"caught_up": True, "tasks": [
+        {"task": 0, "updated_ms_ago": 100}, {"task": 1, "updated_ms_ago": 300}]}}}
+    assert caught_up_since(fresh, "threader", 500)
+    assert not caught_up_since(fresh, "threader", 200), "task 1 reported before the wait"
+    fresh["processes"]["threader"]["caught_up"] = False  # type: ignore[index]
+    assert not caught_up_since(fresh, "threader", 500)
+    assert not caught_up_since({"processes": {"threader": {"caught_up": True, "tasks": []}}},
+                               "threader", 500)
+    assert not caught_up_since({}, "threader", 500)
 
 
 def test_progress_rows_say_what_their_bars_count() -> None:
