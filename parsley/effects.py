@@ -343,19 +343,18 @@ class EffectsBuilder:
         """
         if value is None:
             raise ValueError(f"{store.name}: put needs a value; use delete(store, key) to remove")
-        write = Write(store, key, value)
-        if self._writes is None:
-            self._writes = []
-        self._writes.append(write)
+        self._write(Write(store, key, value))
         return self
 
     def delete(self, store: Store[K, V], key: K) -> EffectsBuilder:
         """Remove ``key`` from ``store`` (a changelog tombstone)."""
-        write = Write(store, key, None)
+        self._write(Write(store, key, None))
+        return self
+
+    def _write(self, write: Write) -> None:
         if self._writes is None:
             self._writes = []
         self._writes.append(write)
-        return self
 
     def build(self) -> Effects:
         """The effects collected so far; the builder stays usable."""

@@ -45,6 +45,7 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.engine.identity import DELETION_REMEDY
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.watchdog import bounded
 
@@ -150,9 +151,7 @@ def unread_on_deleted(
             f"{describe_channel(ch, {ch.topic_id: name})} (offsets {first} to {end - 1}) "
             "were read but their read was never committed, and the channel's topic no "
             "longer exists: they remain undelivered and their place in causal order can "
-            "no longer be preserved. The deletion breached the deletion-hygiene "
-            "assumption; an operator must reset this process's state deliberately to "
-            f"proceed ({_RUNBOOK}).")
+            "no longer be preserved. " + DELETION_REMEDY)
     return None
 
 

@@ -19,7 +19,13 @@ from uuid import UUID
 from parsley.engine.channel import ChannelId, describe_channel, kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 
-__all__ = ["TopicVerdict", "deleted_channels", "new_bindings"]
+__all__ = ["DELETION_REMEDY", "TopicVerdict", "deleted_channels", "new_bindings"]
+
+DELETION_REMEDY = ("The deletion breached the deletion-hygiene assumption; an operator must "
+                   "reset this process's state deliberately to proceed (docs/runbooks.md, "
+                   "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES).")
+"""How every ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` detail ends (the Rust engine's
+detail carries the same words)."""
 
 _RESET = ("Reset the process's state and group offsets deliberately to proceed "
           "(docs/runbooks.md, Resetting a process)")
@@ -120,9 +126,6 @@ def deleted_channels(
                 Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
                 f"{count} received message(s) from {describe_channel(ch, names)} remain "
                 "undelivered but the channel's topic no longer exists; their place in causal "
-                "order can no longer be preserved. The deletion breached the "
-                "deletion-hygiene assumption; an operator must reset this process's state "
-                "deliberately to proceed (docs/runbooks.md, "
-                "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES).",
+                "order can no longer be preserved. " + DELETION_REMEDY,
             )
     return deleted
