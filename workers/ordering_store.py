@@ -24,6 +24,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+from parsley.engine.state_codec import TAG_HELD, VALIDATED_HELD, validate_held
+from parsley.refusals import ParsleyFailClosedError
+
 __all__ = ["IN_MEMORY", "SqliteOrderingStore", "prefix_upper_bound", "task_state_dir"]
 
 IN_MEMORY: Final = ":memory:"
@@ -32,6 +35,8 @@ IN_MEMORY: Final = ":memory:"
 
 _SCAN_PAGE: Final = 256
 _LOAD_CHUNK: Final = 4096
+_HELD_LOW: Final = bytes([TAG_HELD])
+_HELD_HIGH: Final = bytes([TAG_HELD + 1])
 
 
 def task_state_dir(state_dir: str | Path, application_id: str, task: int) -> Path:
@@ -86,6 +91,7 @@ class SqliteOrderingStore:
         self._db.execute("PRAGMA synchronous=OFF")
         self._db.execute("PRAGMA temp_store=MEMORY")
         self._db.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL)")
+        self._held_checked = False
 
     @classmethod
     def create(cls, directory: str | Path, name: str = "ordering") -> SqliteOrderingStore:
@@ -126,12 +132,14 @@ class SqliteOrderingStore:
         """
         if value is None:
             raise TypeError("value must be bytes; use delete() for a tombstone")
+        self._held_checked = False
         self._db.execute(
             "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", (_blob(key), _blob(value))
         )
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` (no error when absent)."""
+        self._held_checked = False
         self._db.execute("DELETE FROM kv WHERE k = ?", (_blob(key),))
 
     def scan(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
@@ -143,23 +151,51 @@ class SqliteOrderingStore:
         cursor are seen as they are when their page is read).
         """
         prefix = _blob(prefix)
-        upper = prefix_upper_bound(prefix)
+        yield from self._range(prefix, prefix_upper_bound(prefix), "k, v")
+
+    def _range(self, lower: bytes, upper: bytes | None,
+               columns: str) -> Iterator[tuple[bytes, bytes]]:
+        """Rows with ``lower <= k < upper`` (no upper bound for ``None``) ascending by key,
+        256 a query; ``columns`` is ``"k, v"``, or ``"k"`` for keys only, each yielded as
+        ``(key, VALIDATED_HELD)`` from the key index alone."""
         last: bytes | None = None
         while True:
             lower_sql = "k > ?" if last is not None else "k >= ?"
-            params: list[bytes | int] = [last if last is not None else prefix]
-            sql = f"SELECT k, v FROM kv WHERE {lower_sql}"
+            params: list[bytes | int] = [last if last is not None else lower]
+            sql = f"SELECT {columns} FROM kv WHERE {lower_sql}"
             if upper is not None:
                 sql += " AND k < ?"
                 params.append(upper)
             sql += " ORDER BY k LIMIT ?"
             params.append(_SCAN_PAGE)
             rows = self._db.execute(sql, params).fetchall()
-            for k, v in rows:
-                yield bytes(k), bytes(v)
+            if columns == "k":
+                for (k,) in rows:
+                    yield bytes(k), VALIDATED_HELD
+            else:
+                for k, v in rows:
+                    yield bytes(k), bytes(v)
             if len(rows) < _SCAN_PAGE:
                 return
             last = bytes(rows[-1][0])
+
+    def image_scan(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` as :meth:`scan` yields them, for the engine's restore
+        (``parsley.engine.state_codec.image_items``), without reading held bodies again.
+
+        Right after a :meth:`rebuild` that validated every held blob it kept (and before
+        any write), each held row is yielded as ``(key, VALIDATED_HELD)`` from the key
+        index alone, so the restore does not read every held body back from disk (about
+        100 MB for 10^5 held messages of 1 KiB; docs/performance.md, "Restore, what
+        limits it"). Otherwise it is :meth:`scan`, and the engine's own validation meets
+        the corrupt blob with its usual refusal (``UNKNOWN_ORDERING_STATE_FORMAT``).
+        """
+        if not self._held_checked:
+            yield from self.scan()
+            return
+        yield from self._range(b"", _HELD_LOW, "k, v")
+        yield from self._range(_HELD_LOW, _HELD_HIGH, "k")
+        yield from self._range(_HELD_HIGH, None, "k, v")
 
     # -- beyond the protocol ----------------------------------------------------
 
@@ -170,6 +206,10 @@ class SqliteOrderingStore:
             records: changelog records in offset order, ``(key, value)``;
                 ``value is None`` is a tombstone. The latest record per key wins.
 
+        Each held blob is validated as it is loaded (``validate_held``), so that
+        :meth:`image_scan` need not read the bodies again when every blob kept passed;
+        a failing one is only noted here, and the engine refuses it when it restores.
+
         Returns:
             The number of keys stored afterwards.
 
@@ -178,12 +218,25 @@ class SqliteOrderingStore:
                 left as it was before the call.
         """
         db = self._db
+        self._held_checked = False
+        unsound: set[bytes] = set()  # held keys whose latest blob fails validation
         db.execute("BEGIN")
         try:
             db.execute("DELETE FROM kv")
             chunk: dict[bytes, bytes | None] = {}
             for key, value in records:
-                chunk[_blob(key)] = None if value is None else _blob(value)
+                key = _blob(key)
+                if value is None:
+                    chunk[key] = None
+                    unsound.discard(key)
+                else:
+                    value = chunk[key] = _blob(value)
+                    if key[:1] == _HELD_LOW:
+                        try:
+                            validate_held(value)
+                            unsound.discard(key)
+                        except ParsleyFailClosedError:
+                            unsound.add(key)
                 if len(chunk) >= _LOAD_CHUNK:
                     _load_chunk(db, chunk)
                     chunk = {}
@@ -192,6 +245,7 @@ class SqliteOrderingStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        self._held_checked = not unsound
         return len(self)
 
     def __len__(self) -> int:

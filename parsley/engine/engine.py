@@ -249,7 +249,7 @@ class ProcessEngine:
         self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
         self._rank: dict[ChannelId, int] = {ch: i for i, ch in enumerate(ordered)}
 
-        image = sc.load_image(store.scan())
+        image = sc.load_image(sc.image_items(store))
         self._stamp_version = not image.has_version
 
         self._fed: dict[ChannelId, int] = dict(image.fed)

@@ -86,7 +86,7 @@ def _build() -> type[Any] | None:
             self._received: frozenset[ChannelId] = frozenset(ordered)
             self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
             self._received_topics: frozenset[UUID] = frozenset(ch.topic_id for ch in ordered)
-            image = sc.load_image(store.scan())
+            image = sc.load_image(sc.image_items(store))
             self._names: dict[str, UUID] = dict(image.names)
             self._dirty_n: dict[str, None] = {}
             self._labels: dict[UUID, str] | None = None

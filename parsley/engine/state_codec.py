@@ -43,6 +43,7 @@ from typing import Final
 from uuid import UUID
 
 from parsley.engine.channel import CHANNEL_BYTES, FED_TO_END, ChannelId, Header
+from parsley.engine.store import OrderingStore
 from parsley.native import NATIVE
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import cached_channel
@@ -58,6 +59,7 @@ __all__ = [
     "TAG_NAME",
     "TAG_PAST",
     "TAG_VERSION",
+    "VALIDATED_HELD",
     "VERSION_KEY",
     "VERSION_VALUE",
     "HeldMessage",
@@ -75,6 +77,7 @@ __all__ = [
     "held_key",
     "held_key_parts",
     "held_prefix",
+    "image_items",
     "load_image",
     "name_key",
     "name_of_key",
@@ -726,3 +729,21 @@ load_image: Callable[[Iterable[tuple[bytes, bytes]]], OrderingImage] = _native_o
 )
 """Parse and validate one task's ordering state: the chosen engine's (see
 :func:`reference_load_image` for the image and every refusal)."""
+
+VALIDATED_HELD: Final = reference_encode_held(HeldMessage(timestamp_ms=0, key=None, value=None))
+"""A valid held blob (18 bytes) that a store's ``image_scan`` yields in place of a held
+body it has already validated (see :func:`image_items`)."""
+
+
+def image_items(store: OrderingStore) -> Iterable[tuple[bytes, bytes]]:
+    """What an engine restores from: ``store.image_scan()`` when the store has one, else
+    ``store.scan()``.
+
+    A store's ``image_scan`` yields what ``scan`` yields, in the same order, except that it
+    may give :data:`VALIDATED_HELD` for a held message's value that it has validated itself
+    (``workers.ordering_store.SqliteOrderingStore`` does so after a changelog rebuild): the
+    image keeps only the positions of held messages, so the result and every refusal are
+    those of ``load_image(store.scan())``, without reading every held body again.
+    """
+    scan: Callable[[], Iterable[tuple[bytes, bytes]]] | None = getattr(store, "image_scan", None)
+    return store.scan() if scan is None else scan()

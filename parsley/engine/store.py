@@ -32,6 +32,10 @@ class OrderingStore(Protocol):
     Keys and values are raw ``bytes`` exactly as they appear in the ordering
     changelog's records (docs/model.md, "The stored form"). Implementations need not be thread-safe:
     one engine drives one store from one thread.
+
+    A store may also offer ``image_scan()``, which the engines restore from instead of
+    ``scan()`` (``parsley.engine.state_codec.image_items``): the same keys in the same order,
+    with held bodies it has validated itself replaced by ``VALIDATED_HELD``.
     """
 
     def get(self, key: bytes) -> bytes | None:
