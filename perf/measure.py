@@ -194,7 +194,8 @@ class OutputReader:
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 5,
         })
-        self.consumer.subscribe(list(topics))
+        self._assigned = threading.Event()
+        self.consumer.subscribe(list(topics), on_assign=lambda _c, _p: self._assigned.set())
         self.records: list[Received] = []
         self.sampler = sampler
         self._stop = False
@@ -221,6 +222,11 @@ class OutputReader:
             if self.sampler is not None and time.monotonic() - last_sample > 0.2:
                 self.sampler.sample()
                 last_sample = time.monotonic()
+
+    def wait_assigned(self, timeout_s: float) -> bool:
+        """Wait until the reader's group has given it its partitions (its join can take a
+        second, which a timing that starts after it must not include); False on timeout."""
+        return self._assigned.wait(timeout_s)
 
     def read_until(self, count: int, timeout_s: float) -> bool:
         """Wait until ``count`` records in total have been read; False on timeout."""

@@ -10,7 +10,8 @@ Procedure, on a real broker:
 3. a probe record with no cause is written on C, and the task is respawned with a
    fresh state directory (so it restores everything from the changelog, as on a new
    machine). Figures: seconds from the spawn until the status says RUNNING (restore
-   done), seconds until the probe is read from the output (it processes again), and
+   done), seconds until the probe is read from the output (it processes again: the
+   reader's own read time, its group joined before the spawn), and
    the worker's resident memory while it holds them all (peak over the first
    seconds after the restart, and at the end).
 
@@ -31,6 +32,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from perf import load
+from perf.load import now_us
 from perf.measure import OutputReader, WorkerSampler
 from perf.runs import OUTPUT_CONFIG, Loader, ParsleyRelay, create_topics, delete_topics
 
@@ -86,10 +88,12 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         probe_seq = held
         loader.plain(c, 1, probe_seq)
         loader.flush()
-        _say("restore: respawning the task with a fresh state directory")
         sampler = WorkerSampler([])
         reader = OutputReader(bootstrap, [out], sampler)
-        t_spawn = time.monotonic()
+        if not reader.wait_assigned(timeout_s):
+            raise RuntimeError("the output reader was given no partition")
+        _say("restore: respawning the task with a fresh state directory")
+        spawned_us = now_us()
         fresh = tempfile.mkdtemp(prefix="state-", dir=workdir)
         if profile_path:
             from perf.profile_worker import profiled_run
@@ -106,7 +110,9 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         sampler.pids = relay.pids()
         if not reader.read_until(1, timeout_s):
             raise RuntimeError("the probe was not relayed after the restart")
-        process_s = time.monotonic() - t_spawn
+        # When the reader read it, not when this thread saw that: relay.spawn returns
+        # only once a status report says RUNNING, which can come later.
+        process_s = (reader.records[0].read_us - spawned_us) / 1e6
         time.sleep(2.0)  # a status interval or two: RSS settles, status reports the restore
         sampler.sample()
         statuses = relay.last_status()

@@ -27,7 +27,6 @@ from typing import Any, Final
 from uuid import UUID
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     IsolationLevel,
     KafkaError,
@@ -60,6 +59,10 @@ __all__ = [
 
 DEFAULT_STALL_TIMEOUT_S: Final = 30.0
 """A restore that makes no progress for this long fails (docs/model.md, "The stored form")."""
+
+METADATA_TIMEOUT_S: Final = 5.0
+"""Timeout of the restore consumer's metadata request before a read, s (its watchdog bound,
+``list_topics``, is 5 s more)."""
 
 ADMIN_TIMEOUT_S: Final = 30.0
 """Bound on each admin call (docs/operations.md, "Running": each admin request 30 s)."""
@@ -163,13 +166,23 @@ def read_partition(
     report(position >= end)
     if position >= end:
         return
-    with map_kafka_errors(f"assigning {where}"):
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    with map_kafka_errors(f"assigning {where}"), bounded("list_topics"):
+        # The topic's leader first, and the listed log start rather than OFFSET_BEGINNING:
+        # a consumer assigned a topic it has no metadata for waits for its next metadata
+        # refresh, and queries a logical offset again only after 500 ms, so each
+        # partition read began about half a second late. A start that moved since the
+        # listing is an out-of-range error (auto.offset.reset=error), never a skip.
+        consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        consumer.assign([TopicPartition(topic, partition, start)])
     try:
         last_advance = now()
         while position < end:
+            # A batch call returns when its count is filled or at its timeout: asking for
+            # no more than the offsets left (records, markers and the EOF event among
+            # them) lets the last one return at once instead of after poll_timeout_s.
+            wanted = max(1, min(batch_size, end - position))
             with map_kafka_errors(f"reading {where}"), bounded("restore consume"):
-                messages = consumer.consume(num_messages=batch_size, timeout=poll_timeout_s)
+                messages = consumer.consume(num_messages=wanted, timeout=poll_timeout_s)
             before = position
             for msg in messages:
                 err = msg.error()

@@ -94,6 +94,11 @@ PREFETCH_KIB: Final = 16_384
 """The ``queued.max.messages.kbytes`` (KiB) of the main and the restore consumer unless the
 user sets one (``consumer.queued.max.messages.kbytes``)."""
 
+RESTORE_FETCH_WAIT_MS: Final = 10
+"""``fetch.wait.max.ms`` of the restore consumer: how long the broker may hold a fetch that
+found nothing new, which is how each changelog read learns it reached the end (KIP-98's
+commit marker is the last offset, so the partition-EOF event ends the read)."""
+
 OWNED_PROPERTIES: Final = frozenset(
     {
         "bootstrap.servers",
@@ -323,6 +328,11 @@ def restore_consumer_config(
         # ...and fetch again within 10 ms once it has room (librdkafka waits a whole
         # second by default, which made a 16 MiB restore three times slower).
         "fetch.queue.backoff.ms": 10,
+        # A transactional changelog ends in a commit marker, so a read learns it is done
+        # from the partition-EOF event, which comes with a fetch that found nothing new:
+        # the broker holds that fetch for fetch.wait.max.ms (500 ms by default) on every
+        # partition read. The consumer fetches only while a read assigns it a partition.
+        "fetch.wait.max.ms": RESTORE_FETCH_WAIT_MS,
     }
     config.update(user)
     config.update(

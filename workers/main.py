@@ -512,6 +512,9 @@ class Worker:
             self.names_learned = False
         log.info("%s task %d running from committed positions %s", self.app_id, self.task,
                  {f"{t}-{p}": o for (t, p), o in committed.items()})
+        # Say so now, not at the next status period: an operator (and the coordinator's
+        # view) sees the task running as soon as it is.
+        self._maybe_status(force=True)
 
     # -- group membership ----------------------------------------------------------
 
