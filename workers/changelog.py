@@ -122,6 +122,9 @@ def read_partition(
     or without a record at ``end - 1``. An empty partition ends at once.
     Records committed after the listing are not read.
 
+    Before the read the consumer asks for the topic's metadata (``list_topics``, 5 s,
+    a warm-up whose failure is ignored) and is assigned the listed log start.
+
     A worker restores after its producer's ``init_transactions``: that fences
     a previous worker of the task and resolves its open transaction, which
     would otherwise hold the read until the transaction timeout (10 s).
@@ -140,7 +143,8 @@ def read_partition(
             from it, so a stalled read still reports), and once with ``done=True``.
         stall_timeout_s: s without any advance of the position before failing.
         poll_timeout_s: s each ``consume`` call waits.
-        batch_size: records per ``consume`` call.
+        batch_size: at most this many records per ``consume`` call (fewer when
+            fewer offsets are left).
         now: monotonic clock, s (tests pass a fake).
 
     Yields:
@@ -166,20 +170,24 @@ def read_partition(
     report(position >= end)
     if position >= end:
         return
-    with map_kafka_errors(f"assigning {where}"), bounded("list_topics"):
-        # The topic's leader first, and the listed log start rather than OFFSET_BEGINNING:
-        # a consumer assigned a topic it has no metadata for waits for its next metadata
-        # refresh, and queries a logical offset again only after 500 ms, so each
-        # partition read began about half a second late. A start that moved since the
-        # listing is an out-of-range error (auto.offset.reset=error), never a skip.
+    # Warm the consumer's metadata for the topic, then assign the listed log start rather
+    # than OFFSET_BEGINNING: a consumer assigned a topic it has no metadata for waits for
+    # its next metadata refresh, and queries a logical offset again only after 500 ms, so
+    # each partition read began about half a second late. The warm-up is only that: its
+    # failure leaves the read to the stall deadline, as before. A start that moved since
+    # the listing is an out-of-range error (auto.offset.reset=error), never a skip.
+    with contextlib.suppress(KafkaException), bounded("list_topics"):
         consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    with map_kafka_errors(f"assigning {where}"):
         consumer.assign([TopicPartition(topic, partition, start)])
     try:
         last_advance = now()
         while position < end:
             # A batch call returns when its count is filled or at its timeout: asking for
-            # no more than the offsets left (records, markers and the EOF event among
-            # them) lets the last one return at once instead of after poll_timeout_s.
+            # no more than the offsets left lets the last one return as soon as its records
+            # and the EOF event are in (the commit marker's offset stands for the EOF
+            # event), instead of after poll_timeout_s; aborted records among them (never
+            # delivered) still leave it to the timeout.
             wanted = max(1, min(batch_size, end - position))
             with map_kafka_errors(f"reading {where}"), bounded("restore consume"):
                 messages = consumer.consume(num_messages=wanted, timeout=poll_timeout_s)

@@ -160,6 +160,9 @@ class SqliteOrderingStore:
         ``(key, VALIDATED_HELD)`` from the key index alone."""
         last: bytes | None = None
         while True:
+            if columns == "k" and not self._held_checked:
+                raise RuntimeError("the ordering store was written during its image scan, "
+                                   "whose held rows stand for bodies validated before")
             lower_sql = "k > ?" if last is not None else "k >= ?"
             params: list[bytes | int] = [last if last is not None else lower]
             sql = f"SELECT {columns} FROM kv WHERE {lower_sql}"
@@ -189,6 +192,10 @@ class SqliteOrderingStore:
         100 MB for 10^5 held messages of 1 KiB; docs/performance.md, "Restore, what
         limits it"). Otherwise it is :meth:`scan`, and the engine's own validation meets
         the corrupt blob with its usual refusal (``UNKNOWN_ORDERING_STATE_FORMAT``).
+
+        Raises:
+            RuntimeError: the store was written while the held rows were being yielded
+                (unlike :meth:`scan`, no write may happen during this scan).
         """
         if not self._held_checked:
             yield from self.scan()

@@ -149,6 +149,30 @@ def test_partition_ending_in_commit_marker(
     producer.flush(10)
 
 
+def test_a_read_starts_at_a_log_start_moved_by_delete_records(
+    bootstrap: str, admin: AdminClient, restore_consumer: Consumer
+) -> None:
+    # The read assigns the log start it listed (not OFFSET_BEGINNING): records deleted
+    # below it are not read, and every record from it on is. A compacted changelog refuses
+    # DeleteRecords (POLICY_VIOLATION), so this is a topic with the delete policy.
+    topic = _name("deleted-head")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = _txn_producer(bootstrap)
+    batch1: list[Record] = [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")]
+    batch2: list[Record] = [(b"d", b"2"), (b"e", b"2")]
+    _write_txn(producer, topic, 0, batch1)  # offsets 0-2, marker 3
+    _write_txn(producer, topic, 0, batch2)  # offsets 4-5, marker 6
+    _wait_end(admin, topic, 0, 7)
+    futures = admin.delete_records([TopicPartition(topic, 0, 4)], request_timeout=30)
+    for f in futures.values():
+        assert f.result(30).low_watermark == 4
+    records, progress, _ = _read(restore_consumer, topic, 0, admin)
+    assert progress[0].start_offset == 4
+    assert records == batch2
+    assert progress[-1].done and progress[-1].records_read == 2
+    producer.flush(10)
+
+
 def test_partition_ending_in_abort_marker(
     bootstrap: str, admin: AdminClient, restore_consumer: Consumer
 ) -> None:

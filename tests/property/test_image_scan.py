@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ from parsley.engine import state_codec as sc
 from parsley.engine.channel import ChannelId
 from parsley.native import NATIVE
 from parsley.refusals import ParsleyFailClosedError
+from workers import ordering_store
 from workers.ordering_store import SqliteOrderingStore
 
 CHANNELS = [ChannelId(uuid.UUID(int=(7 << 64) + i), i % 2) for i in range(1, 3)]
@@ -51,6 +53,15 @@ def _records(draw: Any) -> list[tuple[bytes, bytes | None]]:
         records.append((sc.fed_key(ch), sc.encode_long(coverage)))
     if draw(st.booleans()):
         records.append((sc.name_key("a"), sc.encode_binding(CHANNELS[0].topic_id)))
+    for ch in draw(st.lists(st.sampled_from(CHANNELS), max_size=2)):
+        records.append((sc.frontier_key(ch), sc.encode_long(draw(st.integers(0, 9)))))
+        records.append((sc.past_key(ch), sc.encode_long(draw(st.integers(0, 9)))))
+    # Keys the restore refuses, at the edges of the held range: empty, a bare 'h', held
+    # keys of other lengths, and unknown tags just below and above it.
+    odd = st.sampled_from([b"", b"h", b"h" + bytes(5), b"h" + bytes(30), b"g", b"i\x00",
+                           b"z"])
+    for key in draw(st.lists(odd, max_size=1)):
+        records.append((key, draw(st.sampled_from([_held_blob(1), b"\x01"]))))
     ops = draw(st.lists(st.tuples(
         st.sampled_from(CHANNELS), st.integers(min_value=0, max_value=14),
         st.sampled_from(["valid", "valid", "corrupt", "tombstone"]),
@@ -76,11 +87,17 @@ def _outcome(load: Callable[[Iterable[tuple[bytes, bytes]]], sc.OrderingImage],
             image.names, image.held)
 
 
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 2 rows, so that every scan resumes after its last key many times."""
+    monkeypatch.setattr(ordering_store, "_SCAN_PAGE", 2)
+
+
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=_records())
 def test_the_image_scan_restores_what_the_full_scan_restores(
-        records: list[tuple[bytes, bytes | None]]) -> None:
+        small_pages: None, records: list[tuple[bytes, bytes | None]]) -> None:
     with tempfile.TemporaryDirectory() as tmp, SqliteOrderingStore.create(tmp) as store:
         store.rebuild(records)
         for load in LOADERS:
@@ -113,3 +130,16 @@ def test_a_corrupt_held_blob_or_a_write_after_the_rebuild_reads_the_bodies(
             "a corrupt blob deleted later does not count")
         store.put(sc.held_key(CHANNELS[0], 3), _held_blob(3))
         assert list(sc.image_items(store)) == list(store.scan())
+
+
+def test_a_write_during_the_image_scan_is_refused(tmp_path: Any, small_pages: None) -> None:
+    records = [(sc.VERSION_KEY, sc.VERSION_VALUE), (sc.fed_key(CHANNELS[0]), sc.encode_long(9))]
+    records += [(sc.held_key(CHANNELS[0], p), _held_blob(p)) for p in range(8)]
+    with SqliteOrderingStore.create(tmp_path) as store:
+        store.rebuild(records)
+        items = store.image_scan()
+        assert next(items)[0] == sc.fed_key(CHANNELS[0])
+        assert next(items)[1] == sc.VALIDATED_HELD
+        store.delete(sc.held_key(CHANNELS[0], 7))
+        with pytest.raises(RuntimeError, match="written during its image scan"):
+            list(items)
