@@ -383,6 +383,12 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, ...]]:
 
 def status_lines(status: dict[str, Any]) -> list[str]:
     """One line per process: state, tasks, held total, lag total, and the first held head."""
+    return [line for _name, _held, line in process_lines(status)]
+
+
+def process_lines(status: dict[str, Any]) -> list[tuple[str, int, str]]:
+    """``(process, messages held, line)`` per process of one ``status --json`` answer,
+    the line as :func:`status_lines` gives it (pure)."""
     lines = []
     for name, proc in sorted((status.get("processes") or {}).items()):
         tasks = proc.get("tasks") or []
@@ -396,8 +402,46 @@ def status_lines(status: dict[str, Any]) -> list[str]:
             t, h = first
             text += (f"; task {t.get('task')} holds {h.get('topic')}-{h.get('partition')}"
                      f"@{h.get('head')}: {_blockers(h)}")
-        lines.append(text)
+        lines.append((name, held, text))
     return lines
+
+
+class PlainStatus:
+    """Which ``status:`` lines the plain display prints, sample by sample.
+
+    Every :data:`PERIOD_S` each process's line, unless it is the same as the last one
+    printed for that process; and a line that shows messages held at once (at most one
+    every :data:`HOLD_EVERY_S` per process), since ``digest``'s holds last about a second
+    and a line every period alone would miss them.
+    """
+
+    PERIOD_S: Final = 5.0
+    HOLD_EVERY_S: Final = 1.0
+
+    def __init__(self) -> None:
+        self._period_at = float("-inf")
+        self._printed: dict[str, str] = {}
+        self._hold_at: dict[str, float] = {}
+
+    def lines(self, statuses: Sequence[dict[str, Any]], now: float) -> list[str]:
+        """The lines to print for one sample of every coordinator's answer at ``now`` (s,
+        monotonic)."""
+        due = now - self._period_at >= self.PERIOD_S
+        if due:
+            self._period_at = now
+        out = []
+        for status in statuses:
+            for name, held, line in process_lines(status):
+                if line == self._printed.get(name):
+                    continue
+                holding = held > 0 and now - self._hold_at.get(name, float("-inf")) \
+                    >= self.HOLD_EVERY_S
+                if due or holding:
+                    out.append(line)
+                    self._printed[name] = line
+                    if held > 0:
+                        self._hold_at[name] = now
+        return out
 
 
 def example_blocker(held: dict[str, Any]) -> str | None:
@@ -552,7 +596,7 @@ class _Display:
         self.digest_task: TaskID | None = None
         self.statuses: list[dict[str, Any]] = []
         self._live: Live | None = None
-        self._last_plain = 0.0
+        self._plain = PlainStatus()
 
     def __enter__(self) -> _Display:
         if self.live:
@@ -592,12 +636,8 @@ class _Display:
             if self._live is not None:
                 self._live.update(self._render())
             return
-        now = time.monotonic()
-        if now - self._last_plain >= 5.0:
-            self._last_plain = now
-            for status in statuses:
-                for line in status_lines(status):
-                    self.console.print(f"  status: {line}", highlight=False, soft_wrap=True)
+        for line in self._plain.lines(statuses, time.monotonic()):
+            self.console.print(f"  status: {line}", highlight=False, soft_wrap=True)
 
 
 class _StatusPoller:

@@ -20,6 +20,7 @@ from examples.mailing_list.demo import (
     Coordinator,
     DemoOutcome,
     HoldRecord,
+    PlainStatus,
     _Display,
     caught_up_since,
     digest_label,
@@ -61,6 +62,31 @@ def test_rows_show_the_process_state_once_and_each_tasks_own_state() -> None:
     assert rows[3][:2] == ("threader", "STOPPED SUBSTRATE_MISCONFIGURED")
     assert len(rows) == 4, "a stopped process without tasks has its process row only"
     assert sum(row[1] == "RUNNING" for row in rows) == 1, "the process state is not repeated"
+
+
+def _one_process(process: str, held: int, lag: int = 0) -> dict[str, object]:
+    holds = [{"topic": "list.threaded", "partition": 0, "count": held, "head": 7,
+              "blockers": [{"topic": "list.posts", "partition": 0, "required": 9,
+                            "settled": 8}]}] if held else []
+    return {"processes": {process: {"state": "RUNNING", "tasks": [
+        {"task": 0, "held": holds, "lag": lag}]}}}
+
+
+def test_plain_status_prints_changes_each_period_and_holds_at_once() -> None:
+    plain = PlainStatus()
+    first = plain.lines([_one_process("threader", 0, lag=5)], now=0.0)
+    assert first == ["threader RUNNING: 1 tasks, held 0, lag 5"]
+    assert plain.lines([_one_process("threader", 0, lag=0)], now=1.0) == [], "within the period"
+    assert plain.lines([_one_process("threader", 0, lag=0)], now=5.0) == [
+        "threader RUNNING: 1 tasks, held 0, lag 0"]
+    assert plain.lines([_one_process("threader", 0, lag=0)], now=10.0) == [], "unchanged: not again"
+    caught = plain.lines([_one_process("digest", 40)], now=10.2)
+    assert len(caught) == 1 and "held 40" in caught[0], "a hold is printed when sampled"
+    assert plain.lines([_one_process("digest", 41)], now=10.5) == [], "at most one a second"
+    assert "held 42" in plain.lines([_one_process("digest", 42)], now=11.3)[0]
+    assert plain.lines([_one_process("digest", 0)], now=11.6) == [], "released: at the period"
+    assert plain.lines([_one_process("digest", 0)], now=15.0) == [
+        "digest RUNNING: 1 tasks, held 0, lag 0"]
 
 
 def test_plain_lines_sum_per_process_and_show_stops() -> None:
