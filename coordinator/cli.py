@@ -276,7 +276,7 @@ def cli(log_level: str) -> None:
     _setup_logging(log_level)
 
 
-@cli.command()
+@cli.command(short_help="Start the processes of APP and supervise them.")
 @click.argument("app")
 @click.option("--bootstrap-servers",
               help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
@@ -596,7 +596,8 @@ def _last_or_nothing(message: str, last_file: Path | None) -> dict[str, Any]:
             "error": f"{message}; {where}"}
 
 
-@cli.command(cls=_JsonErrorsCommand)
+@cli.command(cls=_JsonErrorsCommand,
+             short_help="Show the running coordinator's processes, tasks and holds.")
 @_CONFIG
 @_PREFIX_OR_ENDPOINT
 @_STATE_DIR
@@ -664,7 +665,7 @@ def status(config_file: str | None, prefix: str | None, state_dir: str | None,
             return
 
 
-@cli.command()
+@cli.command(short_help="Stop every worker of the running coordinator, bounded in time.")
 @_CONFIG
 @_PREFIX_OR_ENDPOINT
 @_STATE_DIR
@@ -753,7 +754,7 @@ def _stop_lines(shutdown: Mapping[str, Any], peers: list[Mapping[str, Any]]) -> 
     return lines
 
 
-@cli.command()
+@cli.command(short_help="Make the CURVE keys that secure TCP control sockets.")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--client", default=None,
               help="Also make (and authorize) a client key pair NAME: status and stop use it "

@@ -467,7 +467,7 @@ def _default_state_dir() -> str:
     return default_state_dir()
 
 
-@click.command("reset")
+@click.command("reset", short_help="Reset processes of APP to a new causal boundary.")
 @click.argument("app")
 @click.option("--process", "process_names", multiple=True,
               help="A process to reset (repeatable). Default: every process APP declares.")
