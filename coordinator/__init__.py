@@ -1,7 +1,7 @@
 """parsley-coordinator: bootstrap, one worker per task, supervision, status, CLI and Python API.
 
 Public names: :class:`Parsley` (``Parsley.start(config, *processes)``) and
-:class:`ParsleyConfig`. They are imported lazily, so ``coordinator.devbroker``
+:class:`ParsleyConfig`. They are imported lazily, so ``devtools.devbroker``
 stays importable without the runtime's dependencies loaded.
 """
 

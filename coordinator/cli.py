@@ -166,7 +166,7 @@ def _kafka_config_problem(exc: BaseException, config: Any,
 
 
 def _local_broker() -> str:
-    from coordinator import devbroker
+    from devtools import devbroker
 
     state = devbroker.running()
     if state is None:

@@ -8,7 +8,7 @@ Usage::
                    [--no-restore] [--docs docs/performance.md]
 
 Without ``--bootstrap-servers`` it starts a private broker in a temporary
-directory (``coordinator.devbroker.up``) and stops it at the end. It runs the
+directory (``devtools.devbroker.up``) and stops it at the end. It runs the
 baseline, parsley-1 (native engine), parsley-1-python (the reference engine),
 parsley-2 and diamond relays (``perf.runs``) for each value
 size, then the restore benchmark (``perf.restore``), prints every figure and the
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     restore: dict[str, Any] | None = None
     try:
         if bootstrap is None:
-            from coordinator import devbroker
+            from devtools import devbroker
 
             private_dir = Path(workdir) / "broker"
             _say(f"starting a private broker in {private_dir}")
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
         gc.collect()
         if private_dir is not None:
-            from coordinator import devbroker
+            from devtools import devbroker
 
             _say("stopping the private broker")
             devbroker.down(private_dir)

@@ -19,11 +19,11 @@ import uuid
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from devtools.kafka_support import QUIET, create_topic
+from devtools.status_collector import StatusCollector
+from devtools.worker_support import bootstrap, make_spec, spawn, stop_worker
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
-from perf.measure import StatusCollector
-from tests.kafka_support import QUIET, create_topic
-from tests.worker_support import bootstrap, make_spec, spawn, stop_worker
 
 
 def relay(out_name: str):  # type: ignore[no-untyped-def]

@@ -266,7 +266,7 @@ class ParsleyRelay:
         """
         from coordinator.bootstrap import bootstrap
         from coordinator.config import ParsleyConfig
-        from perf.measure import StatusCollector
+        from devtools.status_collector import StatusCollector
 
         config = ParsleyConfig(self.bootstrap, self.prefix, state_dir=self.state_dir,
                                commit_interval_ms=self.commit_interval_ms,

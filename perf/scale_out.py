@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap = a.bootstrap_servers
     try:
         if bootstrap is None:
-            from coordinator import devbroker
+            from devtools import devbroker
 
             private = Path(workdir) / "broker"
             state, _ = devbroker.up(private, say=_say)
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         del admin
     finally:
         if private is not None:
-            from coordinator import devbroker
+            from devtools import devbroker
 
             devbroker.down(private)
         shutil.rmtree(workdir, ignore_errors=True)

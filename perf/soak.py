@@ -1,6 +1,6 @@
 """``python -m perf.soak --minutes N --seed S``: the chaos harness for N minutes.
 
-The same run as the CI chaos test (``tests/chaos/harness.py``; docs/operations.md,
+The same run as the CI chaos test (``devtools/chaos/harness.py``; docs/operations.md,
 "Chaos test and soak"), but faults keep coming, drawn from the seeded schedule,
 until N minutes have passed; then the drain and the independent verdict. Prints
 the fault schedule with each recovery's time and the verdict; exits 0 on a clean
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from tests.chaos.harness import ChaosSettings, run_chaos
-from tests.chaos.schedule import KINDS, parse_kinds
+from devtools.chaos.harness import ChaosSettings, run_chaos
+from devtools.chaos.schedule import KINDS, parse_kinds
 
 
 @click.command()

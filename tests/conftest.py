@@ -5,7 +5,7 @@ The broker (fixture ``kafka_broker``) is chosen in this order:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (``make test`` sets it to the broker it started);
 2. testcontainers' Kafka module (Confluent's cp-kafka 8.x image = Apache Kafka 4.x, KRaft)
    when a Docker engine answers a ping — not merely when a ``docker`` binary exists;
-3. otherwise ``parsley-devbroker`` (``coordinator.devbroker.up``) in a temporary
+3. otherwise ``parsley-devbroker`` (``devtools.devbroker.up``) in a temporary
    directory, stopped and removed at the end of the session (``PARSLEY_KEEP_BROKER=1``
    keeps the directory and its ``logs/server.log`` for a post-mortem).
 
@@ -19,7 +19,7 @@ the session.
 
 Fixtures (see each docstring): ``kafka_broker``, ``kafka_bootstrap``, ``kafka_admin``,
 ``unique_names``, ``topic_name``, ``group_id``, ``transactional_id``, ``create_topic``.
-Helpers for code outside fixtures live in ``tests/kafka_support.py``.
+Helpers for code outside fixtures live in ``devtools/kafka_support.py``.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from devtools.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
+from devtools.kafka_support import create_topic as _create_topic
 from parsley import wire
 from parsley.engine import state_codec
 from tests.codec_impls import ALL as ALL_CODECS
 from tests.codec_impls import STATE_FUNCTIONS, WIRE_FUNCTIONS, Codecs
 from tests.engines import ENGINES, engine_cls, set_current
-from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
-from tests.kafka_support import create_topic as _create_topic
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:8.0.0"
@@ -114,7 +114,7 @@ def kafka_broker() -> Iterator[KafkaTestBroker]:
     Yields:
         KafkaTestBroker. Fails the requesting test (never skips) when none can be had.
     """
-    from coordinator import devbroker
+    from devtools import devbroker
 
     stop: Callable[[], None] | None = None
     broker: KafkaTestBroker

@@ -1,1 +1,4 @@
-"""The chaos test: a causal pipeline under load and a seeded schedule of faults (harness.py)."""
+"""The chaos test: a causal pipeline under load and a seeded fault schedule.
+
+The harness lives in devtools/chaos/harness.py (shared with perf/soak.py).
+"""

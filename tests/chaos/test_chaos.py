@@ -1,7 +1,7 @@
 """Chaos in CI: a 2-task causal pipeline under load through broker restarts, worker
 SIGKILLs, a coordinator SIGKILL with a new coordinator, and worker SIGSTOP/SIGCONT.
 
-One seeded run (``tests/chaos/harness.py``) on a private broker; it must end with
+One seeded run (``devtools/chaos/harness.py``) on a private broker; it must end with
 every task RUNNING and lag 0, and an independent ``read_committed`` reader must see
 every input record exactly once, in causal order. Knobs (docs/operations.md, "Chaos
 test and soak"): ``PARSLEY_CHAOS_SEED`` (default 7), ``PARSLEY_CHAOS_FAULTS``
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from tests.chaos.harness import ChaosSettings, run_chaos
-from tests.chaos.schedule import parse_kinds
+from devtools.chaos.harness import ChaosSettings, run_chaos
+from devtools.chaos.schedule import parse_kinds
 
 
 def settings_from_env() -> ChaosSettings:

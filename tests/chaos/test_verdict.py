@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.schedule import KINDS, parse_kinds, schedule
-from tests.chaos.verdict import InputRecord, OutputRecord, judge
+from devtools.chaos.schedule import KINDS, parse_kinds, schedule
+from devtools.chaos.verdict import InputRecord, OutputRecord, judge
 
 A0, B0 = ("a", 0), ("b", 0)
 INPUTS = [InputRecord(A0, 0, {}), InputRecord(A0, 1, {}), InputRecord(B0, 0, {A0: 1})]

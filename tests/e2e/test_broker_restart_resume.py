@@ -23,11 +23,11 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.private_broker import bounce, private_broker
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
-from tests.kafka_support import QUIET, create_topic, unique_name
-from tests.private_broker import bounce, private_broker
-from tests.worker_support import read_committed
 
 RESUME_BOUND_S = 90.0
 """Generous liveness bound on "relayed everything after the broker answered", s."""

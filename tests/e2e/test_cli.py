@@ -21,10 +21,10 @@ from confluent_kafka import Producer
 
 from coordinator.bootstrap import kafka_topic_id
 from coordinator.cli import ExitCode
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley.declarations import ordering_changelog
 from tests.cli_support import CLI, RELAY_APP
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 from workers.changelog import ensure_changelog_topic
 
 

@@ -26,10 +26,10 @@ import orjson
 from confluent_kafka import Producer
 
 from coordinator.cli import ExitCode
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley.declarations import ordering_changelog
 from tests.cli_support import CLI, RELAY_APP
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 from workers.changelog import ensure_changelog_topic
 
 
@@ -303,13 +303,13 @@ def test_help_marks_required_flags_shows_defaults_and_h_works_everywhere(
                           ("--metrics-host", "127.0.0.1")):
         assert f"[default: {default}" in entries[flag], entries[flag]
     assert "[default: (" not in flat, "a default shown in parentheses"
-    tool = subprocess.run([sys.executable, "-m", "coordinator.devbroker", "tool", "-h"],
+    tool = subprocess.run([sys.executable, "-m", "devtools.devbroker_cli", "tool", "-h"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert "kafka-delete-records" in tool.stdout, "a tool name split at its hyphen"
     assert "APP (module:attribute, required)" in flat
     for argv in ([*CLI, "-h"], [*CLI, "status", "-h"],
-                 [sys.executable, "-m", "coordinator.devbroker", "-h"],
-                 [sys.executable, "-m", "coordinator.devbroker", "up", "-h"]):
+                 [sys.executable, "-m", "devtools.devbroker_cli", "-h"],
+                 [sys.executable, "-m", "devtools.devbroker_cli", "up", "-h"]):
         got = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=60)
         assert got.returncode == 0 and "Usage:" in got.stdout, (argv, got.stderr)

@@ -1,6 +1,6 @@
 """A process under load resumes by itself after a broker outage, exactly once.
 
-A private broker (``coordinator.devbroker`` in a tmp dir; the shared one is never
+A private broker (``devtools.devbroker`` in a tmp dir; the shared one is never
 stopped) carries a 2-task relay started through ``Parsley.start`` with
 ``restart="transient"``. A producer writes numbered inputs throughout. The broker is
 stopped for about 20 s and started again on the same port and data. The workers stop
@@ -26,9 +26,9 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig, devbroker
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.worker_support import read_committed
 from tests.e2e.test_coordinator_relay import relay
-from tests.kafka_support import QUIET, create_topic, unique_name
-from tests.worker_support import read_committed
 
 RESUME_BOUND_S = 90.0
 """Liveness bound: the process is RUNNING and caught up this long after the broker answers."""

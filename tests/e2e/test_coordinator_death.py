@@ -23,9 +23,9 @@ import psutil
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from tests.cli_support import CLI, RELAY_APP
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 EXIT_BOUND_S = 5.0
 """Generous bound on "both workers gone after the coordinator's death", s (promised: 2 s)."""

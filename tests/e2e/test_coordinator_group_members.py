@@ -31,11 +31,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 INTERVAL_MS = 300
 

@@ -36,11 +36,11 @@ from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
 from tests.cli_support import RELAY_APP
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 INTERVAL_MS = 300
 

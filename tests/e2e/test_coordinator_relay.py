@@ -23,10 +23,10 @@ from coordinator import Parsley, ParsleyConfig
 from coordinator.bootstrap import StartError
 from coordinator.status import ProcessState
 from coordinator.status_socket import Outcome, request
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
 from parsley.serdes import BYTES
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 INTERVAL_MS = 300
 

@@ -27,13 +27,13 @@ from typing import Any
 import orjson
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley.declarations import ordering_changelog
 from tests.cli_support import CLI
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 from workers.changelog import describe_topic
 
-DEVBROKER_TOOL = [sys.executable, "-c", "from coordinator.devbroker import main; main()", "tool"]
+DEVBROKER_TOOL = [sys.executable, "-c", "from devtools.devbroker_cli import main; main()", "tool"]
 APP = '''
 import os
 from parsley import Channel, Effects, Process, Store

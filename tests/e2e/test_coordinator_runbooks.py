@@ -27,14 +27,14 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
+from devtools.kafka_support import QUIET
 from parsley.declarations import ordering_changelog
 from parsley.refusals import Reason
-from tests.kafka_support import QUIET
 from workers.changelog import describe_topic
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
 CLI = [sys.executable, "-m", "coordinator.cli"]
-DEVBROKER_TOOL = [sys.executable, "-c", "from coordinator.devbroker import main; main()", "tool"]
+DEVBROKER_TOOL = [sys.executable, "-c", "from devtools.devbroker_cli import main; main()", "tool"]
 APP = '''
 import os
 from parsley import Channel, Effects, Process, Store

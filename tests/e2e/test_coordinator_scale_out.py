@@ -1,6 +1,6 @@
 """Three coordinators share a process's tasks (docs/operations.md, "Several coordinators").
 
-The chaos pipeline (``tests.chaos.app``: a causal input ``B`` whose records name ``A``
+The chaos pipeline (``devtools.chaos.app``: a causal input ``B`` whose records name ``A``
 records, some not produced yet, so tasks hold messages; a store per task) runs over
 3 input partitions, so 3 tasks, under three ``parsley-coordinator run --join``
 coordinators on one machine (separate state dirs and control sockets), while a
@@ -39,10 +39,10 @@ from confluent_kafka.admin import AdminClient
 from coordinator.control_auth import KEYS_ENV, make_keys
 from coordinator.status import parse_status
 from coordinator.status_socket import NoReplyError, request
+from devtools.chaos import app
+from devtools.chaos.harness import LoadProducer, _read
+from devtools.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
 from parsley.wire import CAUSES_HEADER, decode_causes
-from tests.chaos import app
-from tests.chaos.harness import LoadProducer, _read
-from tests.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = 3
@@ -85,7 +85,7 @@ class _Cluster:
                     **({KEYS_ENV: str(self.keys)} if self.keys is not None else {}),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                 env.get("PYTHONPATH")]))})
-        argv = [sys.executable, "-m", "coordinator.cli", "run", "tests.chaos.app:processes",
+        argv = [sys.executable, "-m", "coordinator.cli", "run", "devtools.chaos.app:processes",
                 "--join", "--bootstrap-servers", self.bootstrap, "--prefix", self.prefix,
                 "--state-dir", str(self.root / f"state{i}"), "--listen", self.endpoint(i),
                 "--restart", "transient", "--stop-deadline", "10",

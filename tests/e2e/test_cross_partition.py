@@ -23,10 +23,10 @@ from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from examples.quickstart import build
 from parsley import Reason
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 ORDERS = 12
 

@@ -20,9 +20,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from coordinator.cli import ExitCode
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from tests.cli_support import CLI, RELAY_APP
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 PARTITIONS = 3
 RECORDS = 30

@@ -1,7 +1,7 @@
 """Read positions Parsley did not write, and positions it wrote, judged on the real broker.
 
 Through ``coordinator.api.Parsley`` on the real broker, each verdict read by an
-independent ``read_committed`` consumer (``tests.worker_support.read_committed``):
+independent ``read_committed`` consumer (``devtools.worker_support.read_committed``):
 
 * a partition fully relayed, then emptied by retention (log start = log end),
   resumes on restart: the committed position was moved past the trailing
@@ -45,15 +45,15 @@ from confluent_kafka.admin import (
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
 from parsley.declarations import application_id, ordering_changelog
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 from workers.positions import TASK_METADATA
 
-DEVBROKER_TOOL = [sys.executable, "-c", "from coordinator.devbroker import main; main()", "tool"]
+DEVBROKER_TOOL = [sys.executable, "-c", "from devtools.devbroker_cli import main; main()", "tool"]
 
 INTERVAL_MS = 300
 

@@ -27,12 +27,12 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET, delete_topic, describe_topic
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason, Store
 from parsley.declarations import store_changelog
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES, JSON, STRING
-from tests.kafka_support import QUIET, delete_topic, describe_topic
-from tests.worker_support import read_committed
 
 INTERVAL_MS = 300
 

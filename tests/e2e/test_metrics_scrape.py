@@ -34,11 +34,11 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.cli import ExitCode
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley.engine.channel import ChannelId
 from parsley.wire import CAUSES_HEADER, encode_causes
 from tests.cli_support import CLI
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 APP = '''
 import os

@@ -21,8 +21,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from coordinator.cli import ExitCode
+from devtools.kafka_support import QUIET
 from tests.cli_support import CLI
-from tests.kafka_support import QUIET
 
 APP = '''
 import os

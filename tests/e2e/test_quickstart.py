@@ -20,8 +20,8 @@ import orjson
 from confluent_kafka import Producer
 
 from coordinator.cli import ExitCode
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "coordinator.cli"]

@@ -26,12 +26,12 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET, delete_topic
+from devtools.worker_support import read_committed
 from parsley import Channel, ChannelId, Effects, Process, Reason
 from parsley.engine.channel import kafka_topic_id
 from parsley.serdes import BYTES
 from parsley.wire import CAUSES_HEADER, encode_causes
-from tests.kafka_support import QUIET, delete_topic
-from tests.worker_support import read_committed
 
 INTERVAL_MS = 300
 

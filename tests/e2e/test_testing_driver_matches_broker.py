@@ -22,11 +22,11 @@ from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.status import ProcessState
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from examples.quickstart import build
 from parsley import ParsleyFailClosedError, Reason
 from parsley.testing import ParsleyTestDriver, partition_for
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 ORDERS = 6
 TOPIC_ID = re.compile(r"\(topic id [A-Za-z0-9_-]+\)")

@@ -25,12 +25,12 @@ from typing import Any
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
+from devtools.kafka_support import QUIET
+from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process
 from parsley.engine.channel import ChannelId
 from parsley.serdes import BYTES
 from parsley.wire import CAUSES_HEADER, encode_causes
-from tests.kafka_support import QUIET
-from tests.worker_support import read_committed
 
 MASS_RELEASE = int(os.environ.get("PARSLEY_TEST_MASS_RELEASE", "3000"))
 STALE_TASK_MS = 4000

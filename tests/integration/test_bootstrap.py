@@ -27,12 +27,12 @@ from coordinator.bootstrap import (
     resolve_topics,
 )
 from coordinator.config import ParsleyConfig
+from devtools.kafka_support import QUIET, delete_topic, describe_topic
 from parsley.declarations import LATEST, Channel, Effects, Process, Store, ordering_changelog
 from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES
-from tests.kafka_support import QUIET, delete_topic, describe_topic
 from workers.changelog import describe_topic as describe_changelog
 from workers.changelog import ensure_changelog_topic
 

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.positions import committed_positions
-from tests.kafka_support import QUIET, CreateTopic
+from devtools.kafka_support import QUIET, CreateTopic
 from workers.kafka import TRANSACTION_TIMEOUT_MS
 
 

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from tests.kafka_support import QUIET
+from devtools.kafka_support import QUIET
 from workers.changelog import (
     RestoreProgress,
     describe_topic,

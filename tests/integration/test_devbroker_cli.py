@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from coordinator import devbroker
+from devtools import devbroker
 
 pytestmark = pytest.mark.broker
 
 
 def _cli(*args: str, timeout_s: float = 180.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.devbroker", *args],
+        [sys.executable, "-m", "devtools.devbroker_cli", *args],
         capture_output=True, text=True, timeout=timeout_s, check=False,
     )
 

@@ -48,8 +48,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from tests import kafka_support as ks
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools import kafka_support as ks
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
 
 pytestmark = pytest.mark.broker
 
@@ -184,7 +184,7 @@ def test_transactional_consume_transform_produce(
 def kafka_admin_committed(bootstrap: str, group: str, topic: str) -> int | None:
     """The group's committed offset for partition 0 of ``topic`` (None when none).
 
-    Read through a Consumer's ``committed()`` (see coordinator.devbroker.warm_up for why
+    Read through a Consumer's ``committed()`` (see devtools.devbroker.warm_up for why
     not the AdminClient).
     """
     probe = _consumer(bootstrap, group)

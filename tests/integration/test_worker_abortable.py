@@ -23,9 +23,8 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Effects, Store
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import (
     StatusCollector,
     make_spec,
     read_committed,
@@ -33,6 +32,7 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley import Channel, Effects, Store
 from workers.protocol import EXIT_CODES, StopKind
 
 N = 200

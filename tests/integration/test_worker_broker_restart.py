@@ -1,6 +1,6 @@
 """Held messages survive a broker restart, neither lost nor released early.
 
-A private broker (``coordinator.devbroker`` in a tmp dir; the shared one is never
+A private broker (``devtools.devbroker`` in a tmp dir; the shared one is never
 restarted) carries a process receiving A and B. Three B records name A records that do
 not exist yet, so the worker holds them and commits them to its ordering changelog. The
 broker is stopped and started again (same data directory and port); the worker that rode
@@ -17,12 +17,9 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from coordinator import devbroker
-from parsley.engine.channel import ChannelId
-from parsley.wire import CAUSES_HEADER, encode_causes
-from tests.integration.test_worker_causal import relay_process
-from tests.kafka_support import QUIET, create_topic, unique_name
-from tests.worker_support import (
+from devtools import devbroker
+from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.worker_support import (
     StatusCollector,
     bootstrap,
     make_spec,
@@ -30,6 +27,9 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley.engine.channel import ChannelId
+from parsley.wire import CAUSES_HEADER, encode_causes
+from tests.integration.test_worker_causal import relay_process
 from workers.protocol import EXIT_CODES, StopKind
 
 

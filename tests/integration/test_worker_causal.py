@@ -18,12 +18,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Effects, Process
-from parsley.engine.channel import ChannelId
-from parsley.serdes import BYTES
-from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import (
     StatusCollector,
     bootstrap,
     make_spec,
@@ -31,6 +27,10 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley import Channel, Effects, Process
+from parsley.engine.channel import ChannelId
+from parsley.serdes import BYTES
+from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
 from workers.protocol import EXIT_CODES, StopKind
 
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from coordinator import devbroker
+from devtools import devbroker
+from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
 from tests.integration.test_worker_causal import relay_process
-from tests.kafka_support import QUIET, create_topic, unique_name
-from tests.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
 
 OUTAGE_S = 10.0
 

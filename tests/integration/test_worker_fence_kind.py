@@ -23,10 +23,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Effects, Process
-from parsley.serdes import BYTES
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import (
     StatusCollector,
     bootstrap,
     make_spec,
@@ -34,6 +32,8 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley import Channel, Effects, Process
+from parsley.serdes import BYTES
 from workers.kafka import TRANSACTION_TIMEOUT_MS
 from workers.protocol import EXIT_CODES, StopKind
 

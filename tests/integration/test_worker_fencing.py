@@ -17,8 +17,8 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import (
     StatusCollector,
     make_spec,
     read_committed,

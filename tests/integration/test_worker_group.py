@@ -18,9 +18,8 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from parsley.declarations import application_id
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import (
     StatusCollector,
     make_spec,
     read_committed,
@@ -28,6 +27,7 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley.declarations import application_id
 from workers.protocol import EXIT_CODES, StopKind
 
 SESSION_TIMEOUT_MS = 3000  # make_spec's consumer.session.timeout.ms

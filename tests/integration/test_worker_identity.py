@@ -19,13 +19,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley.engine.channel import ChannelId, kafka_topic_id
-from parsley.engine.engine import TopicVerdict
-from parsley.refusals import Reason
-from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
-from tests.integration.test_worker_causal import relay_process
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames, create_topic, delete_topic
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames, create_topic, delete_topic
+from devtools.worker_support import (
     StatusCollector,
     bootstrap,
     make_spec,
@@ -33,6 +28,11 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley.engine.channel import ChannelId, kafka_topic_id
+from parsley.engine.engine import TopicVerdict
+from parsley.refusals import Reason
+from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
+from tests.integration.test_worker_causal import relay_process
 from workers.identity import IdentityChecker
 from workers.protocol import EXIT_CODES, ExitVerdict, StopKind, exit_verdict
 

@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from devtools.kafka_support import QUIET, CreateTopic
 from parsley.declarations import application_id
 from parsley.refusals import ParsleyFailClosedError, Reason
-from tests.kafka_support import QUIET, CreateTopic
 from workers.changelog import write_records
 from workers.kafka import (
     ErrorKind,

@@ -26,12 +26,8 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from parsley import Channel, Process, Store
-from parsley.engine.channel import ChannelId
-from parsley.serdes import BYTES, JSON, STRING
-from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import (
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import (
     StatusCollector,
     bootstrap,
     counting_relay,
@@ -40,6 +36,10 @@ from tests.worker_support import (
     spawn,
     stop_worker,
 )
+from parsley import Channel, Process, Store
+from parsley.engine.channel import ChannelId
+from parsley.serdes import BYTES, JSON, STRING
+from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
 from workers.protocol import EXIT_CODES, StopKind
 
 ROUNDS = int(os.environ.get("PARSLEY_KILL_ROUNDS", "8"))

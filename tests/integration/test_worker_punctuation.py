@@ -18,8 +18,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import make_spec, read_committed, relay_setup
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import make_spec, read_committed, relay_setup
 from workers.identity import Backoff
 from workers.main import Stop, Worker
 from workers.protocol import StopKind, TaskState

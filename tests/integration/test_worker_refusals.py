@@ -19,13 +19,13 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
+from devtools.worker_support import StatusCollector, bootstrap, make_spec, read_committed, spawn
 from parsley import Channel, Effects, Process, Store
 from parsley.engine.channel import ChannelId, kafka_topic_id
 from parsley.refusals import Reason
 from parsley.serdes import JSON, STRING
 from parsley.wire import CAUSES_HEADER, encode_causes
-from tests.kafka_support import QUIET, CreateTopic, UniqueNames
-from tests.worker_support import StatusCollector, bootstrap, make_spec, read_committed, spawn
 from workers.protocol import EXIT_CODES, StopKind, exit_code_for, exit_verdict
 
 

@@ -12,7 +12,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from tests.kafka_support import CreateTopic
+from devtools.kafka_support import CreateTopic
 from workers.kafka import ErrorKind, SubstrateError, producer_config
 from workers.transaction import TaskTransaction
 

@@ -31,13 +31,13 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from coordinator import devbroker
-from coordinator.devbroker import BrokerState
+from devtools import devbroker
+from devtools.devbroker import BrokerState
+from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.private_broker import bounce, private_broker
+from devtools.worker_support import StatusCollector, bootstrap, make_spec, read_committed, spawn
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
-from tests.kafka_support import QUIET, create_topic, unique_name
-from tests.private_broker import bounce, private_broker
-from tests.worker_support import StatusCollector, bootstrap, make_spec, read_committed, spawn
 from workers.protocol import EXIT_CODES, StopKind
 from workers.watchdog import STOP_GRACE_S, bound_of
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from coordinator import devbroker
+from devtools import devbroker, devbroker_cli, kafka_jars
 
 
 def _props(text: str) -> dict[str, str]:
@@ -32,7 +32,7 @@ def test_one_node_settings(tmp_path: Path) -> None:
 
 def test_state_file_round_trip(tmp_path: Path) -> None:
     state = devbroker.BrokerState(
-        pid=4242, port=19092, controller_port=19093, version=devbroker.KAFKA_VERSION,
+        pid=4242, port=19092, controller_port=19093, version=kafka_jars.KAFKA_VERSION,
         data_dir=tmp_path, log_path=tmp_path / "logs" / "server.log", started_at=1.5,
     )
     assert devbroker.BrokerState.from_json(state.to_json()) == state
@@ -65,8 +65,8 @@ def test_every_runbook_tool_has_a_main_class() -> None:
 def test_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(devbroker.DevBrokerError, match="install a Java 17 runtime"):
-        devbroker.require_java()
-    result = CliRunner().invoke(devbroker.main, ["up", "--dir", "/nonexistent/dir"])
+        kafka_jars.require_java()
+    result = CliRunner().invoke(devbroker_cli.main, ["up", "--dir", "/nonexistent/dir"])
     assert result.exit_code == 1
     assert "java not found on PATH" in result.output
 
@@ -75,18 +75,19 @@ def test_missing_maven_names_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv(devbroker.ENV_LIB_DIR, raising=False)
+    monkeypatch.delenv(kafka_jars.ENV_LIB_DIR, raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert devbroker.lib_dir() == tmp_path / "parsley" / f"kafka-{devbroker.KAFKA_VERSION}" / "lib"
+    version = kafka_jars.KAFKA_VERSION
+    assert kafka_jars.lib_dir() == tmp_path / "parsley" / f"kafka-{version}" / "lib"
     with pytest.raises(devbroker.DevBrokerError, match="install Apache Maven"):
-        devbroker.fetch_jars()
+        kafka_jars.fetch_jars()
 
 
 def test_lib_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(devbroker.ENV_LIB_DIR, str(tmp_path))
-    assert devbroker.lib_dir() == tmp_path
-    assert not devbroker.jars_present(tmp_path)
+    monkeypatch.setenv(kafka_jars.ENV_LIB_DIR, str(tmp_path))
+    assert kafka_jars.lib_dir() == tmp_path
+    assert not kafka_jars.jars_present(tmp_path)
     with pytest.raises(devbroker.DevBrokerError, match=r"holds no kafka_2\.13"):
-        devbroker.fetch_jars()
+        kafka_jars.fetch_jars()
     (tmp_path / "kafka_2.13-4.3.1.jar").write_bytes(b"")
-    assert devbroker.fetch_jars() == tmp_path
+    assert kafka_jars.fetch_jars() == tmp_path

@@ -241,7 +241,7 @@ def test_the_status_collector_serves_both_the_benchmarks_and_the_worker_tests() 
     import orjson
     import zmq
 
-    from perf.measure import NoWorkerMessage, StatusCollector
+    from devtools.status_collector import NoWorkerMessage, StatusCollector
 
     collector = StatusCollector()
     ctx = zmq.Context()

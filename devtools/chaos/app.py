@@ -1,4 +1,4 @@
-"""The chaos pipeline, loaded by ``parsley-coordinator run tests.chaos.app:processes``.
+"""The chaos pipeline, loaded by ``parsley-coordinator run devtools.chaos.app:processes``.
 
 One process, ``chaos``, receives two input topics of two partitions each, so it
 runs as two tasks (task ``p`` receives partition ``p`` of each):

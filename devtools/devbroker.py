@@ -28,32 +28,27 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import click
+from devtools.kafka_jars import (
+    KAFKA_VERSION,
+    DevBrokerError,
+    cache_root,
+    classpath,
+    fetch_jars,
+    require_java,
+)
 
-KAFKA_VERSION = "4.3.1"
-"""The one pinned Apache Kafka version (jars from Maven Central)."""
-
-LOG4J_VERSION = "2.25.4"
-"""log4j2 version of Kafka 4.3.1's own log4j-api/log4j-core; the SLF4J binding matches it."""
-
-MIN_JAVA_MAJOR = 17
 ENV_DATA_DIR = "PARSLEY_DEVBROKER_DIR"
-ENV_LIB_DIR = "PARSLEY_KAFKA_LIB"
 STATE_FILE = "devbroker.json"
 BOOTSTRAP_PREFIX = "bootstrap.servers="
 
@@ -111,43 +106,6 @@ appender.stderr.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.stderr.ref = stderr
 """
-
-_POM = """\
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>parsley</groupId>
-  <artifactId>parsley-devbroker-jars</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>{kafka}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka-tools</artifactId>
-      <version>{kafka}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{log4j}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
-
-_COMPLETE_MARKER = ".complete"
-
-
-class DevBrokerError(Exception):
-    """The dev broker could not be fetched, started, stopped or run as asked.
-
-    The message names what went wrong and what to do (install Java 17 or Maven,
-    read the broker log at a given path, ...). The CLI prints it and exits 1.
-    """
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,22 +165,6 @@ class BrokerState:
             raise ValueError(f"not a devbroker state file: {exc}") from exc
 
 
-# ---------------------------------------------------------------------------- locations
-
-
-def cache_root() -> Path:
-    """``${XDG_CACHE_HOME:-~/.cache}/parsley``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "parsley"
-
-
-def lib_dir(version: str = KAFKA_VERSION) -> Path:
-    """The jar directory: ``$PARSLEY_KAFKA_LIB`` or ``<cache_root>/kafka-<version>/lib``."""
-    override = os.environ.get(ENV_LIB_DIR)
-    if override:
-        return Path(override).expanduser()
-    return cache_root() / f"kafka-{version}" / "lib"
-
 
 def default_data_dir() -> Path:
     """The data directory: ``$PARSLEY_DEVBROKER_DIR`` or ``<cache_root>/devbroker``."""
@@ -230,132 +172,6 @@ def default_data_dir() -> Path:
     if override:
         return Path(override).expanduser()
     return cache_root() / "devbroker"
-
-
-# ---------------------------------------------------------------------------- prerequisites
-
-
-def require_java() -> str:
-    """Locate ``java`` on PATH and check it is Java 17 or newer.
-
-    Returns:
-        The path of the ``java`` executable.
-
-    Raises:
-        DevBrokerError: no ``java`` on PATH, or its major version is below 17.
-    """
-    java = shutil.which("java")
-    if java is None:
-        raise DevBrokerError(
-            "java not found on PATH: install a Java 17 runtime "
-            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
-        )
-    out = subprocess.run(
-        [java, "-version"], capture_output=True, text=True, check=False, timeout=60
-    )
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if match is None:
-        raise DevBrokerError(f"could not read the Java version from `{java} -version`")
-    major = int(match.group(1))
-    if major == 1 and match.group(2):  # "1.8.0_x" style
-        major = int(match.group(2))
-    if major < MIN_JAVA_MAJOR:
-        raise DevBrokerError(
-            f"{java} is Java {major}; Apache Kafka {KAFKA_VERSION} needs Java "
-            f"{MIN_JAVA_MAJOR} or newer (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
-        )
-    return java
-
-
-def require_maven() -> str:
-    """Locate ``mvn`` on PATH.
-
-    Raises:
-        DevBrokerError: no ``mvn`` on PATH.
-    """
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise DevBrokerError(
-            "mvn not found on PATH: install Apache Maven to fetch the Kafka jars "
-            "(Debian/Ubuntu: apt-get install maven), or point "
-            f"${ENV_LIB_DIR} at a directory holding the Kafka {KAFKA_VERSION} jars"
-        )
-    return mvn
-
-
-# ---------------------------------------------------------------------------- jars
-
-
-def jars_present(lib: Path) -> bool:
-    """Whether ``lib`` holds a complete fetch (marker file, or a user-provided jar set)."""
-    if (lib / _COMPLETE_MARKER).exists():
-        return True
-    return bool(os.environ.get(ENV_LIB_DIR)) and any(lib.glob("kafka_2.13-*.jar"))
-
-
-def fetch_jars(
-    version: str = KAFKA_VERSION, *, say: Callable[[str], None] | None = None
-) -> Path:
-    """Fetch the Kafka jars and their runtime dependencies into the cache, once.
-
-    Runs ``mvn dependency:copy-dependencies`` over a generated pom into a temporary
-    directory next to the cache and renames it into place, under a file lock, so a
-    partial or concurrent fetch never leaves a half-filled cache.
-
-    Args:
-        version: Apache Kafka version (``org.apache.kafka:kafka_2.13`` and ``kafka-tools``).
-        say: progress callback (one line per call), or None for silence.
-
-    Returns:
-        The jar directory (:func:`lib_dir`).
-
-    Raises:
-        DevBrokerError: Maven is missing or the fetch failed (Maven's output tail included).
-    """
-    lib = lib_dir(version)
-    if jars_present(lib):
-        return lib
-    if os.environ.get(ENV_LIB_DIR):
-        raise DevBrokerError(
-            f"${ENV_LIB_DIR}={lib} holds no kafka_2.13-*.jar; unset it to fetch with Maven"
-        )
-    mvn = require_maven()
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    with open(lib.parent / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if jars_present(lib):
-            return lib
-        if say:
-            say(f"fetching Apache Kafka {version} jars with Maven into {lib} ...")
-        work = Path(tempfile.mkdtemp(prefix="fetch-", dir=lib.parent))
-        try:
-            (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
-            out = subprocess.run(
-                [
-                    mvn, "-B", "-q", "-f", str(work / "pom.xml"),
-                    "dependency:copy-dependencies",
-                    "-DincludeScope=runtime",
-                    f"-DoutputDirectory={work / 'lib'}",
-                ],
-                capture_output=True, text=True, check=False, timeout=1800,
-            )
-            if out.returncode != 0 or not any((work / "lib").glob("kafka_2.13-*.jar")):
-                tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-25:])
-                raise DevBrokerError(
-                    f"Maven could not fetch org.apache.kafka:kafka_2.13:{version} "
-                    f"(exit {out.returncode}):\n{tail}"
-                )
-            (work / "lib" / _COMPLETE_MARKER).write_text(version + "\n")
-            if lib.exists():
-                shutil.rmtree(lib)
-            (work / "lib").rename(lib)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return lib
-
-
-def _classpath(lib: Path) -> str:
-    return str(lib / "*")
 
 
 # ---------------------------------------------------------------------------- state
@@ -479,7 +295,7 @@ def _format_storage(java: str, lib: Path, data_dir: Path) -> None:
         [
             java, *_SHORT_LIVED_JVM,
             f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
-            "-cp", _classpath(lib), STORAGE_MAIN, "format",
+            "-cp", classpath(lib), STORAGE_MAIN, "format",
             f"--cluster-id={_cluster_id()}", "-c", str(config / "server.properties"),
         ],
         capture_output=True, text=True, check=False, timeout=120,
@@ -609,7 +425,7 @@ def _spawn(java: str, lib: Path, data_dir: Path) -> subprocess.Popen[bytes]:
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={config / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={logs}",
-        "-cp", _classpath(lib), BROKER_MAIN, str(config / "server.properties"),
+        "-cp", classpath(lib), BROKER_MAIN, str(config / "server.properties"),
     ]
     with open(logs / "stdout.log", "ab") as out:
         return subprocess.Popen(
@@ -806,133 +622,5 @@ def tool_argv(name: str, args: Sequence[str], *, java: str | None = None) -> lis
     quick = () if key.endswith("perf-test") else _SHORT_LIVED_JVM
     return [
         java, "-Xmx512m", *quick, f"-Dlog4j2.configurationFile={config}",
-        "-cp", _classpath(lib), TOOLS[key], *args,
+        "-cp", classpath(lib), TOOLS[key], *args,
     ]
-
-
-# ---------------------------------------------------------------------------- CLI
-
-
-def _say(message: str) -> None:
-    click.echo(message, err=True)
-
-
-def _fail(exc: DevBrokerError) -> None:
-    click.echo(f"parsley-devbroker: {exc}", err=True)
-    sys.exit(1)
-
-
-_DIR_OPTION = click.option(
-    "--dir", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help=f"Data directory (default ${ENV_DATA_DIR} or ~/.cache/parsley/devbroker).",
-)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-def main() -> None:
-    """A local single-node Apache Kafka broker (KRaft) for Parsley's tests and demos."""
-
-
-@main.command()
-def fetch() -> None:
-    """Fetch the pinned Apache Kafka jars with Maven (no-op when cached); print their path."""
-    try:
-        click.echo(str(fetch_jars(say=_say)))
-    except DevBrokerError as exc:
-        _fail(exc)
-
-
-@main.command("up")
-@_DIR_OPTION
-@click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Client port on 127.0.0.1 (default: a free port).")
-@click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
-              help="Seconds to wait for the broker to answer.")
-def up_command(data_dir: Path | None, port: int | None, timeout_s: float) -> None:
-    """Start the broker (or report the running one); last line: bootstrap.servers=..."""
-    started = time.monotonic()
-    try:
-        state, already = up(data_dir, port, start_timeout_s=timeout_s, say=_say)
-    except DevBrokerError as exc:
-        _fail(exc)
-        return
-    if already:
-        _say(f"already running (pid {state.pid}), log {state.log_path}")
-        if port is not None and port != state.port:
-            _say(f"note: it listens on {state.port}, not the requested {port}")
-    else:
-        _say(f"ready in {time.monotonic() - started:.1f} s, log {state.log_path}")
-    click.echo(f"{BOOTSTRAP_PREFIX}{state.bootstrap}")
-
-
-@main.command("down")
-@_DIR_OPTION
-@click.option("--keep", is_flag=True, help="Keep the data directory (topics survive).")
-@click.option("--deadline", "deadline_s", type=float, default=30.0, show_default=True,
-              help="Seconds between SIGTERM and SIGKILL.")
-def down_command(data_dir: Path | None, keep: bool, deadline_s: float) -> None:
-    """Stop the broker: SIGTERM, SIGKILL after the deadline; remove the data unless --keep."""
-    where = (data_dir or default_data_dir()).resolve()
-    removed = not keep and where.exists()
-    state, killed = down(data_dir, keep=keep, deadline_s=deadline_s)
-    if state is None:
-        _say(f"no broker running in {where}")
-    else:
-        _say(f"stopped pid {state.pid}{' (SIGKILL after deadline)' if killed else ''}")
-    if keep:
-        _say(f"kept {where}")
-    elif removed:
-        _say(f"removed {where}")
-
-
-@main.command("status")
-@_DIR_OPTION
-def status_command(data_dir: Path | None) -> None:
-    """Print whether the broker runs, its bootstrap address, Kafka version and log file.
-
-    Exit status 0 when running, 3 when not.
-    """
-    where = (data_dir or default_data_dir()).resolve()
-    state = running(where)
-    if state is None:
-        click.echo("running: no")
-        click.echo(f"data dir: {where}" + ("" if where.exists() else " (absent)"))
-        click.echo(f"kafka version: {KAFKA_VERSION}")
-        click.echo(f"jars: {lib_dir()} ({'cached' if jars_present(lib_dir()) else 'not fetched'})")
-        sys.exit(3)
-    click.echo(f"running: yes (pid {state.pid})")
-    click.echo(f"{BOOTSTRAP_PREFIX}{state.bootstrap}")
-    click.echo(f"kafka version: {state.version}")
-    click.echo(f"log: {state.log_path}")
-    click.echo(f"data dir: {state.data_dir}")
-
-
-@main.command(
-    "tool",
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
-@click.argument("name", type=str)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def tool_command(name: str, args: tuple[str, ...]) -> None:
-    """Run a Kafka command-line tool from the same jars; its exit status is returned.
-
-    NAME is one of:
-
-    \b
-    kafka-topics, kafka-consumer-groups, kafka-get-offsets,
-    kafka-configs, kafka-console-consumer, kafka-console-producer,
-    kafka-delete-records, kafka-transactions, kafka-storage,
-    kafka-producer-perf-test, kafka-consumer-perf-test.
-    """
-    try:
-        argv = tool_argv(name, args)
-    except DevBrokerError as exc:
-        _fail(exc)
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(argv[0], argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@
 Inputs: every committed record of the input topics (channel, offset and the
 causes its ``parsley.causes`` header names), and the output topic's committed
 records in offset order, each naming the delivery it relays
-(``tests.chaos.app.relay_value``). Nothing comes from the product's status.
+(``devtools.chaos.app.relay_value``). Nothing comes from the product's status.
 
 Clauses (docs/model.md: exactly once, in causal order):
 

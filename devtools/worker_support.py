@@ -27,11 +27,11 @@ import multiprocess
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
+from devtools.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
+from devtools.status_collector import StatusCollector  # noqa: F401 (re-export, shared with perf)
 from parsley import Channel, Effects, Store
 from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
 from parsley.serdes import BYTES, JSON, STRING
-from perf.measure import StatusCollector  # noqa: F401 (re-export, shared with perf)
-from tests.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from workers.changelog import ensure_changelog_topic
 from workers.protocol import TaskSpec
 

@@ -1,6 +1,6 @@
 """A private broker for tests that stop, restart or freeze it (never the shared one).
 
-:func:`private_broker` starts ``coordinator.devbroker`` in a temporary directory and
+:func:`private_broker` starts ``devtools.devbroker`` in a temporary directory and
 stops and removes it at the end; :func:`bounce` stops it keeping its data and starts it
 again on the same port, returning when an AdminClient answers.
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from coordinator import devbroker
-from coordinator.devbroker import BrokerState
+from devtools import devbroker
+from devtools.devbroker import BrokerState
 
 
 @contextmanager

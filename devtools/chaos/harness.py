@@ -1,33 +1,15 @@
 """The chaos harness: a 2-task causal pipeline under load and a seeded schedule of faults.
 
 One implementation for the CI test (``tests/chaos/test_chaos.py``) and the soak
-(``python -m perf.soak``); docs/operations.md, "Chaos test and soak", says how to run
-them. A run:
+(``python -m perf.soak``). What a run does, step by step, and its bounds: docs/operations.md,
+"Chaos test and soak". :func:`run_chaos` starts a private broker, the producer
+(:class:`LoadProducer`) and ``parsley-coordinator run devtools.chaos.app:processes``, plays the
+schedule (``devtools.chaos.schedule``), drains, and judges with an independent
+``read_committed`` reader (``devtools.chaos.verdict``).
 
-1. starts a private broker (``coordinator.devbroker`` in the run's directory; the
-   shared broker is never touched) and creates input topics ``A`` and ``B`` (two
-   partitions each) and the output topic (one partition);
-2. starts a producer thread (:class:`LoadProducer`): ``A`` records at ``rate`` per
-   second, and ``B`` records on the same partition whose ``parsley.causes`` header
-   names an ``A`` record, acknowledged already or a few offsets ahead;
-3. runs ``parsley-coordinator run tests.chaos.app:processes --restart transient`` as
-   a subprocess (two tasks), and waits until every task is RUNNING;
-4. plays the schedule (``tests.chaos.schedule``): broker restart (SIGTERM with the
-   data kept, then started on the same port and data), worker SIGKILL, coordinator
-   SIGKILL followed by a new coordinator, worker SIGSTOP/SIGCONT. After each fault
-   it waits, bounded, for recovery: every task RUNNING with fresh status, the
-   output's last stable offset past where it was when the fault ended and, after a
-   coordinator SIGKILL, no worker of the dead coordinator still alive;
-5. drains: stops the producer, waits for every task RUNNING, lag 0 and nothing held;
-6. judges with an independent ``read_committed`` reader (``tests.chaos.verdict``):
-   0 lost, 0 duplicated, 0 causal violations;
-7. stops the coordinator (SIGTERM), SIGKILLs any process of the run still alive
-   (and says so), and removes the broker.
-
-Nothing here waits without a deadline: Kafka calls run in a helper thread joined
-with a timeout (a client's own timeout is not trusted), process waits are
-bounded, and a recovery that does not happen within ``recovery_s`` ends the run
-with a message naming the fault, what was still missing and the last status.
+Nothing here waits without a deadline: Kafka calls run in a helper thread joined with a
+timeout (a client's own timeout is not trusted), and a recovery that does not happen within
+``recovery_s`` ends the run naming the fault, what was missing and the last status.
 """
 
 from __future__ import annotations
@@ -60,15 +42,15 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from coordinator import devbroker
 from coordinator.status import ProcessState, ProcessStatus, parse_status
 from coordinator.status_socket import NoReplyError, request
+from devtools import devbroker
+from devtools.chaos import app
+from devtools.chaos.schedule import KINDS, Fault, schedule
+from devtools.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
+from devtools.kafka_support import QUIET, TopicInfo, create_topic
 from parsley.engine.channel import ChannelId
 from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
-from tests.chaos import app
-from tests.chaos.schedule import KINDS, Fault, schedule
-from tests.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
-from tests.kafka_support import QUIET, TopicInfo, create_topic
 
 T = TypeVar("T")
 
@@ -126,7 +108,7 @@ class ChaosSettings:
         seed: seeds the schedule and the producer's choices.
         faults: number of faults to play (``None``: as many as fit in ``minutes``).
         minutes: with ``faults=None``, play faults until this many minutes passed.
-        kinds: the fault kinds to draw from (``tests.chaos.schedule.KINDS``).
+        kinds: the fault kinds to draw from (``devtools.chaos.schedule.KINDS``).
         rate: ``A`` records per second (about 60% more ``B`` records name them).
         recovery_s: bound on each recovery, s.
         drain_s: bound on the final drain (RUNNING, lag 0, nothing held), s.
@@ -384,7 +366,7 @@ class ChaosRun:
     def _coordinator_argv(self) -> list[str]:
         script = Path(sys.executable).with_name("parsley-coordinator")
         head = [str(script)] if script.exists() else [sys.executable, "-m", "coordinator.cli"]
-        return [*head, "run", "tests.chaos.app:processes", "--bootstrap-servers",
+        return [*head, "run", "devtools.chaos.app:processes", "--bootstrap-servers",
                 self.bootstrap, "--prefix", self.prefix, "--state-dir", str(self.state_dir),
                 "--restart", "transient", "--listen", self.endpoint,
                 "--log-status-every", "10"]
