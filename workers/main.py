@@ -81,12 +81,12 @@ from parsley.declarations import (
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
+from parsley.frame import HandlerFailure, HandlerFrame
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.assignment import IncompleteAssignment
 from workers.changelog import RestoreProgress, read_partition
 from workers.client_log import serve_client_logs, with_task_logger
 from workers.fetched import split_errors
-from workers.frame import HandlerFailure, HandlerFrame
 from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
 from workers.identity import (
     RECEIVED_CHECK_INTERVAL_S,

@@ -6,7 +6,7 @@ changelog is the truth; the local sqlite file is a cache rebuilt from it at
 every task start and after every abort (each declared store from partition ``i`` of
 ``<prefix>-<process>-<store>-changelog``: docs/operations.md, "Names on the cluster").
 
-:class:`TaskStores` is the handler frame's :class:`workers.frame.StoreView`:
+:class:`TaskStores` is the handler frame's :class:`parsley.frame.StoreView`:
 ``get`` sees the open transaction's writes first (a delete reads as absence),
 then the committed cache. :meth:`TaskStores.pending` gives the merged changelog
 writes of the open transaction (latest value per key, docs/model.md, "Restart"), and
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from workers.frame import SerializedWrite
+from parsley.frame import SerializedWrite
 from workers.ordering_store import SqliteOrderingStore
 
 __all__ = ["TaskStores"]

@@ -2,7 +2,7 @@
 
 A :class:`DrivenTask` holds what a worker's task holds (``workers/main.py``,
 ``workers/step.py``): a :class:`~parsley.engine.engine.ProcessEngine` over the
-task's ordering store, the :class:`workers.frame.HandlerFrame` that runs the
+task's ordering store, the :class:`parsley.frame.HandlerFrame` that runs the
 handlers, the task's declared stores (:class:`workers.stores.TaskStores`, kept in
 memory) and its committed read positions. :meth:`DrivenTask.step` is one
 transaction of the worker's loop:
@@ -35,9 +35,9 @@ from typing import Final
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId, Header
 from parsley.engine.engine import CrossPartition, ProcessEngine
+from parsley.frame import HandlerFrame, SerializedSend
 from parsley.process import Process
 from parsley.testing.records import Record
-from workers.frame import HandlerFrame, SerializedSend
 from workers.ordering_store import SqliteOrderingStore
 from workers.stores import TaskStores
 

@@ -9,9 +9,9 @@ import orjson
 import pytest
 import zmq
 
+from parsley.frame import SerializedWrite
 from parsley.refusals import Reason
 from workers.changelog import RestoreProgress
-from workers.frame import SerializedWrite
 from workers.protocol import StopKind, TaskState
 from workers.status import StatusReporter, status_fields
 from workers.stores import TaskStores
