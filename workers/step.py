@@ -35,10 +35,10 @@ from confluent_kafka import KafkaException, Message
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.frame import HandlerFrame
+from parsley.task_stores import TaskStores
 from parsley.wire import CAUSES_HEADER
 from workers.fastpath import STOP_EFFECTS, STOP_RAISED, STOP_RECORD, fast_frame
 from workers.pacing import delivery_batches
-from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
 
 __all__ = ["TaskStep"]

@@ -3,7 +3,7 @@
 A :class:`DrivenTask` holds what a worker's task holds (``workers/main.py``,
 ``workers/step.py``): a :class:`~parsley.engine.engine.ProcessEngine` over the
 task's ordering store, the :class:`parsley.frame.HandlerFrame` that runs the
-handlers, the task's declared stores (:class:`workers.stores.TaskStores`, kept in
+handlers, the task's declared stores (:class:`parsley.task_stores.TaskStores`, kept in
 memory) and its committed read positions. :meth:`DrivenTask.step` is one
 transaction of the worker's loop:
 
@@ -35,11 +35,11 @@ from typing import Final
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId, Header
 from parsley.engine.engine import CrossPartition, ProcessEngine
+from parsley.engine.store import InMemoryOrderingStore
 from parsley.frame import HandlerFrame, SerializedSend
 from parsley.process import Process
+from parsley.task_stores import TaskStores
 from parsley.testing.records import Record
-from workers.ordering_store import SqliteOrderingStore
-from workers.stores import TaskStores
 
 __all__ = ["DrivenTask", "StepSend"]
 
@@ -127,7 +127,7 @@ class DrivenTask:
         self._budget = budget_bytes
         self._cross = cross_partition
         self._on_warning = on_warning
-        self._ordering = SqliteOrderingStore.in_memory()
+        self._ordering = InMemoryOrderingStore()
         self.stores = TaskStores(None, [s.name for s in process.declared_stores])
         self.positions: dict[str, int] = dict.fromkeys(self.channels, 0)
         self.delivered = 0
@@ -153,11 +153,10 @@ class DrivenTask:
         self.engine = engine
 
     def close(self) -> None:
-        """Close the in-memory sqlite databases of the ordering store and the stores."""
+        """Release the engine, the frame and the stores' caches."""
         self.engine = None
         self._frame = None
         self.stores.close()
-        self._ordering.close()
 
     def view(self) -> ProcessEngine:
         """The running engine; after an aborted step, an engine restored from the
