@@ -80,7 +80,8 @@ from parsley.declarations import (
 )
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
+from parsley.engine.cross_partition import cross_partition_policy
+from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.frame import HandlerFailure, HandlerFrame
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.task_stores import TaskStores

@@ -34,7 +34,8 @@ from typing import Final
 
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId, Header
-from parsley.engine.engine import CrossPartition, ProcessEngine
+from parsley.engine.cross_partition import CrossPartition
+from parsley.engine.engine import ProcessEngine
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.frame import HandlerFrame, SerializedSend
 from parsley.process import Process
