@@ -1,45 +1,28 @@
-"""The per-task ordering engine: frontier, hold-back buffers, coverage, decisions.
+"""The per-task ordering engine, pure Python: frontier, hold-back buffers, coverage, decisions.
 
-A :class:`ProcessEngine` is one task's causal state, driven by a host (the
-worker, or the simulator) the way h11's ``Connection`` is driven by its
-caller: it is fed records (:meth:`~ProcessEngine.receive`), asked what may be
-delivered (:meth:`~ProcessEngine.deliver_next`), told what the identity check
-found (:meth:`~ProcessEngine.apply_identity`), and asked for the header its
-sends carry (:meth:`~ProcessEngine.causes_header`) and for the changelog rows
-its state changes produced (:meth:`~ProcessEngine.take_deltas`). It never
-polls, sleeps, logs or commits.
+A :class:`ProcessEngine` is one task's causal state, driven by a host (the worker, or
+the simulator): it is fed records (:meth:`~ProcessEngine.receive`), asked what may be
+delivered (:meth:`~ProcessEngine.deliver_next`), and asked for the header its sends
+carry (:meth:`~ProcessEngine.causes_header`) and for the changelog rows its state
+changes produced (``take_deltas``). It never polls, sleeps, logs or commits.
 
-State (docs/model.md):
-
-* received-channel set: fixed for the engine's life;
-* coverage ``fedUpTo(c)``: the highest position fed or known never to arrive,
-  :data:`~parsley.engine.channel.FED_TO_END` for a deleted channel;
-* session floor: coverage as it stood when :meth:`~ProcessEngine.start` ran;
-  a feed at or below it is a replay of a committed past, dropped silently;
-* hold-back buffers: per received channel, the held positions in FIFO order;
-  only the head of each is offered to the decision;
-* frontier: per channel, the highest position known to be a cause of this
-  task's later sends (delivery merges ``(c, p)``, receipt merges the header);
-* delivered past: per channel, the highest cause of any delivered message;
-* name bindings: topic name to the topic id the state was built against.
-
-The cold parts live beside it as pure functions over plain data:
-:mod:`~parsley.engine.identity` (bindings and the identity check's verdicts),
-:mod:`~parsley.engine.deltas` (changelog rows) and
-:mod:`~parsley.engine.diagnose` (the task's diagnosis). The hot path,
-:meth:`~ProcessEngine.receive` and :meth:`~ProcessEngine.deliver_next`, stays
-here.
+This module is the hot path and the state behind it (docs/model.md); the cold half
+both engines share (constructor, restore, names, identity, diagnosis) is
+:class:`parsley.engine.shell.EngineShell`, and the cross-partition rule is
+:mod:`parsley.engine.cross_partition`. The state it keeps and the order of
+:meth:`~ProcessEngine.receive`'s checks: docs/architecture.md,
+"parsley/engine/engine.py". The native core (``parsley/engine/native_engine.py``)
+gives the same decisions, refusals, headers and rows.
 
 Pure: standard library plus :mod:`parsley.wire` and the state codec.
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from heapq import heappop, heappush
-from typing import Any, Final, Protocol
+from typing import Final
 from uuid import UUID
 
 from parsley.engine import state_codec as sc
@@ -47,25 +30,20 @@ from parsley.engine.channel import (
     FED_TO_END,
     ChannelId,
     DeliverableMessage,
-    Header,
     ReceivedMessage,
 )
 from parsley.engine.cross_partition import CrossPartition, CrossPartitionCheck, foreign_causes
 from parsley.engine.deltas import Body, Causes, Row, changed_rows
+from parsley.engine.feed import BatchForms, FeedOutcome
 from parsley.engine.frontier import FrontierEncoding
 from parsley.engine.identity import TopicVerdict
 from parsley.engine.shell import EngineShell
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import decode_causes, split_causes_header, strip_reserved
 
-__all__ = [
-    "Causes",
-    "Delivered",
-    "FeedOutcome",
-    "ProcessEngine",
-    "RecordLike",
-    "TopicVerdict",
-]
+# FeedOutcome stays importable from here: the native core reads it from this module
+# (native/src/py_engine.rs, ``_setup``).
+__all__ = ["Causes", "FeedOutcome", "ProcessEngine", "TopicVerdict"]
 
 _NOTHING_SETTLED: Final = -1
 """Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
@@ -88,37 +66,11 @@ class _Decoded:
         self.merged_epoch = -1
 
 
-class RecordLike(Protocol):
-    """What :meth:`ProcessEngine.feed_records` reads of a fetched record: the
-    accessor methods of ``confluent_kafka.Message``."""
-
-    def topic(self) -> Any: ...
-    def offset(self) -> Any: ...
-    def timestamp(self) -> Any: ...
-    def key(self) -> Any: ...
-    def value(self) -> Any: ...
-    def headers(self) -> Any: ...
-
-
-Delivered = tuple[ChannelId, int, int, bytes | None, bytes | None, tuple[Header, ...], bytes]
-"""One entry of :meth:`ProcessEngine.deliver_batch`: ``(channel, position, timestamp_ms,
-key, value, application headers, causes header after this delivery)``."""
-
-
-class FeedOutcome(enum.Enum):
-    """What became of a fed record (Java ``ReceiveOutcome``)."""
-
-    ACCEPTED = "ACCEPTED"
-    """Taken into the hold-back buffer (possibly deliverable at once)."""
-    DUPLICATE_DROPPED = "DUPLICATE_DROPPED"
-    """A replay at or below the session floor: already handled by a committed step."""
-
-
 def _refuse(reason: Reason, detail: str) -> ParsleyFailClosedError:
     return ParsleyFailClosedError(reason, detail)
 
 
-class ProcessEngine(EngineShell):
+class ProcessEngine(BatchForms, EngineShell):
     """One task's ordering state and delivery decisions (docs/model.md, "Covered and settled").
 
     Not thread-safe: one host drives one engine from one thread.
@@ -129,28 +81,7 @@ class ProcessEngine(EngineShell):
     :meth:`causes_header`, :meth:`take_deltas` and :meth:`diagnose`. A crash
     or restart is a new engine over a store rebuilt from the committed deltas.
 
-    Args:
-        store: the task's ordering store (layout: docs/model.md, "Restart"), possibly holding a
-            previous execution's state. The engine reads it once here and then
-            only for held bodies; it writes it in :meth:`take_deltas`.
-        received: the task's received-channel set.
-        budget_bytes: the metadata budget in bytes (> 0), enforced at receipt,
-            merge and emission; a warning is issued once when the frontier
-            reaches 80 % of it.
-        on_warning: called with the warning text (e.g. a logger's
-            ``warning``); ``None`` discards warnings.
-        cross_partition: what a cause on another task's channel of a received
-            topic does (:class:`CrossPartition`); the host decides.
-
-    Raises:
-        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for any
-            corrupt, unversioned or foreign state
-            (:func:`parsley.engine.state_codec.load_image`);
-            ``CHANNEL_REMOVED_WITH_HELD_MESSAGES`` ("held message at
-            <channel>@<position> but the channel is no longer in the declared
-            received-channel set") when something is held on a channel
-            outside ``received``.
-        ValueError: ``budget_bytes`` not positive.
+    Constructor arguments and refusals: :class:`~parsley.engine.shell.EngineShell`.
 
     Source: Java ``ProcessEngine`` (R: @88710cf5), docs/model.md, docs/operations.md "Running".
     """
@@ -318,37 +249,11 @@ class ProcessEngine(EngineShell):
     def receive(self, msg: ReceivedMessage) -> FeedOutcome:
         """Take one record from the host.
 
-        Checks, in order (docs/model.md, "The session floor: replays and feed order", Java
-        ``onReceive``):
-
-        1. the channel is received (else ``ValueError``, a host bug);
-        2. the causes header: duplicate or null/empty/malformed ->
-           ``UNDECODABLE_METADATA`` ("<channel>@<position>: <diagnosis>"); raw
-           length above the budget -> ``METADATA_BUDGET_EXCEEDED``
-           ("<channel>@<position> carries <n> bytes of causal metadata; the
-           configured budget is <b> bytes"), before decoding;
-        3. ``q <=`` the last position fed on the channel in this execution ->
-           ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> after this execution was
-           already fed position <p> of the same channel; ...");
-        4. the header's causes merge into the frontier, whatever follows
-           (``METADATA_BUDGET_EXCEEDED`` "the causal frontier reached <n>
-           bytes (<k> channels); ..." if it outgrows the budget);
-        5. ``q`` inside coverage: on a fed-to-end channel ->
-           ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> on a channel recorded as
-           no longer existing"); above the session floor ->
-           ``COVERED_POSITION_FED``; at or below it -> ``DUPLICATE_DROPPED``;
-        6. a cause on another task's partition of a received topic:
-           ``CROSS_PARTITION_CAUSE`` under :attr:`CrossPartition.REFUSE` ("the
-           record at <channel at offset> (<key>) names a cause at <channel at
-           offset>, a partition another task of this process reads, ..."),
-           else a warning once per pair of partitions and a count
-           (:meth:`cross_partition_causes`);
-        7. otherwise coverage rises to ``q`` and the record is held (at the
-           tail of its channel's buffer) until :meth:`deliver_next` offers it.
-
-        Channels in details are named by topic, partition, offset and Kafka
-        topic id (docs/failing-closed.md, "Naming a channel"), and each detail
-        ends with its runbook section.
+        The checks run in the order of docs/architecture.md,
+        "parsley/engine/engine.py" (docs/model.md, "The session floor: replays and feed
+        order"; Java ``onReceive``); a record that passes them all is covered and held at
+        the tail of its channel's buffer until :meth:`deliver_next` offers it. Channels in
+        details are named as docs/failing-closed.md, "Naming a channel", says.
 
         Args:
             msg: the record; ``msg.position`` is its offset (inclusive).
@@ -357,7 +262,15 @@ class ProcessEngine(EngineShell):
             :attr:`FeedOutcome.ACCEPTED` or :attr:`FeedOutcome.DUPLICATE_DROPPED`.
 
         Raises:
-            ParsleyFailClosedError: as listed above.
+            ParsleyFailClosedError: ``UNDECODABLE_METADATA`` ("<channel>@<position>:
+                <diagnosis>") for a duplicate, empty or malformed causes header;
+                ``METADATA_BUDGET_EXCEEDED`` for a header longer than the budget
+                ("<channel>@<position> carries <n> bytes of causal metadata; ...") or a
+                frontier outgrowing it ("the causal frontier reached <n> bytes ...");
+                ``OUT_OF_ORDER_FEED`` for a position at or below one already fed in this
+                execution, or on a fed-to-end channel; ``COVERED_POSITION_FED`` for a
+                covered position above the session floor; ``CROSS_PARTITION_CAUSE``
+                under :attr:`CrossPartition.REFUSE`.
             RuntimeError: before :meth:`start`.
             ValueError: a channel outside the received set; a position no
                 ``parsley.causes`` header can carry (outside 0..2^63-2, as
@@ -705,85 +618,6 @@ class ProcessEngine(EngineShell):
             if fed is not None:
                 self._raise_settled(ch, fed)
         return DeliverableMessage(ch, q, body[0], body[1], body[2], body[3], causes)
-
-    # ------------------------------------------------------------ batches
-
-    def feed_records(
-        self, records: Sequence[RecordLike], channels: Mapping[str, ChannelId],
-    ) -> tuple[int, int, dict[str, int]]:
-        """Feed a fetched batch in one call: :meth:`receive` for each record, in order.
-
-        The batch form of ``receive`` that the worker loop calls once per ``consume()``
-        (docs/performance.md, "Engine"); the native engine implements it without a
-        ``ReceivedMessage`` per record.
-
-        Args:
-            records: fetched records without errors, in fetch order, each with the
-                methods of ``confluent_kafka.Message`` the feed reads: ``topic()``,
-                ``offset()``, ``timestamp()`` (``(type, ms)``), ``key()``, ``value()``,
-                ``headers()`` (a list of ``(key, bytes)`` pairs or ``None``).
-            channels: the received channel of each topic name in ``records``.
-
-        Returns:
-            ``(fed, duplicates, last)``: how many records were fed, how many of them
-            were dropped as duplicates (``FeedOutcome.DUPLICATE_DROPPED``), and the
-            last offset fed per topic name.
-
-        Raises:
-            ParsleyFailClosedError: the refusals of :meth:`receive`, for the first
-                record that draws one; records before it are fed, and the host must
-                abort the open transaction (as for ``receive``).
-            ValueError: a topic missing from ``channels`` or a channel not received.
-        """
-        receive = self.receive
-        dropped = FeedOutcome.DUPLICATE_DROPPED
-        last: dict[str, int] = {}
-        count = duplicates = 0
-        for msg in records:
-            topic = msg.topic()
-            offset = msg.offset()
-            headers = msg.headers()
-            if receive(ReceivedMessage(
-                channels[topic], offset, msg.timestamp()[1], msg.key(), msg.value(),
-                tuple(headers) if headers else (),
-            )) is dropped:
-                duplicates += 1
-            last[topic] = offset
-            count += 1
-        return count, duplicates, last
-
-    def deliver_batch(self, limit: int) -> list[Delivered]:
-        """Deliver up to ``limit`` deliverable heads in one call: :meth:`deliver_next`
-        until it returns ``None`` or ``limit`` are taken.
-
-        Each entry carries the ``parsley.causes`` header to stamp on what the handler
-        sends for it: :meth:`causes_header` as it stands right after that delivery
-        (docs/wire-format.md), so a batch sends the same bytes as one-by-one delivery.
-        Every taken head counts as delivered in the next :meth:`take_deltas`: the host
-        must hand every entry to its handler before it commits.
-
-        Args:
-            limit: at most this many (>= 1).
-
-        Returns:
-            ``[(channel, position, timestamp_ms, key, value, headers, causes_header)]``
-            in delivery order; ``headers`` are application headers only; empty when
-            nothing is deliverable.
-
-        Raises:
-            ParsleyFailClosedError: as :meth:`deliver_next`; entries taken before the
-                refusal are lost with the batch, and the host aborts.
-        """
-        out: list[Delivered] = []
-        deliver_next = self.deliver_next
-        causes_header = self.causes_header
-        while len(out) < limit:
-            msg = deliver_next()
-            if msg is None:
-                break
-            out.append((msg.channel, msg.position, msg.timestamp_ms, msg.key, msg.value,
-                        msg.headers, causes_header()))
-        return out
 
     # ------------------------------------------------------------ deltas
 

@@ -1,29 +1,17 @@
 """One task of a process under the test driver: the worker's step, with no Kafka.
 
 A :class:`DrivenTask` holds what a worker's task holds (``workers/main.py``,
-``workers/step.py``): a :class:`~parsley.engine.engine.ProcessEngine` over the
-task's ordering store, the :class:`parsley.frame.HandlerFrame` that runs the
-handlers, the task's declared stores (:class:`parsley.task_stores.TaskStores`, kept in
-memory) and its committed read positions. :meth:`DrivenTask.step` is one
-transaction of the worker's loop:
+``workers/step.py``): a :class:`~parsley.engine.engine.ProcessEngine` over an
+:class:`~parsley.engine.store.InMemoryOrderingStore`, the
+:class:`parsley.frame.HandlerFrame` that runs the handlers, the task's declared stores
+(:class:`parsley.task_stores.TaskStores`, kept in memory) and its committed read
+positions. :meth:`DrivenTask.step` is one transaction of the worker's loop: feed,
+deliver through the frame, commit. A refusal or a handler failure aborts the step and
+nothing of it is kept, as an aborted transaction leaves nothing a ``read_committed``
+consumer sees; :meth:`DrivenTask.restart` then builds a fresh engine from the
+committed state (docs/model.md, "Restart").
 
-1. feed every record of the task's received partitions from the read position
-   to the end as one fetched batch (``ProcessEngine.feed_records``), channel by
-   channel, in offset order (docs/model.md, "The session floor: replays and feed
-   order");
-2. deliver every deliverable head (``ProcessEngine.deliver_batch``) through the
-   handler frame, apply its store writes, and stamp each send with the
-   ``parsley.causes`` value the engine gives for that delivery (the frontier right
-   after it), as the worker's drain does (``workers/step.py``);
-3. commit: the engine's deltas go to the ordering store, the store writes to the
-   committed stores, the read positions advance, and the sends are handed back for
-   the driver to append.
-
-A refusal or a handler failure aborts the step: nothing of it is kept (no send, no
-store write, no ordering delta, no read position), as an aborted transaction
-leaves nothing a ``read_committed`` consumer sees. :meth:`DrivenTask.restart`
-then builds a fresh engine from the committed ordering store at the committed read
-positions, as a worker's restart does (docs/model.md, "Restart").
+The step's procedure: docs/architecture.md, "parsley/testing/task.py".
 """
 
 from __future__ import annotations
@@ -55,7 +43,7 @@ pairs with its ms."""
 
 class _Fetched:
     """A driver record as the engine's batch feed reads a fetched one: the accessor
-    methods of ``confluent_kafka.Message`` (``parsley.engine.engine.RecordLike``)."""
+    methods of ``confluent_kafka.Message`` (``parsley.engine.feed.RecordLike``)."""
 
     __slots__ = ("_record",)
 

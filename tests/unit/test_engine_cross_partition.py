@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from parsley.engine.channel import ChannelId, ReceivedMessage, describe_channel, kafka_topic_id
 from parsley.engine.cross_partition import CrossPartition
-from parsley.engine.engine import FeedOutcome, ProcessEngine, TopicVerdict
+from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes
