@@ -60,7 +60,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from coordinator.state_dir import default_state_dir as _per_user_state_dir
-from parsley.engine.engine import CROSS_PARTITION_SETTINGS
+from parsley.engine.cross_partition import CROSS_PARTITION_SETTINGS
 from workers.kafka import OWNED_PROPERTIES
 
 __all__ = [

@@ -31,7 +31,8 @@ def validate_held(blob: bytes, /) -> None: ...
 def load_image(items: Iterable[tuple[bytes, bytes]], /) -> OrderingImage: ...
 
 # the ordering engine's hot path (native/src/py_engine.rs; reference:
-# parsley.engine.engine.ProcessEngine, completed by parsley.engine.native_engine)
+# parsley.engine.engine.ProcessEngine, completed by parsley.engine.shell.EngineShell
+# and parsley.engine.native_engine)
 class EngineCore:
     _budget: int
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...

@@ -8,10 +8,10 @@ that are pure Python and independent of the engine:
 
 * ``Delivery(...)``: the object every handler receives;
 * ``builder().send().build()``: the effects of a one-send handler;
-* ``frame.run``: :meth:`workers.frame.HandlerFrame.run` for a relay handler (decode,
+* ``frame.run``: :meth:`parsley.frame.HandlerFrame.run` for a relay handler (decode,
   ``Delivery``, the handler, target resolution, serialization, header checks), with
   BYTES serdes and with STRING keys and JSON values; ``frame.deliver`` adds the
-  :class:`workers.frame.FrameResult` the public form returns;
+  :class:`parsley.frame.FrameResult` the public form returns;
 * ``frame.run + headers``: ``frame.run`` plus appending ``parsley.causes`` to the header
   list, as :meth:`workers.step.TaskStep.drain` does before ``Producer.produce``;
 * ``frame.run, counter``: a handler that reads a STRING/JSON store, puts the new count and
@@ -29,8 +29,8 @@ from typing import Any
 
 from parsley import Channel, Effects, Process, Store
 from parsley.effects import Delivery
+from parsley.frame import HandlerFrame
 from parsley.serdes import BYTES, JSON, STRING
-from workers.frame import HandlerFrame
 
 __all__ = ["main"]
 

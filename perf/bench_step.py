@@ -12,7 +12,7 @@ records), the per-record work of one task between ``consume()`` and the commit:
 * ``engine``: ``feed_records`` of each fetched batch and ``deliver_batch`` until
   empty (``ProcessEngine``, the engine this process runs: ``PARSLEY_ENGINE``);
 * ``engine + frame``: the same, each delivery run through
-  :meth:`workers.frame.HandlerFrame.run` with the relay handler of ``perf.runs``;
+  :meth:`parsley.frame.HandlerFrame.run` with the relay handler of ``perf.runs``;
 * ``worker step``: :meth:`workers.step.TaskStep.feed` and :meth:`TaskStep.drain` as
   the worker calls them (engine, frame, the ``parsley.causes`` stamp, ``produce``),
   with ``workers.fetched.split_errors`` on each batch; with the native core its plain
@@ -46,11 +46,11 @@ from parsley import Channel, Process, serdes
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
 from parsley.engine.store import InMemoryOrderingStore
+from parsley.frame import HandlerFrame
 from parsley.native import ENGINE
 from perf import load
 from perf.runs import relay_handler
 from workers.fetched import split_errors
-from workers.frame import HandlerFrame
 from workers.pacing import MAX_BATCH
 from workers.step import TaskStep
 from workers.transaction import TaskTransaction

@@ -3,7 +3,7 @@
 With the native core (``PARSLEY_ENGINE`` unset or ``native``),
 :meth:`workers.step.TaskStep.drain` hands each delivery batch to
 ``parsley._native.FastFrame.run``, which does for each entry what
-:meth:`workers.frame.HandlerFrame.run` and the step's send do, in the same order
+:meth:`parsley.frame.HandlerFrame.run` and the step's send do, in the same order
 and with the same results, while the entry is *plain*:
 
 * its channel's serdes are built in (BYTES, STRING, JSON) and it has no application
@@ -49,9 +49,9 @@ from typing import Any, Final
 from parsley.declarations import Effects, Send
 from parsley.effects import Delivery
 from parsley.engine.channel import ChannelId
+from parsley.frame import HandlerFrame
 from parsley.native import NATIVE
 from parsley.wire import CAUSES_HEADER
-from workers.frame import HandlerFrame
 from workers.transaction import TaskTransaction
 
 __all__ = ["STOP_EFFECTS", "STOP_PRODUCE", "STOP_RAISED", "STOP_RECORD", "fast_frame"]

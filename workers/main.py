@@ -80,13 +80,15 @@ from parsley.declarations import (
 )
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import ProcessEngine, TopicVerdict, cross_partition_policy
+from parsley.engine.cross_partition import cross_partition_policy
+from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.frame import HandlerFailure, HandlerFrame
 from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.task_stores import TaskStores
 from workers.assignment import IncompleteAssignment
 from workers.changelog import RestoreProgress, read_partition
 from workers.client_log import serve_client_logs, with_task_logger
 from workers.fetched import split_errors
-from workers.frame import HandlerFailure, HandlerFrame
 from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
 from workers.identity import (
     RECEIVED_CHECK_INTERVAL_S,
@@ -111,7 +113,7 @@ from workers.kafka import (
 )
 from workers.memory import HeapTrimmer, heap_trimmer
 from workers.offsets import positions_past_markers, resolve_offset_reset
-from workers.ordering_store import SqliteOrderingStore, task_state_dir
+from workers.ordering_store import SqliteOrderingStore, store_cache_factory, task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
 from workers.positions import (
     Member,
@@ -130,7 +132,6 @@ from workers.status import (
 )
 from workers.step import TaskStep
 from workers.store_changelogs import check_task_store_changelogs
-from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
 from workers.watchdog import Action, ActionKind, Watchdog, bounded, install
 
@@ -367,7 +368,7 @@ class Worker:
         store_ids = check_task_store_changelogs(
             self.admin, list(self.store_topics.values()), engine.names(), self.task,
             spec.task_count, app_id=self.app_id)
-        self.stores = TaskStores(self.dir, self.store_topics)
+        self.stores = TaskStores(store_cache_factory(self.dir), self.store_topics)
         for name, topic in self.store_topics.items():
             self.stores.rebuild(name, read_partition(
                 self.restore_consumer, self.admin, topic, self.task, on_progress=self._progress))

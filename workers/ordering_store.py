@@ -20,14 +20,20 @@ ascending order.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
 from parsley.engine.state_codec import TAG_HELD, VALIDATED_HELD, validate_held
 from parsley.refusals import ParsleyFailClosedError
 
-__all__ = ["IN_MEMORY", "SqliteOrderingStore", "prefix_upper_bound", "task_state_dir"]
+__all__ = [
+    "IN_MEMORY",
+    "SqliteOrderingStore",
+    "prefix_upper_bound",
+    "store_cache_factory",
+    "task_state_dir",
+]
 
 IN_MEMORY: Final = ":memory:"
 """The path of a store kept in a private in-memory sqlite database, no file
@@ -53,6 +59,14 @@ def task_state_dir(state_dir: str | Path, application_id: str, task: int) -> Pat
     if task < 0:
         raise ValueError(f"task index must be >= 0, got {task}")
     return Path(state_dir) / application_id / str(task)
+
+
+def store_cache_factory(directory: str | Path) -> Callable[[str], SqliteOrderingStore]:
+    """The worker's cache of each declared store (``parsley.task_stores.TaskStores``):
+    for store ``name`` a fresh file ``<directory>/store-<name>.sqlite``, any previous one
+    deleted (:meth:`SqliteOrderingStore.create`: the cache is never trusted across starts).
+    """
+    return lambda name: SqliteOrderingStore.create(directory, f"store-{name}")
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -113,7 +127,7 @@ class SqliteOrderingStore:
     @classmethod
     def in_memory(cls) -> SqliteOrderingStore:
         """A fresh, empty store in a private in-memory sqlite database (no file): the
-        same store, for hosts that keep no local state, such as ``parsley.testing``."""
+        same store, for a host that keeps no local state."""
         return cls(IN_MEMORY)
 
     # -- the OrderingStore protocol -------------------------------------------

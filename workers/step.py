@@ -10,7 +10,7 @@ and does the exactly-once step (docs/model.md, "Restart"):
    ordering changelog);
 2. :meth:`TaskStep.drain` takes deliverable heads from the engine in batches
    (``ProcessEngine.deliver_batch``, sized by :func:`workers.pacing.delivery_batches`),
-   runs each through the :class:`workers.frame.HandlerFrame`, applies their store writes
+   runs each through the :class:`parsley.frame.HandlerFrame`, applies their store writes
    to the open transaction, and sends their emissions carrying ``parsley.causes`` = the
    header the batch entry carries (the frontier right after that delivery); one pass
    lasts at most ``pass_s`` and ends after a mid-drain commit, leaving :attr:`TaskStep.more`
@@ -34,11 +34,11 @@ from confluent_kafka import KafkaException, Message
 
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
+from parsley.frame import HandlerFrame
+from parsley.task_stores import TaskStores
 from parsley.wire import CAUSES_HEADER
 from workers.fastpath import STOP_EFFECTS, STOP_RAISED, STOP_RECORD, fast_frame
-from workers.frame import HandlerFrame
 from workers.pacing import delivery_batches
-from workers.stores import TaskStores
 from workers.transaction import TaskTransaction
 
 __all__ = ["TaskStep"]

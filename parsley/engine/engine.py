@@ -1,46 +1,28 @@
-"""The per-task ordering engine: frontier, hold-back buffers, coverage, decisions.
+"""The per-task ordering engine, pure Python: frontier, hold-back buffers, coverage, decisions.
 
-A :class:`ProcessEngine` is one task's causal state, driven by a host (the
-worker, or the simulator) the way h11's ``Connection`` is driven by its
-caller: it is fed records (:meth:`~ProcessEngine.receive`), asked what may be
-delivered (:meth:`~ProcessEngine.deliver_next`), told what the identity check
-found (:meth:`~ProcessEngine.apply_identity`), and asked for the header its
-sends carry (:meth:`~ProcessEngine.causes_header`) and for the changelog rows
-its state changes produced (:meth:`~ProcessEngine.take_deltas`). It never
-polls, sleeps, logs or commits.
+A :class:`ProcessEngine` is one task's causal state, driven by a host (the worker, or
+the simulator): it is fed records (:meth:`~ProcessEngine.receive`), asked what may be
+delivered (:meth:`~ProcessEngine.deliver_next`), and asked for the header its sends
+carry (:meth:`~ProcessEngine.causes_header`) and for the changelog rows its state
+changes produced (``take_deltas``). It never polls, sleeps, logs or commits.
 
-State (docs/model.md):
-
-* received-channel set: fixed for the engine's life;
-* coverage ``fedUpTo(c)``: the highest position fed or known never to arrive,
-  :data:`~parsley.engine.channel.FED_TO_END` for a deleted channel;
-* session floor: coverage as it stood when :meth:`~ProcessEngine.start` ran;
-  a feed at or below it is a replay of a committed past, dropped silently;
-* hold-back buffers: per received channel, the held positions in FIFO order;
-  only the head of each is offered to the decision;
-* frontier: per channel, the highest position known to be a cause of this
-  task's later sends (delivery merges ``(c, p)``, receipt merges the header);
-* delivered past: per channel, the highest cause of any delivered message;
-* name bindings: topic name to the topic id the state was built against.
-
-The cold parts live beside it as pure functions over plain data:
-:mod:`~parsley.engine.identity` (bindings and the identity check's verdicts),
-:mod:`~parsley.engine.deltas` (changelog rows) and
-:mod:`~parsley.engine.diagnose` (the task's diagnosis). The hot path,
-:meth:`~ProcessEngine.receive` and :meth:`~ProcessEngine.deliver_next`, stays
-here.
+This module is the hot path and the state behind it (docs/model.md); the cold half
+both engines share (constructor, restore, names, identity, diagnosis) is
+:class:`parsley.engine.shell.EngineShell`, and the cross-partition rule is
+:mod:`parsley.engine.cross_partition`. The state it keeps and the order of
+:meth:`~ProcessEngine.receive`'s checks: docs/architecture.md,
+"parsley/engine/engine.py". The native core (``parsley/engine/native_engine.py``)
+gives the same decisions, refusals, headers and rows.
 
 Pure: standard library plus :mod:`parsley.wire` and the state codec.
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from heapq import heappop, heappush
-from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Final
 from uuid import UUID
 
 from parsley.engine import state_codec as sc
@@ -48,41 +30,25 @@ from parsley.engine.channel import (
     FED_TO_END,
     ChannelId,
     DeliverableMessage,
-    Header,
     ReceivedMessage,
-    describe_channel,
-    describe_key,
 )
-from parsley.engine.deliverability import decide
-from parsley.engine.deltas import Body, Causes, changed_rows
-from parsley.engine.diagnose import diagnose_task
+from parsley.engine.cross_partition import CrossPartition, CrossPartitionCheck, foreign_causes
+from parsley.engine.deltas import Body, Causes, Row, changed_rows
+from parsley.engine.feed import BatchForms, FeedOutcome
 from parsley.engine.frontier import FrontierEncoding
-from parsley.engine.identity import TopicVerdict, deleted_channels, new_bindings
-from parsley.engine.store import OrderingStore
+from parsley.engine.identity import TopicVerdict
+from parsley.engine.shell import EngineShell
 from parsley.refusals import ParsleyFailClosedError, Reason
-from parsley.status import TaskDiagnosis
 from parsley.wire import decode_causes, split_causes_header, strip_reserved
 
-__all__ = [
-    "CROSS_PARTITION_SETTINGS",
-    "DEFAULT_BUDGET_BYTES",
-    "Causes",
-    "CrossPartition",
-    "Delivered",
-    "FeedOutcome",
-    "ProcessEngine",
-    "RecordLike",
-    "TopicVerdict",
-    "cross_partition_policy",
-]
-
-DEFAULT_BUDGET_BYTES: Final = 262_144
-"""Default metadata budget, bytes (Java ``DEFAULT_METADATA_BUDGET_BYTES``, 256 KiB)."""
+# FeedOutcome stays importable from here: the native core reads it from this module
+# (native/src/py_engine.rs, ``_setup``).
+__all__ = ["Causes", "FeedOutcome", "ProcessEngine", "TopicVerdict"]
 
 _NOTHING_SETTLED: Final = -1
+"""Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
 _TS_MIN: Final = -(2**63)
 """The smallest record timestamp, ms: a Kafka timestamp is an int64."""
-"""Fast-map spelling of "settled unknown": below every legal position, so it blocks."""
 
 _DECODE_CACHE_ENTRIES: Final = 64
 _NO_CAUSES: Final[Causes] = ()
@@ -100,90 +66,11 @@ class _Decoded:
         self.merged_epoch = -1
 
 
-class CrossPartition(enum.Enum):
-    """What a task does with a cross-partition cause: a cause on a channel of a topic
-    the process receives, on a partition another task of the process reads, so this
-    task can never enforce it (docs/failing-closed.md, ``CROSS_PARTITION_CAUSE``)."""
-
-    REFUSE = "REFUSE"
-    """Fail closed with ``CROSS_PARTITION_CAUSE``: the ``auto`` choice when the received
-    topics have equal partition counts (co-partitioned by declaration), or the
-    ``refuse`` setting."""
-    WARN = "WARN"
-    """Carry the cause unenforced, warn once per (received channel, cause channel)
-    pair and count the message in the task's status (``cross_partition_causes``)."""
-
-
-CROSS_PARTITION_SETTINGS: Final = ("auto", "refuse", "warn")
-"""The values of the ``cross_partition_causes`` setting (docs/operations.md,
-"Configuration"): ``auto`` refuses when the received topics' partition counts are
-equal and warns otherwise; ``refuse`` and ``warn`` choose one policy whatever the
-counts (docs/failing-closed.md, "Cross-partition causes")."""
-
-
-def cross_partition_policy(partitions: Mapping[str, int], setting: str = "auto") -> CrossPartition:
-    """The policy a process's tasks apply to cross-partition causes.
-
-    Args:
-        partitions: received topic name -> partition count.
-        setting: the ``cross_partition_causes`` setting, one of
-            :data:`CROSS_PARTITION_SETTINGS`.
-
-    Returns:
-        ``refuse`` -> :attr:`CrossPartition.REFUSE`; ``warn`` ->
-        :attr:`CrossPartition.WARN`; ``auto`` -> :attr:`CrossPartition.REFUSE` when
-        the received topics all have the same partition count (co-partitioned by
-        declaration: a cause on another partition is usually a keying or
-        partitioner mistake), else :attr:`CrossPartition.WARN`.
-
-    Raises:
-        ValueError: ``setting`` is not one of :data:`CROSS_PARTITION_SETTINGS`.
-
-    Source: docs/failing-closed.md, "Cross-partition causes".
-    """
-    if setting == "refuse":
-        return CrossPartition.REFUSE
-    if setting == "warn":
-        return CrossPartition.WARN
-    if setting != "auto":
-        raise ValueError(f"cross_partition_causes must be one of {list(CROSS_PARTITION_SETTINGS)}, "
-                         f"got {setting!r}")
-    if len(set(partitions.values())) <= 1:
-        return CrossPartition.REFUSE
-    return CrossPartition.WARN
-
-
-class RecordLike(Protocol):
-    """What :meth:`ProcessEngine.feed_records` reads of a fetched record: the
-    accessor methods of ``confluent_kafka.Message``."""
-
-    def topic(self) -> Any: ...
-    def offset(self) -> Any: ...
-    def timestamp(self) -> Any: ...
-    def key(self) -> Any: ...
-    def value(self) -> Any: ...
-    def headers(self) -> Any: ...
-
-
-Delivered = tuple[ChannelId, int, int, bytes | None, bytes | None, tuple[Header, ...], bytes]
-"""One entry of :meth:`ProcessEngine.deliver_batch`: ``(channel, position, timestamp_ms,
-key, value, application headers, causes header after this delivery)``."""
-
-
-class FeedOutcome(enum.Enum):
-    """What became of a fed record (Java ``ReceiveOutcome``)."""
-
-    ACCEPTED = "ACCEPTED"
-    """Taken into the hold-back buffer (possibly deliverable at once)."""
-    DUPLICATE_DROPPED = "DUPLICATE_DROPPED"
-    """A replay at or below the session floor: already handled by a committed step."""
-
-
 def _refuse(reason: Reason, detail: str) -> ParsleyFailClosedError:
     return ParsleyFailClosedError(reason, detail)
 
 
-class ProcessEngine:
+class ProcessEngine(BatchForms, EngineShell):
     """One task's ordering state and delivery decisions (docs/model.md, "Covered and settled").
 
     Not thread-safe: one host drives one engine from one thread.
@@ -194,62 +81,24 @@ class ProcessEngine:
     :meth:`causes_header`, :meth:`take_deltas` and :meth:`diagnose`. A crash
     or restart is a new engine over a store rebuilt from the committed deltas.
 
-    Args:
-        store: the task's ordering store (layout: docs/model.md, "Restart"), possibly holding a
-            previous execution's state. The engine reads it once here and then
-            only for held bodies; it writes it in :meth:`take_deltas`.
-        received: the task's received-channel set.
-        budget_bytes: the metadata budget in bytes (> 0), enforced at receipt,
-            merge and emission; a warning is issued once when the frontier
-            reaches 80 % of it.
-        on_warning: called with the warning text (e.g. a logger's
-            ``warning``); ``None`` discards warnings.
-        cross_partition: what a cause on another task's channel of a received
-            topic does (:class:`CrossPartition`); the host decides.
-
-    Raises:
-        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for any
-            corrupt, unversioned or foreign state
-            (:func:`parsley.engine.state_codec.load_image`);
-            ``CHANNEL_REMOVED_WITH_HELD_MESSAGES`` ("held message at
-            <channel>@<position> but the channel is no longer in the declared
-            received-channel set") when something is held on a channel
-            outside ``received``.
-        ValueError: ``budget_bytes`` not positive.
+    Constructor arguments and refusals: :class:`~parsley.engine.shell.EngineShell`.
 
     Source: Java ``ProcessEngine`` (R: @88710cf5), docs/model.md, docs/operations.md "Running".
     """
 
-    def __init__(
-        self,
-        store: OrderingStore,
-        *,
-        received: Iterable[ChannelId],
-        budget_bytes: int = DEFAULT_BUDGET_BYTES,
-        on_warning: Callable[[str], None] | None = None,
-        cross_partition: CrossPartition = CrossPartition.WARN,
+    def _restore_state(
+        self, image: sc.OrderingImage, held: dict[ChannelId, list[int]], budget_bytes: int,
+        on_warning: Callable[[str], None] | None, cross_partition: CrossPartition,
     ) -> None:
-        if budget_bytes <= 0:
-            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-        self._store = store
+        """Build the hot state from the store's image (the shell's hook)."""
+        ordered = self._by_rank
         self._budget = budget_bytes
         self._on_warning = on_warning
-        ordered = sorted(set(received))
-        for ch in ordered:
-            if not isinstance(ch, ChannelId):
-                raise TypeError(f"received channels must be ChannelId, got {type(ch).__name__}")
-        self._received: frozenset[ChannelId] = frozenset(ordered)
-        self._received_topics: frozenset[UUID] = frozenset(ch.topic_id for ch in ordered)
-        self._cross_policy = cross_partition
-        self._cross_warned: set[tuple[ChannelId, ChannelId]] = set()
-        self._cross_count = 0
+        self._cross = CrossPartitionCheck(cross_partition, on_warning)
         self._waited = 0
         self._waited_at: dict[ChannelId, int] = {}  # the last head counted as waiting
-        self._labels: dict[UUID, str] | None = None
-        self._by_rank: tuple[ChannelId, ...] = tuple(ordered)
         self._rank: dict[ChannelId, int] = {ch: i for i, ch in enumerate(ordered)}
 
-        image = sc.load_image(sc.image_items(store))
         self._stamp_version = not image.has_version
 
         self._fed: dict[ChannelId, int] = dict(image.fed)
@@ -260,25 +109,12 @@ class ProcessEngine:
             self._encoding.added(ch)
         self._moved = self._encoding.moved
         self._past: dict[ChannelId, int] = dict(image.past)
-        self._names: dict[str, UUID] = dict(image.names)
 
         self._queues: dict[ChannelId, deque[int]] = {ch: deque() for ch in ordered}
-        restored = self._restored_held(image.held)
-        for ch in sorted(restored):
-            positions = restored[ch]
-            if positions and ch not in self._received:
-                raise _refuse(
-                    Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
-                    f"held message at {self._describe(ch, positions[0])} but the channel is "
-                    "no longer in the declared received-channel set. Restore the channel to "
-                    "the declaration until its held messages deliver, or reset the process "
-                    "(docs/runbooks.md, CHANNEL_REMOVED_WITH_HELD_MESSAGES)",
-                )
         self._held_total = 0
-        for ch, positions in restored.items():
-            if positions:
-                self._queues[ch].extend(positions)
-                self._held_total += len(positions)
+        for ch, positions in held.items():
+            self._queues[ch].extend(positions)
+            self._held_total += len(positions)
 
         # Unpersisted holds' bodies; a hold not in here lives only in the store.
         self._bodies: dict[tuple[ChannelId, int], Body] = {}
@@ -305,7 +141,6 @@ class ProcessEngine:
         self._dirty_f: dict[ChannelId, None] = {}
         self._dirty_c: dict[ChannelId, None] = {}
         self._dirty_p: dict[ChannelId, None] = {}
-        self._dirty_n: dict[str, None] = {}
         self._dirty_h: dict[tuple[ChannelId, int], None] = {}
 
         # Raw header value -> its decoded causes. The frontier only grows between
@@ -316,25 +151,7 @@ class ProcessEngine:
         self._warned = False
         self._check_warning()
 
-    # ------------------------------------------------------------ details
-
-    def _topic_names(self) -> dict[UUID, str]:
-        """Topic id -> the first name bound to it (cached until the bindings change)."""
-        labels = self._labels
-        if labels is None:
-            labels = {t: name for name, t in reversed(list(self._names.items()))}
-            self._labels = labels
-        return labels
-
-    def _describe(self, ch: ChannelId, position: int | None = None) -> str:
-        """``ch`` (at ``position``) by topic name, partition, offset and Kafka topic id."""
-        return describe_channel(ch, self._topic_names(), position)
-
-    # ------------------------------------------------------------ restore hooks
-
-    def _restored_held(self, held: dict[ChannelId, list[int]]) -> dict[ChannelId, list[int]]:
-        """Held positions to restore (a hook the sabotage engines override)."""
-        return held
+    # ------------------------------------------------------------ restore
 
     def _compute_settled(self, ch: ChannelId) -> int:
         queue = self._queues.get(ch)
@@ -343,107 +160,15 @@ class ProcessEngine:
         fed = self._fed.get(ch)
         return _NOTHING_SETTLED if fed is None else fed
 
-    # ------------------------------------------------------------ names, identity
+    # ------------------------------------------------------------ identity hooks
 
-    def bind_names(self, bindings: Mapping[str, UUID]) -> None:
-        """Record, or check, the topic id each received or sent topic name resolves to.
+    def _state_topic_ids(self) -> Iterable[UUID]:
+        """The topic ids of the frontier and the delivered past."""
+        yield from (ch.topic_id for ch in self._frontier)
+        yield from (ch.topic_id for ch in self._past)
 
-        Args:
-            bindings: topic name -> topic id as resolved now.
-
-        Raises:
-            ParsleyFailClosedError: ``CHANNEL_IDENTITY_CHANGED`` ("topic
-                '<name>' now resolves to <channel> but this process's state was
-                built against a previous incarnation ...") when the state
-                already binds a name to another id. Nothing is bound then.
-
-        Source: docs/runbooks.md, CHANNEL_IDENTITY_CHANGED, task-initialisation site
-        (Java ``ProcessEngine`` constructor).
-        """
-        for name in new_bindings(self._names, bindings, self._by_rank):
-            self._names[name] = bindings[name]
-            self._dirty_n[name] = None
-        self._labels = None
-
-    def names(self) -> Mapping[str, UUID]:
-        """The name bindings (topic name -> topic id), read-only copy."""
-        return MappingProxyType(dict(self._names))
-
-    def unnamed_topic_ids(self) -> frozenset[UUID]:
-        """The ids of :meth:`known_topic_ids` that no name is bound to: the identity
-        check can never judge them dead, so a host learns their names while they are
-        alive (:meth:`learn_names`)."""
-        named = set(self._names.values())
-        return frozenset(t for t in self.known_topic_ids() if t not in named)
-
-    def learn_names(self, found: Mapping[str, UUID]) -> None:
-        """Record the names of frontier and delivered-past topic ids, learned while alive.
-
-        An id the state names but never bound to a name (an upstream topic this task
-        does not receive) can never be confirmed deleted, so its frontier entries would
-        be carried for ever. The host finds the current name of each id of
-        :meth:`unnamed_topic_ids` that is alive and passes it here; the binding is
-        persisted (an ``n`` row), and a later identity check judges the id by it.
-
-        Args:
-            found: topic name -> topic id, as resolved now. A pair is recorded when
-                the id is one of :meth:`unnamed_topic_ids` and the name is not
-                already bound (to another incarnation, which the identity check
-                judges first); other pairs are ignored.
-
-        Source: Java ``AdminTopicIdentitySource`` (names learned by the by-id
-        describe at task initialisation); docs/model.md, "Pruning".
-        """
-        unnamed = self.unnamed_topic_ids()
-        for name, topic_id in found.items():
-            if topic_id in unnamed and name not in self._names:
-                self._names[name] = topic_id
-                self._dirty_n[name] = None
-                unnamed = unnamed - {topic_id}
-                self._labels = None
-
-    def known_topic_ids(self) -> frozenset[UUID]:
-        """Every topic id the state names: received, frontier and delivered past.
-
-        These are what the identity check at task initialisation describes
-        (docs/model.md, "Pruning").
-        """
-        ids = {ch.topic_id for ch in self._received}
-        ids.update(ch.topic_id for ch in self._frontier)
-        ids.update(ch.topic_id for ch in self._past)
-        return frozenset(ids)
-
-    def apply_identity(self, verdicts: Mapping[UUID, TopicVerdict]) -> None:
-        """Apply the identity check's verdicts (docs/model.md, "Pruning").
-
-        Args:
-            verdicts: topic id -> verdict; ids whose check is still pending are
-                omitted. May be called before or after :meth:`start`, and
-                again when a pending check is answered later.
-
-        Raises:
-            ParsleyFailClosedError: ``CHANNEL_IDENTITY_CHANGED`` ("the topic of
-                received channel <channel> was deleted and recreated under the
-                same name while this process ran ...") for a recreated received
-                topic; ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` ("<n>
-                received message(s) from <channel> remain undelivered but the
-                channel's topic no longer exists; their place in causal order
-                can no longer be preserved.") for a deleted received topic with
-                held messages. Both are checked before anything changes.
-
-        Effects: a deleted received channel with nothing held is set to fed to
-        its end (:data:`FED_TO_END`); frontier and delivered-past entries on
-        deleted or recreated topics are pruned (tombstones in the deltas), and
-        so is the name binding of a dead topic this task does not receive (a
-        name learned with :meth:`learn_names`), so a later incarnation under
-        the name can be learned in its turn. Nothing else is ever pruned.
-        """
-        dead = {t for t, v in verdicts.items() if v is not TopicVerdict.ALIVE}
-        if not dead:
-            return
-        held = {ch: len(self._queues[ch]) for ch in self._by_rank}
-        for ch in deleted_channels(self._by_rank, held, verdicts, self._topic_names()):
-            self._advance_fed(ch, FED_TO_END)
+    def _prune_topics(self, dead: set[UUID]) -> None:
+        """Prune the frontier and delivered-past entries on ``dead`` topics (tombstones)."""
         pruned = False
         for ch in [c for c in self._frontier if c.topic_id in dead]:
             del self._frontier[ch]
@@ -454,11 +179,6 @@ class ProcessEngine:
             del self._past[ch]
             self._dirty_p[ch] = None
             pruned = True
-        received = self._received_topics
-        for name in [n for n, t in self._names.items() if t in dead and t not in received]:
-            del self._names[name]
-            self._dirty_n[name] = None
-            self._labels = None
         if pruned:
             # Merges remembered as no-ops may now add entries back.
             self._epoch += 1
@@ -529,37 +249,11 @@ class ProcessEngine:
     def receive(self, msg: ReceivedMessage) -> FeedOutcome:
         """Take one record from the host.
 
-        Checks, in order (docs/model.md, "The session floor: replays and feed order", Java
-        ``onReceive``):
-
-        1. the channel is received (else ``ValueError``, a host bug);
-        2. the causes header: duplicate or null/empty/malformed ->
-           ``UNDECODABLE_METADATA`` ("<channel>@<position>: <diagnosis>"); raw
-           length above the budget -> ``METADATA_BUDGET_EXCEEDED``
-           ("<channel>@<position> carries <n> bytes of causal metadata; the
-           configured budget is <b> bytes"), before decoding;
-        3. ``q <=`` the last position fed on the channel in this execution ->
-           ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> after this execution was
-           already fed position <p> of the same channel; ...");
-        4. the header's causes merge into the frontier, whatever follows
-           (``METADATA_BUDGET_EXCEEDED`` "the causal frontier reached <n>
-           bytes (<k> channels); ..." if it outgrows the budget);
-        5. ``q`` inside coverage: on a fed-to-end channel ->
-           ``OUT_OF_ORDER_FEED`` ("fed <channel>@<q> on a channel recorded as
-           no longer existing"); above the session floor ->
-           ``COVERED_POSITION_FED``; at or below it -> ``DUPLICATE_DROPPED``;
-        6. a cause on another task's partition of a received topic:
-           ``CROSS_PARTITION_CAUSE`` under :attr:`CrossPartition.REFUSE` ("the
-           record at <channel at offset> (<key>) names a cause at <channel at
-           offset>, a partition another task of this process reads, ..."),
-           else a warning once per pair of partitions and a count
-           (:meth:`cross_partition_causes`);
-        7. otherwise coverage rises to ``q`` and the record is held (at the
-           tail of its channel's buffer) until :meth:`deliver_next` offers it.
-
-        Channels in details are named by topic, partition, offset and Kafka
-        topic id (docs/failing-closed.md, "Naming a channel"), and each detail
-        ends with its runbook section.
+        The checks run in the order of docs/architecture.md,
+        "parsley/engine/engine.py" (docs/model.md, "The session floor: replays and feed
+        order"; Java ``onReceive``); a record that passes them all is covered and held at
+        the tail of its channel's buffer until :meth:`deliver_next` offers it. Channels in
+        details are named as docs/failing-closed.md, "Naming a channel", says.
 
         Args:
             msg: the record; ``msg.position`` is its offset (inclusive).
@@ -568,7 +262,15 @@ class ProcessEngine:
             :attr:`FeedOutcome.ACCEPTED` or :attr:`FeedOutcome.DUPLICATE_DROPPED`.
 
         Raises:
-            ParsleyFailClosedError: as listed above.
+            ParsleyFailClosedError: ``UNDECODABLE_METADATA`` ("<channel>@<position>:
+                <diagnosis>") for a duplicate, empty or malformed causes header;
+                ``METADATA_BUDGET_EXCEEDED`` for a header longer than the budget
+                ("<channel>@<position> carries <n> bytes of causal metadata; ...") or a
+                frontier outgrowing it ("the causal frontier reached <n> bytes ...");
+                ``OUT_OF_ORDER_FEED`` for a position at or below one already fed in this
+                execution, or on a fed-to-end channel; ``COVERED_POSITION_FED`` for a
+                covered position above the session floor; ``CROSS_PARTITION_CAUSE``
+                under :attr:`CrossPartition.REFUSE`.
             RuntimeError: before :meth:`start`.
             ValueError: a channel outside the received set; a position no
                 ``parsley.causes`` header can carry (outside 0..2^63-2, as
@@ -622,8 +324,7 @@ class ProcessEngine:
                     self._decoded.clear()
                 topics = self._received_topics
                 received = self._settled
-                entry = _Decoded(causes, tuple(
-                    (c, p) for c, p in causes if c.topic_id in topics and c not in received))
+                entry = _Decoded(causes, foreign_causes(causes, topics, received))
                 self._decoded[raw] = entry
             else:
                 causes = entry.causes
@@ -693,42 +394,9 @@ class ProcessEngine:
                 "UNDECODABLE_METADATA)")
 
     def _cross_partition(self, msg: ReceivedMessage, foreign: Causes) -> None:
-        """Refuse, or warn about and count, causes this task can never enforce.
-
-        Raises:
-            ParsleyFailClosedError: ``CROSS_PARTITION_CAUSE`` under
-                :attr:`CrossPartition.REFUSE` (docs/failing-closed.md gives the shape).
-        """
-        ch = msg.channel
-        cause, position = foreign[0]
-        if self._cross_policy is CrossPartition.REFUSE:
-            raise _refuse(
-                Reason.CROSS_PARTITION_CAUSE,
-                f"the record at {self._describe(ch, msg.position)} ({describe_key(msg.key)}) "
-                f"names a cause at {self._describe(cause, position)}, a partition another "
-                "task of this process reads, so no task can hold the record until its cause "
-                "is delivered. Usually a keying or partitioner mistake upstream: produce "
-                "the input keyed, with the murmur2_random partitioner (Java's default), and "
-                "reset the process past the record; if an upstream stage deliberately fans "
-                "in partitions, cross_partition_causes = \"warn\" carries such causes "
-                "unenforced (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
-            )
-        self._cross_count += 1
-        for cause, position in foreign:
-            pair = (ch, cause)
-            if pair in self._cross_warned:
-                continue
-            self._cross_warned.add(pair)
-            if self._on_warning is not None:
-                self._on_warning(
-                    f"the record at {self._describe(ch, msg.position)} "
-                    f"({describe_key(msg.key)}) names a cause at "
-                    f"{self._describe(cause, position)}, a partition another task of this "
-                    "process reads: the cause is carried unenforced (the received topics' "
-                    "partition counts differ, or cross_partition_causes = \"warn\"). Said "
-                    "once per pair of partitions; counted in status as "
-                    "cross_partition_causes; cross_partition_causes = \"refuse\" makes it a "
-                    "refusal (docs/runbooks.md, CROSS_PARTITION_CAUSE)")
+        """Apply the cross-partition rule to ``foreign`` (a hook the sabotage engines
+        override); raises as :meth:`CrossPartitionCheck.check`."""
+        self._cross.check(msg.channel, msg.position, msg.key, foreign, self._describe)
 
     def waited_count(self) -> int:
         """Heads found waiting for a cause not yet delivered since this engine was built,
@@ -739,7 +407,7 @@ class ProcessEngine:
     def cross_partition_causes(self) -> int:
         """Messages accepted by this engine that carried a cause it could not enforce
         (:class:`CrossPartition`); always 0 under :attr:`CrossPartition.REFUSE`."""
-        return self._cross_count
+        return self._cross.count
 
     # ------------------------------------------------------------ frontier
 
@@ -791,9 +459,8 @@ class ProcessEngine:
         "Size")."""
         return self._encoding.size()
 
-    def frontier(self) -> Mapping[ChannelId, int]:
-        """The frontier (channel -> highest causal position, inclusive), read-only copy."""
-        return MappingProxyType(dict(self._frontier))
+    def _frontier_dict(self) -> dict[ChannelId, int]:
+        return dict(self._frontier)
 
     def causes_header(self) -> bytes:
         """The ``parsley.causes`` value every send of the current step carries.
@@ -952,105 +619,10 @@ class ProcessEngine:
                 self._raise_settled(ch, fed)
         return DeliverableMessage(ch, q, body[0], body[1], body[2], body[3], causes)
 
-    # ------------------------------------------------------------ batches
-
-    def feed_records(
-        self, records: Sequence[RecordLike], channels: Mapping[str, ChannelId],
-    ) -> tuple[int, int, dict[str, int]]:
-        """Feed a fetched batch in one call: :meth:`receive` for each record, in order.
-
-        The batch form of ``receive`` that the worker loop calls once per ``consume()``
-        (docs/performance.md, "Engine"); the native engine implements it without a
-        ``ReceivedMessage`` per record.
-
-        Args:
-            records: fetched records without errors, in fetch order, each with the
-                methods of ``confluent_kafka.Message`` the feed reads: ``topic()``,
-                ``offset()``, ``timestamp()`` (``(type, ms)``), ``key()``, ``value()``,
-                ``headers()`` (a list of ``(key, bytes)`` pairs or ``None``).
-            channels: the received channel of each topic name in ``records``.
-
-        Returns:
-            ``(fed, duplicates, last)``: how many records were fed, how many of them
-            were dropped as duplicates (``FeedOutcome.DUPLICATE_DROPPED``), and the
-            last offset fed per topic name.
-
-        Raises:
-            ParsleyFailClosedError: the refusals of :meth:`receive`, for the first
-                record that draws one; records before it are fed, and the host must
-                abort the open transaction (as for ``receive``).
-            ValueError: a topic missing from ``channels`` or a channel not received.
-        """
-        receive = self.receive
-        dropped = FeedOutcome.DUPLICATE_DROPPED
-        last: dict[str, int] = {}
-        count = duplicates = 0
-        for msg in records:
-            topic = msg.topic()
-            offset = msg.offset()
-            headers = msg.headers()
-            if receive(ReceivedMessage(
-                channels[topic], offset, msg.timestamp()[1], msg.key(), msg.value(),
-                tuple(headers) if headers else (),
-            )) is dropped:
-                duplicates += 1
-            last[topic] = offset
-            count += 1
-        return count, duplicates, last
-
-    def deliver_batch(self, limit: int) -> list[Delivered]:
-        """Deliver up to ``limit`` deliverable heads in one call: :meth:`deliver_next`
-        until it returns ``None`` or ``limit`` are taken.
-
-        Each entry carries the ``parsley.causes`` header to stamp on what the handler
-        sends for it: :meth:`causes_header` as it stands right after that delivery
-        (docs/wire-format.md), so a batch sends the same bytes as one-by-one delivery.
-        Every taken head counts as delivered in the next :meth:`take_deltas`: the host
-        must hand every entry to its handler before it commits.
-
-        Args:
-            limit: at most this many (>= 1).
-
-        Returns:
-            ``[(channel, position, timestamp_ms, key, value, headers, causes_header)]``
-            in delivery order; ``headers`` are application headers only; empty when
-            nothing is deliverable.
-
-        Raises:
-            ParsleyFailClosedError: as :meth:`deliver_next`; entries taken before the
-                refusal are lost with the batch, and the host aborts.
-        """
-        out: list[Delivered] = []
-        deliver_next = self.deliver_next
-        causes_header = self.causes_header
-        while len(out) < limit:
-            msg = deliver_next()
-            if msg is None:
-                break
-            out.append((msg.channel, msg.position, msg.timestamp_ms, msg.key, msg.value,
-                        msg.headers, causes_header()))
-        return out
-
     # ------------------------------------------------------------ deltas
 
-    def take_deltas(self) -> tuple[tuple[bytes, bytes | None], ...]:
-        """The changelog writes since the last call, latest value per key.
-
-        Held messages still held are persisted first as ``h`` rows (docs/model.md, "The stored form"
-        held blob) and their bodies leave memory; a message received and
-        delivered since the last call never produces an ``h`` row. Then
-        tombstones for delivered persisted holds, and ``f``, ``c``, ``p``,
-        ``n`` rows for every changed coverage, frontier, delivered-past and
-        name entry (a pruned entry is a tombstone). The version entry ``v``
-        comes first in the first call over a store with no state.
-
-        Every row is also applied to the engine's store, so the store holds
-        what a changelog replay of all returned rows would hold.
-
-        Returns:
-            ``((key, value-or-None), ...)``; ``None`` is a tombstone. Empty
-            when nothing changed.
-        """
+    def _take_rows(self) -> list[Row]:
+        """The rows of :meth:`take_deltas` but the ``n`` rows, which the shell adds."""
         rows = changed_rows(
             stamp_version=self._stamp_version,
             bodies=self._bodies,
@@ -1060,8 +632,8 @@ class ProcessEngine:
                 (self._dirty_c, self._frontier, sc.frontier_key),
                 (self._dirty_p, self._past, sc.past_key),
             ),
-            changed_names=self._dirty_n,
-            names=self._names,
+            changed_names=(),
+            names={},
         )
         self._stamp_version = False
         if self._bodies:
@@ -1071,16 +643,9 @@ class ProcessEngine:
         self._dirty_f.clear()
         self._dirty_c.clear()
         self._dirty_p.clear()
-        self._dirty_n.clear()
         # A task that never sends never asks for a header: bound the pending moves.
         self._encoding.trim(len(self._frontier))
-        store = self._store
-        for key, value in rows:
-            if value is None:
-                store.delete(key)
-            else:
-                store.put(key, value)
-        return tuple(rows)
+        return rows
 
     # ------------------------------------------------------------ queries
 
@@ -1104,9 +669,8 @@ class ProcessEngine:
         """Coverage of ``ch`` when :meth:`start` ran (``None`` if none, or not started)."""
         return None if self._floor is None else self._floor.get(ch)
 
-    def delivered_past(self) -> Mapping[ChannelId, int]:
-        """The delivered causal past (channel -> highest cause delivered), read-only copy."""
-        return MappingProxyType(dict(self._past))
+    def _past_dict(self) -> dict[ChannelId, int]:
+        return dict(self._past)
 
     def held_count(self, ch: ChannelId | None = None) -> int:
         """Messages held on ``ch``, or on every channel when ``ch`` is ``None``."""
@@ -1120,38 +684,8 @@ class ProcessEngine:
         queue = self._queues.get(ch)
         return tuple(queue) if queue else ()
 
-    def received(self) -> frozenset[ChannelId]:
-        """The received-channel set."""
-        return self._received
-
-    @property
-    def budget_bytes(self) -> int:
-        """The metadata budget, bytes."""
-        return self._budget
-
-    def diagnose(self) -> TaskDiagnosis:
-        """What the task holds and why (docs/failing-closed.md, "Diagnosis").
-
-        Returns:
-            Per channel with held messages (channel order): topic (bound name,
-            else topic id), partition, count, head position, and every cause
-            the head waits for with the required position and the channel's
-            settled position (``None`` when empty). A head with no blockers is
-            deliverable on the next drain. Plus the frontier's channels and
-            bytes against the budget.
-
-        Raises:
-            ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` when a
-                head's body is absent from the store.
-        """
-        return diagnose_task(
-            held=[(ch, self._queues[ch]) for ch in self._by_rank if self._queues[ch]],
-            verdict_of_head=lambda ch, q: decide(
-                self._causes_of_head(ch, q), self._received, self.settled),
-            names=self._names,
-            frontier_channels=len(self._frontier),
-            frontier_bytes=self.frontier_bytes(),
-            budget_bytes=self._budget,
-            cross_partition_causes=self._cross_count,
-            waited=self._waited,
-        )
+    def _diagnosis_heads(self) -> tuple[list[tuple[ChannelId, Sequence[int]]],
+                                        Callable[[ChannelId, int], Causes]]:
+        held: list[tuple[ChannelId, Sequence[int]]] = [
+            (ch, self._queues[ch]) for ch in self._by_rank if self._queues[ch]]
+        return held, self._causes_of_head

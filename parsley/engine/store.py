@@ -12,7 +12,8 @@ changelog records committed with it always agree.
 A store is a cache of the changelog (docs/model.md, "Restart"): the
 worker's implementation replays the changelog partition into one; a
 simulator rebuilds one with :meth:`InMemoryOrderingStore.from_records` from
-the deltas it committed.
+the deltas it committed; ``parsley.testing`` keeps its ordering store and its declared
+stores' caches in one (``parsley.task_stores.StoreCache``).
 
 Pure: standard library only.
 """
@@ -88,12 +89,30 @@ class InMemoryOrderingStore:
             A store holding what a compacted changelog would hold.
         """
         store = cls()
+        store.rebuild(records)
+        return store
+
+    def rebuild(self, records: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Replace the whole content with a changelog replay, as :meth:`from_records`.
+
+        Returns:
+            The number of keys stored afterwards.
+
+        Raises:
+            TypeError: a key or value that is not bytes-like; the store is then left
+                as it was before the call.
+        """
+        replay: InMemoryOrderingStore = InMemoryOrderingStore()
         for key, value in records:
             if value is None:
-                store.delete(key)
+                replay.delete(key)
             else:
-                store.put(key, value)
-        return store
+                replay.put(key, value)
+        self._data = replay._data
+        return len(self._data)
+
+    def close(self) -> None:
+        """Nothing to release (a dict, no connection); the entries stay readable."""
 
     def get(self, key: bytes) -> bytes | None:
         """Return the value stored under ``key``, or ``None`` when absent."""

@@ -17,11 +17,11 @@ processes. docs/testing.md shows how::
 
 from __future__ import annotations
 
+from parsley.frame import HandlerFailure
 from parsley.status import Blocker
 from parsley.testing.driver import DEFAULT_MAX_DELIVERIES, ParsleyTestDriver
 from parsley.testing.partitioner import murmur2, partition_for
 from parsley.testing.records import Cause, HeldMessage, Record
-from workers.frame import HandlerFailure
 
 __all__ = [
     "DEFAULT_MAX_DELIVERIES",

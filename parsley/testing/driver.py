@@ -19,7 +19,8 @@ from uuid import UUID, uuid5
 
 from parsley.channels import Channel, Store
 from parsley.engine.channel import ChannelId, Header
-from parsley.engine.engine import DEFAULT_BUDGET_BYTES, cross_partition_policy
+from parsley.engine.cross_partition import cross_partition_policy
+from parsley.engine.shell import DEFAULT_BUDGET_BYTES
 from parsley.naming import task_width, validate_declarations
 from parsley.process import Process
 from parsley.status import TaskDiagnosis

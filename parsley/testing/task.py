@@ -1,29 +1,17 @@
 """One task of a process under the test driver: the worker's step, with no Kafka.
 
 A :class:`DrivenTask` holds what a worker's task holds (``workers/main.py``,
-``workers/step.py``): a :class:`~parsley.engine.engine.ProcessEngine` over the
-task's ordering store, the :class:`workers.frame.HandlerFrame` that runs the
-handlers, the task's declared stores (:class:`workers.stores.TaskStores`, kept in
-memory) and its committed read positions. :meth:`DrivenTask.step` is one
-transaction of the worker's loop:
+``workers/step.py``): a :class:`~parsley.engine.engine.ProcessEngine` over an
+:class:`~parsley.engine.store.InMemoryOrderingStore`, the
+:class:`parsley.frame.HandlerFrame` that runs the handlers, the task's declared stores
+(:class:`parsley.task_stores.TaskStores`, kept in memory) and its committed read
+positions. :meth:`DrivenTask.step` is one transaction of the worker's loop: feed,
+deliver through the frame, commit. A refusal or a handler failure aborts the step and
+nothing of it is kept, as an aborted transaction leaves nothing a ``read_committed``
+consumer sees; :meth:`DrivenTask.restart` then builds a fresh engine from the
+committed state (docs/model.md, "Restart").
 
-1. feed every record of the task's received partitions from the read position
-   to the end as one fetched batch (``ProcessEngine.feed_records``), channel by
-   channel, in offset order (docs/model.md, "The session floor: replays and feed
-   order");
-2. deliver every deliverable head (``ProcessEngine.deliver_batch``) through the
-   handler frame, apply its store writes, and stamp each send with the
-   ``parsley.causes`` value the engine gives for that delivery (the frontier right
-   after it), as the worker's drain does (``workers/step.py``);
-3. commit: the engine's deltas go to the ordering store, the store writes to the
-   committed stores, the read positions advance, and the sends are handed back for
-   the driver to append.
-
-A refusal or a handler failure aborts the step: nothing of it is kept (no send, no
-store write, no ordering delta, no read position), as an aborted transaction
-leaves nothing a ``read_committed`` consumer sees. :meth:`DrivenTask.restart`
-then builds a fresh engine from the committed ordering store at the committed read
-positions, as a worker's restart does (docs/model.md, "Restart").
+The step's procedure: docs/architecture.md, "parsley/testing/task.py".
 """
 
 from __future__ import annotations
@@ -34,12 +22,13 @@ from typing import Final
 
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId, Header
-from parsley.engine.engine import CrossPartition, ProcessEngine
+from parsley.engine.cross_partition import CrossPartition
+from parsley.engine.engine import ProcessEngine
+from parsley.engine.store import InMemoryOrderingStore
+from parsley.frame import HandlerFrame, SerializedSend
 from parsley.process import Process
+from parsley.task_stores import TaskStores
 from parsley.testing.records import Record
-from workers.frame import HandlerFrame, SerializedSend
-from workers.ordering_store import SqliteOrderingStore
-from workers.stores import TaskStores
 
 __all__ = ["DrivenTask", "StepSend"]
 
@@ -54,7 +43,7 @@ pairs with its ms."""
 
 class _Fetched:
     """A driver record as the engine's batch feed reads a fetched one: the accessor
-    methods of ``confluent_kafka.Message`` (``parsley.engine.engine.RecordLike``)."""
+    methods of ``confluent_kafka.Message`` (``parsley.engine.feed.RecordLike``)."""
 
     __slots__ = ("_record",)
 
@@ -127,7 +116,7 @@ class DrivenTask:
         self._budget = budget_bytes
         self._cross = cross_partition
         self._on_warning = on_warning
-        self._ordering = SqliteOrderingStore.in_memory()
+        self._ordering = InMemoryOrderingStore()
         self.stores = TaskStores(None, [s.name for s in process.declared_stores])
         self.positions: dict[str, int] = dict.fromkeys(self.channels, 0)
         self.delivered = 0
@@ -153,11 +142,10 @@ class DrivenTask:
         self.engine = engine
 
     def close(self) -> None:
-        """Close the in-memory sqlite databases of the ordering store and the stores."""
+        """Release the engine, the frame and the stores' caches."""
         self.engine = None
         self._frame = None
         self.stores.close()
-        self._ordering.close()
 
     def view(self) -> ProcessEngine:
         """The running engine; after an aborted step, an engine restored from the

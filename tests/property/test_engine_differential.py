@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parsley.engine.channel import ChannelId, ReceivedMessage
-from parsley.engine.engine import CrossPartition, ProcessEngine
+from parsley.engine.cross_partition import CrossPartition
+from parsley.engine.engine import ProcessEngine
 from parsley.engine.identity import TopicVerdict
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError

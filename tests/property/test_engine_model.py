@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.deliverability import decide
-from parsley.engine.engine import FeedOutcome, ProcessEngine
+from parsley.engine.engine import ProcessEngine
+from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.wire import encode_causes
 

@@ -59,7 +59,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parsley.engine.channel import ChannelId, ReceivedMessage
-from parsley.engine.engine import FeedOutcome, TopicVerdict
+from parsley.engine.engine import TopicVerdict
+from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError
 from parsley.wire import CAUSES_HEADER, decode_causes

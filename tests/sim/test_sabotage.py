@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 import pytest
 
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import DEFAULT_BUDGET_BYTES, ProcessEngine
+from parsley.engine.engine import ProcessEngine
 from parsley.engine.sabotage import Sabotage, engine_class
+from parsley.engine.shell import DEFAULT_BUDGET_BYTES
 from parsley.engine.state_codec import TAG_FED, TAG_FRONTIER, TAG_PAST
 from parsley.engine.store import OrderingStore
 from tests.sim.oracle import M1, V1, V2_DUP, V2_LOSS, V5, X1

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import ParsleyConfig
-from parsley.engine.engine import CrossPartition, cross_partition_policy
+from parsley.engine.cross_partition import CrossPartition, cross_partition_policy
 
 BASE = {"PARSLEY_BOOTSTRAP_SERVERS": "h:1", "PARSLEY_APPLICATION_ID_PREFIX": "p"}
 EQUAL = {"a": 2, "b": 2}

@@ -11,7 +11,8 @@ import pytest
 
 from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId, ReceivedMessage, describe_channel
-from parsley.engine.engine import FeedOutcome, ProcessEngine, TopicVerdict
+from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes, encoded_size

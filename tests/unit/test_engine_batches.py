@@ -9,7 +9,8 @@ from uuid import UUID
 import pytest
 
 from parsley.engine.channel import ChannelId, ReceivedMessage
-from parsley.engine.engine import FeedOutcome, ProcessEngine
+from parsley.engine.engine import ProcessEngine
+from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes

@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parsley.engine.channel import ChannelId, ReceivedMessage, describe_channel, kafka_topic_id
-from parsley.engine.engine import CrossPartition, FeedOutcome, ProcessEngine, TopicVerdict
+from parsley.engine.cross_partition import CrossPartition
+from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes

@@ -1,4 +1,4 @@
-"""The handler frame (workers/frame.py): decode, call, latch, plan, serialize.
+"""The handler frame (parsley/frame.py): decode, call, latch, plan, serialize.
 
 Every refusal is asserted by reason and by its whole detail (the shapes of
 docs/runbooks.md, prefixed with the process name as Java prints them).
@@ -21,9 +21,7 @@ from multiprocess.reduction import ForkingPickler
 
 from parsley.declarations import Channel, Delivery, Effects, Process, Send, State, Store
 from parsley.engine.channel import Header
-from parsley.refusals import ParsleyFailClosedError, Reason
-from parsley.serdes import BYTES, JSON, STRING
-from workers.frame import (
+from parsley.frame import (
     APPLICATION_REMEDY,
     FrameResult,
     HandlerFailure,
@@ -31,6 +29,8 @@ from workers.frame import (
     SerializedSend,
     SerializedWrite,
 )
+from parsley.refusals import ParsleyFailClosedError, Reason
+from parsley.serdes import BYTES, JSON, STRING
 
 ORDERS: Channel[str, Any] = Channel("orders", STRING, JSON)
 AUDIT: Channel[str, Any] = Channel("audit", STRING, JSON)
@@ -522,7 +522,7 @@ def _run_in_child(blob: bytes) -> Any:
     """Child side: unpickle the declaration, run one delivery through a frame."""
     from multiprocess.reduction import ForkingPickler as Pickler
 
-    from workers.frame import HandlerFrame as Frame
+    from parsley.frame import HandlerFrame as Frame
 
     class View:
         def get(self, store_name: str, key: bytes) -> bytes | None:

@@ -1,6 +1,6 @@
 """``threader`` and ``digest`` handlers driven in-process through the handler frame (no broker).
 
-Each delivery goes through :class:`workers.frame.HandlerFrame` exactly as a
+Each delivery goes through :class:`parsley.frame.HandlerFrame` exactly as a
 worker would run it (serdes, handler, effects planning); the planned store
 writes are applied to an in-memory store view between deliveries, so state
 flows as it does across steps of one task.
@@ -25,7 +25,7 @@ from examples.mailing_list.threads import (
     resolve_data_path,
 )
 from parsley import Process
-from workers.frame import FrameResult, HandlerFailure, HandlerFrame
+from parsley.frame import FrameResult, HandlerFailure, HandlerFrame
 
 TOPICS = Topics()
 THREADER, DIGEST = build(TOPICS)

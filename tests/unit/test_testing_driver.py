@@ -24,10 +24,10 @@ from parsley import (
     Store,
 )
 from parsley.engine.channel import kafka_topic_id
+from parsley.frame import APPLICATION_REMEDY
 from parsley.serdes import JSON, STRING
 from parsley.status import Blocker
 from parsley.testing import HandlerFailure, ParsleyTestDriver, murmur2, partition_for
-from workers.frame import APPLICATION_REMEDY
 
 IN = Channel("in", STRING, JSON)
 DERIVED = Channel("derived", STRING, JSON)

@@ -20,11 +20,11 @@ from parsley import Channel, Effects, Process, Store
 from parsley.declarations import Delivery, Send, State
 from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.store import InMemoryOrderingStore
+from parsley.frame import HandlerFailure, HandlerFrame
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES, JSON, STRING
 from tests.engines import engine_cls
 from workers.fastpath import STOP_EFFECTS, STOP_PRODUCE, STOP_RAISED, STOP_RECORD
-from workers.frame import HandlerFailure, HandlerFrame
 from workers.step import TaskStep
 
 CH = ChannelId(UUID(int=0xF00D), 0)

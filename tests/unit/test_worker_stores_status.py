@@ -9,16 +9,17 @@ import orjson
 import pytest
 import zmq
 
+from parsley.frame import SerializedWrite
 from parsley.refusals import Reason
+from parsley.task_stores import TaskStores
 from workers.changelog import RestoreProgress
-from workers.frame import SerializedWrite
+from workers.ordering_store import store_cache_factory
 from workers.protocol import StopKind, TaskState
 from workers.status import StatusReporter, status_fields
-from workers.stores import TaskStores
 
 
 def test_reads_see_the_open_transaction_first_and_a_delete_as_absence(tmp_path: Path) -> None:
-    stores = TaskStores(tmp_path, ["s"])
+    stores = TaskStores(store_cache_factory(tmp_path), ["s"])
     assert stores.rebuild("s", [(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", b"x"),
                                 (b"c", None)]) == 2
     assert (stores.get("s", b"a"), stores.get("s", b"b"), stores.get("s", b"c")) == \
@@ -37,11 +38,11 @@ def test_reads_see_the_open_transaction_first_and_a_delete_as_absence(tmp_path: 
 
 
 def test_a_new_task_stores_never_trusts_the_previous_cache(tmp_path: Path) -> None:
-    first = TaskStores(tmp_path, ["s"])
+    first = TaskStores(store_cache_factory(tmp_path), ["s"])
     first.apply([SerializedWrite("s", b"k", b"v")])
     first.committed()
     first.close()
-    again = TaskStores(tmp_path, ["s"])
+    again = TaskStores(store_cache_factory(tmp_path), ["s"])
     assert again.get("s", b"k") is None  # rebuilt from the changelog only
     again.close()
 

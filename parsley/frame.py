@@ -1,40 +1,21 @@
 """The handler frame: one delivery through the declared serdes, the handler and its effects.
 
-For each message the engine releases, the worker calls
-:meth:`HandlerFrame.deliver` with plain values (no Kafka types). The frame
+For each message the engine releases, the host (the worker, or ``parsley.testing``)
+calls :meth:`HandlerFrame.deliver` with plain values (no Kafka types). The frame
+decodes key and value with the declared serdes (APPLICATION_PAYLOAD_UNDECODABLE),
+calls the handler with a :class:`parsley.Delivery` and a :class:`parsley.State`
+reading the task's stores through a :class:`StoreView`, refuses ``None``
+(HANDLER_RETURNED_NULL_EFFECTS) and wraps any other handler exception as
+:class:`HandlerFailure`, then plans the effects (EMISSION_TO_UNDECLARED_CHANNEL,
+STATE_ACCESS_TO_UNDECLARED_STORE, APPLICATION_PAYLOAD_UNSERIALIZABLE,
+RESERVED_HEADER_USED) and returns a :class:`FrameResult` of bytes. The frame itself
+writes nothing, so a refused step leaves nothing partial behind. A refusal raised
+inside application code is latched and re-raised at the frame's next boundary, as
+Java's ``ParsleyProcessor.rethrowSeamViolation`` does.
 
-1. decodes key and value with the received channel's declared serdes
-   (APPLICATION_PAYLOAD_UNDECODABLE ``<process>: <topic>@<offset> <key|value>
-   could not be decoded by the declared serde (partition <p>; <error>)``: the
-   ``<topic>@<position>`` of docs/failing-closed.md's detail shapes kept whole, the partition the
-   runbook's
-   ``--partition`` needs added inside the parenthesis);
-2. calls the handler with a :class:`parsley.Delivery` (``parsley.*`` headers
-   removed) and a :class:`parsley.State` reading the task's stores through a
-   :class:`StoreView`;
-3. refuses ``None`` (HANDLER_RETURNED_NULL_EFFECTS), wraps any other exception
-   of the handler as :class:`HandlerFailure` (an application failure, no reason);
-4. plans the effects: first resolves every target (EMISSION_TO_UNDECLARED_CHANNEL,
-   STATE_ACCESS_TO_UNDECLARED_STORE), then serializes every payload with the
-   *declared* serdes (APPLICATION_PAYLOAD_UNSERIALIZABLE) and checks the
-   headers the serializers leave (RESERVED_HEADER_USED);
-5. returns a :class:`FrameResult` of bytes, which the worker writes. The frame
-   itself writes nothing, so a refused step leaves nothing partial behind.
-
-A refusal the state view, or an effect under construction (RESERVED_HEADER_USED
-from ``Send`` / ``EffectsBuilder.send``), raises inside application code is
-*latched*: it is re-raised at the frame's next boundary (entry, after the payload's
-deserializers, after the handler, after planning) even if the application
-caught it, as Java's ``ParsleyProcessor.rethrowSeamViolation`` does.
-
-Details follow the shapes of docs/failing-closed.md, "Detail shapes that differ from the
-seed", and docs/runbooks.md, prefixed ``<process>: `` as the Java
-implementation prints them (EMISSION_TO_UNDECLARED_CHANNEL is
-``<process> emitted to undeclared channel <topic>``).
-
-Source: docs/failing-closed.md ("Where each refusal is raised"),
-docs/runbooks.md ("The application must change", "A handler that throws"), README.md,
-"Write your own process".
+The steps, the latch's boundaries and the detail shapes: docs/architecture.md,
+"parsley/frame.py". Source: docs/failing-closed.md ("Where each refusal is raised"),
+docs/runbooks.md ("The application must change", "A handler that throws").
 """
 
 from __future__ import annotations

@@ -1,52 +1,61 @@
-"""A task's declared stores: a sqlite cache of committed values plus this transaction's writes.
+"""A task's declared stores: a cache of committed values plus this transaction's writes.
 
 Each declared store ``s`` of task ``i`` is changelogged to partition ``i`` of
 ``<prefix>-<process>-<s>-changelog`` (docs/operations.md, "Names on the cluster"). The
-changelog is the truth; the local sqlite file is a cache rebuilt from it at
-every task start and after every abort (each declared store from partition ``i`` of
-``<prefix>-<process>-<store>-changelog``: docs/operations.md, "Names on the cluster").
+changelog is the truth; the cache is rebuilt from it at every task start and after
+every abort (docs/model.md, "Restart").
 
-:class:`TaskStores` is the handler frame's :class:`workers.frame.StoreView`:
-``get`` sees the open transaction's writes first (a delete reads as absence),
-then the committed cache. :meth:`TaskStores.pending` gives the merged changelog
-writes of the open transaction (latest value per key, docs/model.md, "Restart"), and
-:meth:`TaskStores.committed` folds them into the cache once the transaction
-commits; :meth:`TaskStores.discard` drops them on an abort.
+:class:`TaskStores` is the handler frame's :class:`parsley.frame.StoreView`: ``get``
+sees the open transaction's writes first (a delete reads as absence), then the
+committed cache. The host chooses the cache: the worker passes a factory of sqlite
+files (``workers.ordering_store.store_cache_factory``), ``parsley.testing`` keeps
+each cache in memory. docs/architecture.md, "parsley/task_stores.py", gives the
+transaction's cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
 
-from workers.frame import SerializedWrite
-from workers.ordering_store import SqliteOrderingStore
+from parsley.engine.store import InMemoryOrderingStore, OrderingStore
+from parsley.frame import SerializedWrite
 
-__all__ = ["TaskStores"]
+__all__ = ["StoreCache", "StoreCacheFactory", "TaskStores"]
+
+
+class StoreCache(OrderingStore, Protocol):
+    """One store's committed values: an :class:`~parsley.engine.store.OrderingStore`
+    that can be replaced by a changelog replay and closed."""
+
+    def rebuild(self, records: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Replace the content with a changelog replay (latest value per key, ``None``
+        a tombstone); returns the number of keys stored."""
+        ...
+
+    def close(self) -> None:
+        """Release what the cache holds (a file handle, a connection)."""
+        ...
+
+
+StoreCacheFactory = Callable[[str], StoreCache]
+"""Makes the fresh, empty cache of the declared store it is given the name of."""
 
 
 class TaskStores:
-    """The stores of one task: committed values on disk, pending writes in memory.
+    """The stores of one task: committed values in a cache, pending writes in memory.
 
     Args:
-        directory: the task's state directory (``workers.ordering_store.task_state_dir``),
-            or ``None`` to keep each cache in memory (``parsley.testing``, which has no
-            local state directory).
+        make_cache: makes each store's fresh cache (the worker's sqlite file, never
+            trusted across starts), or ``None`` to keep each cache in memory
+            (``parsley.testing``, which has no local state directory).
         names: the declared store names.
-
-    Each store is a fresh :class:`SqliteOrderingStore` file ``store-<name>.sqlite``
-    (any previous file is deleted: the cache is never trusted across starts), or a
-    fresh in-memory one.
     """
 
-    def __init__(self, directory: str | Path | None, names: Iterable[str]) -> None:
-        self._dir = None if directory is None else Path(directory)
-        self._caches: dict[str, SqliteOrderingStore] = {
-            name: SqliteOrderingStore.in_memory() if self._dir is None
-            else SqliteOrderingStore.create(self._dir, f"store-{name}") for name in names
-        }
+    def __init__(self, make_cache: StoreCacheFactory | None, names: Iterable[str]) -> None:
+        make: StoreCacheFactory = make_cache or (lambda _name: InMemoryOrderingStore())
+        self._caches: dict[str, StoreCache] = {name: make(name) for name in names}
         self._pending: dict[str, dict[bytes, bytes | None]] = {n: {} for n in self._caches}
-
     @property
     def names(self) -> tuple[str, ...]:
         """The declared store names."""
@@ -123,6 +132,6 @@ class TaskStores:
             pending.clear()
 
     def close(self) -> None:
-        """Close every sqlite connection."""
+        """Close every cache."""
         for cache in self._caches.values():
             cache.close()
