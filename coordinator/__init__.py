@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from coordinator.api import Parsley
     from coordinator.config import ParsleyConfig
+    from coordinator.runtime.api import Parsley
 
 __all__ = ["Parsley", "ParsleyConfig"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Parsley":
-        from coordinator.api import Parsley
+        from coordinator.runtime.api import Parsley
 
         return Parsley
     if name == "ParsleyConfig":

@@ -61,8 +61,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator import devbroker
-from coordinator.status import ProcessState, ProcessStatus, parse_status
-from coordinator.status_socket import NoReplyError, request
+from coordinator.control.status import ProcessState, ProcessStatus, parse_status
+from coordinator.control.status_socket import NoReplyError, request
 from parsley.engine.channel import ChannelId
 from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
 from tests.chaos import app

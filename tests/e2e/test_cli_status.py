@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from parsley.declarations import ordering_changelog
 from tests.cli_support import CLI, RELAY_APP
 from tests.kafka_support import QUIET

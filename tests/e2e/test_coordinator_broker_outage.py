@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig, devbroker
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from tests.e2e.test_coordinator_relay import relay
 from tests.kafka_support import QUIET, create_topic, unique_name
 from tests.worker_support import read_committed

@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from parsley import Channel, Effects, Process, Reason
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES

@@ -35,7 +35,7 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
 from tests.cli_support import RELAY_APP

@@ -22,7 +22,7 @@ import orjson
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from examples.quickstart import build
 from parsley import Reason
 from tests.kafka_support import QUIET

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from tests.cli_support import CLI, RELAY_APP
 from tests.kafka_support import QUIET
 from tests.worker_support import read_committed

@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from parsley import Channel, Effects, Process, Reason, Store
 from parsley.declarations import store_changelog
 from parsley.refusals import ParsleyFailClosedError

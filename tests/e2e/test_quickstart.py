@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from tests.kafka_support import QUIET
 from tests.worker_support import read_committed
 

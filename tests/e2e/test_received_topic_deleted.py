@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from parsley import Channel, ChannelId, Effects, Process, Reason
 from parsley.engine.channel import kafka_topic_id
 from parsley.serdes import BYTES

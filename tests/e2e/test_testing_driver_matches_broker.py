@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from examples.quickstart import build
 from parsley import ParsleyFailClosedError, Reason
 from parsley.testing import ParsleyTestDriver, partition_for

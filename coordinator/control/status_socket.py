@@ -45,7 +45,7 @@ import orjson
 import zmq
 
 from coordinator.config import ParsleyConfig
-from coordinator.control_auth import secure_client, secure_server
+from coordinator.control.auth import secure_client, secure_server
 
 __all__ = [
     "OPERATIONS",

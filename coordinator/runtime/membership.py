@@ -55,7 +55,7 @@ from coordinator.bootstrap.group import (
     session_timeout_ms,
 )
 from coordinator.config import ParsleyConfig
-from coordinator.supervisor import Supervisor
+from coordinator.runtime.supervisor import Supervisor
 from parsley.declarations import Process, application_id, task_width, validate_declarations
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import ensure_changelog_topic
@@ -122,7 +122,7 @@ def membership_consumer_config(config: ParsleyConfig, process: str,
         ``cooperative-sticky`` assignor (KIP-429), the workers' ``session.timeout.ms``
         (:func:`~coordinator.bootstrap.group.session_timeout_ms`), no auto commit; the
         user's unprefixed and ``consumer.`` properties apply as for every consumer;
-        ``client_id`` names this coordinator to its peers (:mod:`coordinator.peers`);
+        ``client_id`` names this coordinator to its peers (:mod:`coordinator.runtime.peers`);
         ``max.poll.interval.ms`` from :func:`max_poll_interval_ms` of ``stop_deadline_s``
         (s).
     """
@@ -486,7 +486,7 @@ class _ProcessMembership:
 
     def fenced(self, task: int) -> bool:
         """A worker of ``task`` stopped fenced by a live successor
-        (:func:`coordinator.supervisor.fenced_by_successor`): this coordinator lost the
+        (:func:`coordinator.runtime.supervisor.fenced_by_successor`): this coordinator lost the
         task, and hears so at its next poll (``on_lost``).
 
         If the group still assigns the task here after twice the session timeout, the
@@ -527,7 +527,8 @@ class Membership:
         supervisor: the supervisor, started with no task owned.
         stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
         group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
-        client_id: the members' ``client.id`` (:func:`coordinator.peers.coordinator_client_id`).
+        client_id: the members' ``client.id``
+            (:func:`coordinator.runtime.peers.coordinator_client_id`).
         task_counts: ``{process: W}``, kept for the application's status.
     """
 

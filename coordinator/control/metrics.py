@@ -20,7 +20,7 @@ Where the figures come from:
   :class:`MetricsBook` adds up the workers of each task: every counter stays
   monotonic across restarts for as long as the coordinator runs;
 * the supervisor's own events (a worker spawned, a worker's exit with its stop
-  kind and refusal reason), through the :class:`coordinator.supervisor.TaskObserver`
+  kind and refusal reason), through the :class:`coordinator.runtime.supervisor.TaskObserver`
   seam that :class:`MetricsBook` implements;
 * ``status()`` at scrape time for the gauges of live tasks (held, lag,
   frontier bytes, state) and the processes' states.
@@ -49,7 +49,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.bootstrap import StartError
-from coordinator.status import ProcessState, ProcessStatus
+from coordinator.control.status import ProcessState, ProcessStatus
 from parsley.refusals import Reason
 from workers.histogram import HANDLER_BUCKETS_S, TRANSACTION_BUCKETS_S, add_counts
 from workers.protocol import STATUS, StopKind, TaskState
@@ -159,7 +159,7 @@ def _newest(last: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any
 class MetricsBook:
     """The per-task account of counters, restarts, exits and held heads.
 
-    Implements :class:`coordinator.supervisor.TaskObserver`: the supervisor
+    Implements :class:`coordinator.runtime.supervisor.TaskObserver`: the supervisor
     calls it (under its own lock) when it spawns a worker, accepts a worker's
     report, and classifies a worker's exit. It never calls back into the
     supervisor, and its own lock is held only briefly.

@@ -19,7 +19,7 @@ The file's JSON, which is also what ``status --json`` prints for it::
      "last_report": {"exited_at": "2026-12-01T06:10:03.120Z", "exited_at_ms": 1796...,
                      "exit_code": 3, "exit": "REFUSAL", "pid": 1234},
      "start_error": null,
-     "processes": {"<process>": {... ProcessStatus JSON (coordinator.status) ...}}}
+     "processes": {"<process>": {... ProcessStatus JSON (coordinator.control.status) ...}}}
 
 ``start_error`` is ``{"refusal_reason": name | null, "detail": str}`` when the start
 itself failed (no process ran; ``processes`` is then empty), else ``null``.
@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import orjson
 
-from coordinator.status import ProcessStatus, parse_status
+from coordinator.control.status import ProcessStatus, parse_status
 from parsley.refusals import Reason
 
 __all__ = [

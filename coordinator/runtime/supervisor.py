@@ -62,7 +62,7 @@ import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError
 from coordinator.config import ParsleyConfig
-from coordinator.status import (
+from coordinator.control.status import (
     ProcessState,
     ProcessStatus,
     TaskStatus,
@@ -110,7 +110,7 @@ WorkerTarget = Callable[[TaskSpec], int]
 
 class TaskObserver(Protocol):
     """What the supervisor tells an observer of its workers (the metrics,
-    :class:`coordinator.metrics.MetricsBook`).
+    :class:`coordinator.control.metrics.MetricsBook`).
 
     Called under the supervisor's lock, from its watch thread or the thread
     that spawns: an observer must return quickly and never call the supervisor.
@@ -371,12 +371,12 @@ class Supervisor:
         observer: told of every spawn, accepted report and classified exit
             (:class:`TaskObserver`), or ``None``.
         owned: ``{process: task indexes}`` this coordinator runs at first (``--join``:
-            none, until the coordinators' group assigns some; :mod:`coordinator.membership`);
+            none, until the coordinators' group assigns some; :mod:`coordinator.runtime.membership`);
             ``None`` (default) for every task.
         on_fenced: ``(process, task) -> bool``, asked when a worker stops fenced by a live
             successor (:func:`fenced_by_successor`; any other ``FATAL`` stops the
             process); ``True`` takes the exit as the task moving away (no
-            blast radius; :mod:`coordinator.membership` decides what runs it).
+            blast radius; :mod:`coordinator.runtime.membership` decides what runs it).
     """
 
     def __init__(
@@ -893,7 +893,7 @@ class Supervisor:
                       reason.name if reason else "stopped", detail)
             self._changed.notify_all()
 
-    # --- tasks that move between coordinators (coordinator.membership) ----
+    # --- tasks that move between coordinators (coordinator.runtime.membership) ----
 
     def assign_tasks(self, name: str, plan: ProcessPlan, indexes: set[int]) -> None:
         """Run tasks ``indexes`` of process ``name`` here too, from ``plan`` (their bootstrap).
