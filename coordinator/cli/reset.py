@@ -1,6 +1,6 @@
 """``parsley-coordinator reset``: the runbooks' reset of a process as one command; the steps
 and their order are :mod:`coordinator.reset.execute`'s (docs/architecture.md, "The
-coordinator")."""
+coordinator", "Resetting a process")."""
 
 from __future__ import annotations
 

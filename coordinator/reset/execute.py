@@ -1,49 +1,13 @@
-"""``parsley-coordinator reset``: the runbooks' reset of a process, in its order, as one command.
+"""The calls to Kafka and the control endpoint that reset a process, in the one order that
+fails closed at every step.
 
-A reset discards a process's causal past and starts a new causal lifetime at a
-boundary the operator chooses (docs/runbooks.md, "Resetting a process"). Done
-by hand it is several commands whose order matters; this module does them in
-the one order that fails closed at every step:
-
-1. refuse while the coordinator serving the prefix answers on its control
-   endpoint with the process among its processes, or while any member of the
-   process's consumer group ``<prefix>-<process>`` stays alive past a bounded
-   wait (a stopped worker's static membership expires after its session
-   timeout), each member named;
-2. read the boundary: the group's committed offsets, each received
-   partition's log start and end, the ordering state's held and covered
-   positions; compute the chosen read positions (earliest, latest, an offset,
-   or the first offset at or after a time: KIP-396's ``ListOffsets`` by
-   timestamp) and refuse an offset outside ``[log start, log end]``;
-3. delete the ordering changelog and every store changelog of the process
-   (docs/operations.md, "Names on the cluster") and wait, bounded, until the
-   cluster no longer describes them;
-4. delete the group (its committed offsets), then commit the chosen positions
-   with the AdminClient (KIP-396 ``AlterConsumerGroupOffsets``) under the commit
-   metadata ``parsley.bootstrap``, and read them back;
-5. remove this machine's local state ``<state_dir>/<app-id>``;
-6. write the boundary record ``<state_dir>/resets/<app-id>-<UTC time>.json`` and
-   return it for printing.
-
-Why this order: a failure after step 3 leaves offsets without ordering records,
-which the next start refuses as ``ORDERING_STATE_LOST`` (docs/failing-closed.md)
-until the reset is run again; a failure after the group's deletion leaves a
-process with no state and no positions, which starts at its declared initial
-positions. No interruption can leave old ordering state beside new positions.
-
-Why the metadata: the bootstrap adopts a committed position over an absent
-changelog only when it wrote it itself (metadata ``parsley.bootstrap``;
-``workers.positions.lost_positions``). The first start after a reset therefore
-starts each received partition at the chosen position, and the engine raises
-each channel's coverage to ``position - 1`` (``ProcessEngine.start``): positions
-before the boundary count as settled causes, never waited for (docs/model.md,
-"The session floor: replays and feed order"). ``kafka-consumer-groups
---reset-offsets`` writes no metadata, which is why it is only shown, with
-``--dry-run``, as the preview of the positions.
-
-The pure part (targets, the choice of positions, the plan's text and its Kafka
-commands, the record) is :mod:`coordinator.reset.plan`; this module holds the calls
-to Kafka and the control endpoint, and the subcommand.
+Refuse while a coordinator or a member of the group is alive; read the boundary; delete the
+ordering and store changelogs; delete the group and commit the chosen positions under the
+metadata ``parsley.bootstrap``; remove the local state; write the boundary record. The
+steps, why this order and why the metadata are in docs/architecture.md, "The coordinator",
+"Resetting a process"; the runbook is docs/runbooks.md, "Resetting a process". The pure
+part (targets, positions, the plan's text and Kafka commands, the record) is
+:mod:`coordinator.reset.plan`; the subcommand is :mod:`coordinator.cli.reset`.
 """
 
 from __future__ import annotations
@@ -88,6 +52,7 @@ from coordinator.reset.plan import (
     members_refusal,
 )
 from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
+from workers.kafka import classify
 
 __all__ = [
     "DELETE_TIMEOUT_S",
@@ -313,8 +278,7 @@ def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -
         try:
             answer(future, f"deleting topic {name}", min(timeout_s, ADMIN_TIMEOUT_S))
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if classify(exc).code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 continue
             raise StartError(f"could not delete topic {name}: {exc}; a reset needs Delete on "
                              "the process's changelogs (docs/runbooks.md)") from exc
@@ -347,8 +311,7 @@ def _delete_group(admin: AdminClient, group: str) -> None:
         answer(admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group],
                f"deleting group '{group}'")
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        code = err.code() if isinstance(err, KafkaError) else None
+        code = classify(exc).code
         if code == KafkaError.GROUP_ID_NOT_FOUND:
             return
         if code == KafkaError.NON_EMPTY_GROUP:
@@ -374,10 +337,8 @@ def _commit_positions(admin: AdminClient, group: str,
             [ConsumerGroupTopicPartitions(group, tps)], request_timeout=ADMIN_TIMEOUT_S)[group],
             f"committing the reset positions of group '{group}'")
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in (
-                KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
-                KafkaError.ILLEGAL_GENERATION):
+        if classify(exc).code in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                                  KafkaError.ILLEGAL_GENERATION):
             raise StartError(f"a member joined group '{group}' during the reset, after its "
                              "changelogs were deleted: stop it and run the reset again") from exc
         raise StartError(f"could not commit the reset positions of group '{group}': "

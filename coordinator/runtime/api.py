@@ -54,13 +54,10 @@ from coordinator.runtime.peers import (
     stop_peers,
     this_coordinator,
 )
-from coordinator.runtime.supervisor import (
-    DEFAULT_STOP_DEADLINE_S,
-    RestartPolicy,
-    ShutdownReport,
-    Supervisor,
-    WorkerTarget,
-)
+from coordinator.runtime.supervisor import Supervisor
+from coordinator.runtime.supervisor.restarts import RestartPolicy
+from coordinator.runtime.supervisor.shutdown import DEFAULT_STOP_DEADLINE_S, ShutdownReport
+from coordinator.runtime.supervisor.spawn import WorkerTarget
 from coordinator.state_dir import default_state_dir, ensure_state_dir
 from parsley.declarations import Process
 

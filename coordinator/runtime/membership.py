@@ -2,27 +2,13 @@
 
 With ``--join`` (docs/operations.md, "Several coordinators") the coordinators of one
 prefix are, per process, the members of consumer group
-``<prefix>-<process>-__parsley.coordinators``, subscribed to the internal topic of the
-same name, whose partition ``i`` stands for task ``i`` (no record is ever written to
-it). The ``cooperative-sticky`` assignor (KIP-429) moves only the tasks that must move.
-
-* **Assigned** partitions are tasks gained: a thread of their own runs their
-  bootstrap (:func:`coordinator.bootstrap.bootstrap_process` with ``tasks``; the
-  owner of task 0 is the ``lead`` that creates the changelogs and pre-commits) and
-  has the supervisor spawn them (:meth:`Supervisor.assign_tasks`). A retryable
-  failure (the lead has not bootstrapped yet, a lagging view) is retried with backoff
-  while the tasks stay assigned; a refusal, or a bootstrap past its bound
-  (:func:`bootstrap_bound_s`), stops the process here (:meth:`Supervisor.fail_process`).
-  The membership thread keeps polling meanwhile, and spawns only the tasks still
-  assigned here in the same assignment the bootstrap began in.
-* **Revoked** (or lost) partitions are tasks that move away: their workers are
-  stopped (SIGTERM, deadline, SIGKILL; :meth:`Supervisor.release_tasks`) inside the
-  revocation callback, so the revocation completes, and another coordinator gets
-  them, only after they exited.
-
-Every blocking client call is bounded here: ``poll`` with a short timeout, and
-``close`` run on the membership thread, which :meth:`Membership.close` joins with
-a deadline.
+``<prefix>-<process>-__parsley.coordinators``, whose partition ``i`` stands for task ``i``
+(no record is ever written to it); the ``cooperative-sticky`` assignor (KIP-429) moves only
+the tasks that must move. Assigned partitions are tasks gained (bootstrapped on a thread of
+their own, then spawned: :meth:`Supervisor.assign_tasks`); revoked or lost ones are tasks
+that move away, stopped inside the revocation callback (:meth:`Supervisor.release_tasks`).
+Every blocking client call is bounded. The whole procedure is in docs/architecture.md,
+"The coordinator", "Several coordinators: membership".
 """
 
 from __future__ import annotations
@@ -486,8 +472,8 @@ class _ProcessMembership:
 
     def fenced(self, task: int) -> bool:
         """A worker of ``task`` stopped fenced by a live successor
-        (:func:`coordinator.runtime.supervisor.fenced_by_successor`): this coordinator lost the
-        task, and hears so at its next poll (``on_lost``).
+        (:func:`coordinator.runtime.supervisor.exits.fenced_by_successor`): this coordinator
+        lost the task, and hears so at its next poll (``on_lost``).
 
         If the group still assigns the task here after twice the session timeout, the
         process stops here as failed (:meth:`_check_fenced`): it is never started again

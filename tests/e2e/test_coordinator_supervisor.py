@@ -25,7 +25,8 @@ from coordinator.bootstrap import ProcessPlan, ResolvedTopic
 from coordinator.config import ParsleyConfig
 from coordinator.control.status import ProcessState
 from coordinator.control.status_socket import ControlServer, Outcome, request
-from coordinator.runtime.supervisor import RestartPolicy, Supervisor
+from coordinator.runtime.supervisor import Supervisor
+from coordinator.runtime.supervisor.restarts import RestartPolicy
 from parsley.declarations import Channel, Effects, Process
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES

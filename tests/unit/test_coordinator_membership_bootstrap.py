@@ -17,7 +17,7 @@ from coordinator.runtime.membership import (
     _ProcessMembership,
     membership_consumer_config,
 )
-from coordinator.runtime.supervisor import fenced_by_successor
+from coordinator.runtime.supervisor.exits import fenced_by_successor
 from workers.main import Stop, _successor_stop
 from workers.protocol import StopKind
 
