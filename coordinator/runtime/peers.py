@@ -32,7 +32,7 @@ from coordinator.bootstrap.common import StartError
 from coordinator.config import ParsleyConfig
 from coordinator.control.status import ProcessState, aggregate_state
 from coordinator.control.status_socket import NoReplyError, request
-from coordinator.runtime.membership import coordinators_group
+from coordinator.runtime.coordinators_group import coordinators_group
 
 __all__ = [
     "CLIENT_ID_TAG",

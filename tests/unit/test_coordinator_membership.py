@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from coordinator.config import ParsleyConfig
-from coordinator.runtime.membership import coordinators_group, membership_consumer_config
+from coordinator.runtime.coordinators_group import coordinators_group, membership_consumer_config
 from coordinator.runtime.peers import CoordinatorRef, coordinator_client_id, parse_client_id
 
 

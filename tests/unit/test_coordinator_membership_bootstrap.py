@@ -12,11 +12,8 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from coordinator.config import ParsleyConfig
-from coordinator.runtime.membership import (
-    MAX_POLL_INTERVAL_MS,
-    _ProcessMembership,
-    membership_consumer_config,
-)
+from coordinator.runtime.coordinators_group import MAX_POLL_INTERVAL_MS, membership_consumer_config
+from coordinator.runtime.membership import _ProcessMembership
 from coordinator.runtime.supervisor.exits import fenced_by_successor
 from workers.main import Stop, _successor_stop
 from workers.protocol import StopKind
@@ -156,7 +153,7 @@ def _worker(app: str, task: int) -> Any:
 
 
 def _check(monkeypatch: Any, groups: dict[str, list[Any]], window_s: float) -> None:
-    import coordinator.runtime.membership as membership
+    import coordinator.runtime.coordinators_group as membership
 
     monkeypatch.setattr(membership, "group_members", lambda admin, g: groups.get(g, []))
     now = [0.0]
