@@ -95,11 +95,11 @@ log = logging.getLogger("parsley.coordinator")
                    "over those of a coordinator that stops or dies (docs/operations.md, "
                    "\"Several coordinators\"). Without it this coordinator runs every task.")
 def command(app: str, bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
-        prefix: str | None, state_dir: str | None, restart: str, listen: str,
-        stop_deadline: float, log_status_every: float, max_restarts: int | None,
-        restart_backoff: float | None, restart_reset: float | None,
-        stale_after: float | None, metrics_port: int | None,
-        metrics_host: str | None, join: bool = False) -> None:
+            prefix: str | None, state_dir: str | None, restart: str, listen: str,
+            stop_deadline: float, log_status_every: float, max_restarts: int | None,
+            restart_backoff: float | None, restart_reset: float | None,
+            stale_after: float | None, metrics_port: int | None,
+            metrics_host: str | None, join: bool = False) -> None:
     """Start the processes APP (module:attribute, required) and supervise them until they stop.
 
     The start is all-or-nothing: the bootstrap resolves topics, checks the

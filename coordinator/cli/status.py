@@ -132,8 +132,8 @@ def _last_or_nothing(message: str, last_file: Path | None) -> dict[str, Any]:
               help="Seconds to wait for a listening coordinator's reply (when nothing "
                    "listens at the endpoint the answer is immediate).")
 def command(config_file: str | None, prefix: str | None, state_dir: str | None,
-           endpoint: str | None, as_json: bool, wide: bool, watch: bool, interval: float,
-           timeout: float) -> None:
+            endpoint: str | None, as_json: bool, wide: bool, watch: bool, interval: float,
+            timeout: float) -> None:
     """Show the running coordinator's status: processes, tasks, held counts, blockers.
 
     Per task: held messages, lag, whether it is caught up (RUNNING, lag 0,

@@ -36,8 +36,8 @@ only an answering coordinator gets the (longer) stop deadline."""
 @click.option("--json", "as_json", is_flag=True,
               help="Print the shutdown report as JSON instead of lines.")
 def command(config_file: str | None, prefix: str | None, state_dir: str | None,
-         endpoint: str | None, deadline: float, stop_all: bool = False,
-         as_json: bool = False) -> None:
+            endpoint: str | None, deadline: float, stop_all: bool = False,
+            as_json: bool = False) -> None:
     """Stop every worker of the running coordinator, bounded, and print the result.
 
     A ping first: with no coordinator at the endpoint it says so within a few
