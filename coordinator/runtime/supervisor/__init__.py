@@ -65,12 +65,14 @@ class Supervisor(Spawning, Intake, Reaping, Restarts, Shutdown):
             (:class:`TaskObserver`), or ``None``.
         owned: ``{process: task indexes}`` this coordinator runs at first (``--join``:
             none, until the coordinators' group assigns some;
-            :mod:`coordinator.runtime.membership`);
-            ``None`` (default) for every task.
+            :mod:`coordinator.runtime.membership`); ``None`` (default) for every task.
         on_fenced: ``(process, task) -> bool``, asked when a worker stops fenced by a live
-            successor (:func:`fenced_by_successor`; any other ``FATAL`` stops the
+            successor (:func:`.exits.fenced_by_successor`; any other ``FATAL`` stops the
             process); ``True`` takes the exit as the task moving away (no
             blast radius; :mod:`coordinator.runtime.membership` decides what runs it).
+
+    Besides the methods here, :meth:`status` is :mod:`.intake`'s and :meth:`stop` and
+    :meth:`close` are :mod:`.shutdown`'s.
     """
 
     def __init__(
