@@ -1,8 +1,8 @@
 """parsley-coordinator: bootstrap, one worker per task, supervision, status, CLI and Python API.
 
 Public names: :class:`Parsley` (``Parsley.start(config, *processes)``) and
-:class:`ParsleyConfig`. They are imported lazily, so ``devtools.devbroker``
-stays importable without the runtime's dependencies loaded.
+:class:`ParsleyConfig`. They are imported lazily, so a submodule (the CLI's ``--help``,
+the control plane) loads without the runtime and its dependencies.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from coordinator.api import Parsley
     from coordinator.config import ParsleyConfig
+    from coordinator.runtime.api import Parsley
 
 __all__ = ["Parsley", "ParsleyConfig"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Parsley":
-        from coordinator.api import Parsley
+        from coordinator.runtime.api import Parsley
 
         return Parsley
     if name == "ParsleyConfig":

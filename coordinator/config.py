@@ -1,53 +1,16 @@
 """``ParsleyConfig``: what a coordinator needs to start processes, from code, a file, env or flags.
 
-Three sources, in increasing precedence (:meth:`ParsleyConfig.load`):
+Three sources, in increasing precedence (:meth:`ParsleyConfig.load`): a TOML file
+(``--config FILE``), ``PARSLEY_*`` environment variables (one ``PARSLEY_KAFKA_<NAME>`` per
+client property), then explicit overrides (the CLI's flags). The Kafka properties Parsley
+owns are refused, naming the property (and the process, for a per-process one). A process's
+workers' clients get, key by key, the coordinator's ``kafka_properties``, the process's
+declared ones, then the file's ``[process_kafka_properties.<process>]``
+(:meth:`ParsleyConfig.kafka_properties_for`); the coordinator's own clients the first only.
 
-1. a TOML file (``--config FILE``)::
-
-       bootstrap_servers = "127.0.0.1:9092"
-       application_id_prefix = "shop"
-       state_dir = "/var/lib/parsley"
-       metadata_budget_bytes = 262144
-       status_interval_ms = 1000
-       commit_interval_ms = 100
-       cross_partition_causes = "auto"
-       stale_task_ms = 60000
-       max_restarts = 5
-       restart_backoff_ms = 1000
-       restart_reset_ms = 60000
-       metrics_port = 9464            # absent: no /metrics
-       metrics_host = "127.0.0.1"
-
-       [kafka_properties]
-       "linger.ms" = 5
-
-       [process_kafka_properties.tally]      # the workers of process "tally" only
-       "consumer.fetch.max.bytes" = 65536
-
-2. ``PARSLEY_*`` environment variables: ``PARSLEY_BOOTSTRAP_SERVERS``,
-   ``PARSLEY_APPLICATION_ID_PREFIX``, ``PARSLEY_STATE_DIR``,
-   ``PARSLEY_METADATA_BUDGET_BYTES``, ``PARSLEY_STATUS_INTERVAL_MS``,
-   ``PARSLEY_COMMIT_INTERVAL_MS``, ``PARSLEY_CROSS_PARTITION_CAUSES``
-   (``auto``/``refuse``/``warn``), ``PARSLEY_REFUSE_CROSS_PARTITION_CAUSES``
-   (``true``/``false``, the older spelling of ``refuse``), ``PARSLEY_STALE_TASK_MS``,
-   ``PARSLEY_MAX_RESTARTS``,
-   ``PARSLEY_RESTART_BACKOFF_MS``, ``PARSLEY_RESTART_RESET_MS``,
-   ``PARSLEY_METRICS_PORT``, ``PARSLEY_METRICS_HOST``, and one
-   ``PARSLEY_KAFKA_<NAME>`` per client
-   property, ``<NAME>`` upper-cased with dots as underscores
-   (``PARSLEY_KAFKA_LINGER_MS=5`` is ``linger.ms=5``);
-3. explicit overrides (the CLI's flags).
-
-The Kafka properties Parsley owns are refused, naming the property (and the process,
-for a per-process one). A process's workers' clients get, key by key, the coordinator's
-``kafka_properties``, then the process's declared ``Process(...,
-kafka_properties=...)``, then the file's ``[process_kafka_properties.<process>]``
-(:meth:`ParsleyConfig.kafka_properties_for`); the coordinator's own clients get the first
-only.
-
-The supervision settings (stale bound, restart budget, backoff and the healthy
-period that resets them) are described in docs/operations.md, "Supervision"; the
-metrics port and host in docs/operations.md, "Metrics".
+The file's keys, every variable and the merge are in docs/architecture.md, "The
+coordinator", "Configuration sources"; the supervision settings in docs/operations.md,
+"Supervision"; the metrics port and host in docs/operations.md, "Metrics".
 """
 
 from __future__ import annotations

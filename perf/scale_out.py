@@ -162,7 +162,7 @@ def scale_out_run(bootstrap: str, admin: AdminClient, coordinators: int, message
                 with contextlib.suppress(OSError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
-        from coordinator.membership import coordinators_group
+        from coordinator.runtime.coordinators_group import coordinators_group
 
         delete_topics(admin, [src, out, coordinators_group(tag, "relay")], prefix=tag)
         shutil.rmtree(root, ignore_errors=True)

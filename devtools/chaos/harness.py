@@ -42,8 +42,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from coordinator.status import ProcessState, ProcessStatus, parse_status
-from coordinator.status_socket import NoReplyError, request
+from coordinator.control.status import ProcessState, ProcessStatus, parse_status
+from coordinator.control.status_socket import NoReplyError, request
 from devtools import devbroker
 from devtools.chaos import app
 from devtools.chaos.schedule import KINDS, Fault, schedule

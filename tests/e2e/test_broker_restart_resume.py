@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from devtools.kafka_support import QUIET, create_topic, unique_name
 from devtools.private_broker import bounce, private_broker
 from devtools.worker_support import read_committed

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator.bootstrap import kafka_topic_id
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley.declarations import ordering_changelog
@@ -172,7 +172,7 @@ def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
 
 
 def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
-    from coordinator.status_socket import ControlServer
+    from coordinator.control.status_socket import ControlServer
 
     served: list[int] = []
 

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley.declarations import ordering_changelog

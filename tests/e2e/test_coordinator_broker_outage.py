@@ -24,8 +24,9 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from coordinator import Parsley, ParsleyConfig, devbroker
-from coordinator.status import ProcessState
+from coordinator import Parsley, ParsleyConfig
+from coordinator.control.status import ProcessState
+from devtools import devbroker
 from devtools.kafka_support import QUIET, create_topic, unique_name
 from devtools.worker_support import read_committed
 from tests.e2e.test_coordinator_relay import relay

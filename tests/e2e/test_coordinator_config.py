@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import OWNED_KAFKA_PROPERTIES, ParsleyConfig
-from coordinator.status_socket import ControlServer, request, resolve_endpoint
+from coordinator.control.status_socket import ControlServer, request, resolve_endpoint
 from workers.kafka import OWNED_PROPERTIES
 
 ISSUE_OWNED = [

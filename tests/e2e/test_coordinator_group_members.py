@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason

@@ -35,7 +35,7 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process

@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.bootstrap import StartError
-from coordinator.status import ProcessState
-from coordinator.status_socket import Outcome, request
+from coordinator.control.status import ProcessState
+from coordinator.control.status_socket import Outcome, request
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
@@ -147,7 +147,7 @@ def test_refused_start_leaves_nothing_running(
 
 
 def test_a_second_coordinator_on_the_same_control_socket_is_refused(tmp_path: Path) -> None:
-    from coordinator.status_socket import ControlServer, default_endpoint
+    from coordinator.control.status_socket import ControlServer, default_endpoint
 
     config = ParsleyConfig("127.0.0.1:1", "twin", state_dir=str(tmp_path))
     first = ControlServer(default_endpoint(config), {"ping": lambda req: {"pid": 4242}})
@@ -198,7 +198,7 @@ def test_transient_respawns_a_killed_worker_which_resumes_exactly_once(
 def test_a_coordinator_listening_on_tcp_is_found_through_its_recorded_endpoint(
     tmp_path: Path,
 ) -> None:
-    from coordinator.status_socket import ControlServer, endpoint_file
+    from coordinator.control.status_socket import ControlServer, endpoint_file
 
     config = ParsleyConfig("127.0.0.1:1", "twin-tcp", state_dir=str(tmp_path))
     first = ControlServer("tcp://127.0.0.1:*", {"ping": lambda req: {"pid": 4343}},

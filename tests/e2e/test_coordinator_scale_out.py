@@ -36,9 +36,9 @@ import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from coordinator.control_auth import KEYS_ENV, make_keys
-from coordinator.status import parse_status
-from coordinator.status_socket import NoReplyError, request
+from coordinator.control.auth import KEYS_ENV, make_keys
+from coordinator.control.status import parse_status
+from coordinator.control.status_socket import NoReplyError, request
 from devtools.chaos import app
 from devtools.chaos.harness import LoadProducer, _read
 from devtools.chaos.verdict import InputRecord, OutputRecord, Verdict, judge

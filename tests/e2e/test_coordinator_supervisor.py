@@ -23,9 +23,10 @@ import zmq
 
 from coordinator.bootstrap import ProcessPlan, ResolvedTopic
 from coordinator.config import ParsleyConfig
-from coordinator.status import ProcessState
-from coordinator.status_socket import ControlServer, Outcome, request
-from coordinator.supervisor import RestartPolicy, Supervisor
+from coordinator.control.status import ProcessState
+from coordinator.control.status_socket import ControlServer, Outcome, request
+from coordinator.runtime.supervisor import Supervisor
+from coordinator.runtime.supervisor.restarts import RestartPolicy
 from parsley.declarations import Channel, Effects, Process
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from tests.cli_support import CLI, RELAY_APP

@@ -1,6 +1,6 @@
 """Read positions Parsley did not write, and positions it wrote, judged on the real broker.
 
-Through ``coordinator.api.Parsley`` on the real broker, each verdict read by an
+Through ``coordinator.runtime.api.Parsley`` on the real broker, each verdict read by an
 independent ``read_committed`` consumer (``devtools.worker_support.read_committed``):
 
 * a partition fully relayed, then emptied by retention (log start = log end),
@@ -44,7 +44,7 @@ from confluent_kafka.admin import (
 )
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason

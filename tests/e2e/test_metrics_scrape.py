@@ -33,7 +33,7 @@ from typing import Any
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley.engine.channel import ChannelId

@@ -20,7 +20,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from devtools.kafka_support import QUIET
 from tests.cli_support import CLI
 

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
-from coordinator.status import ProcessState
+from coordinator.control.status import ProcessState
 from devtools.kafka_support import QUIET, delete_topic
 from devtools.worker_support import read_committed
 from parsley import Channel, ChannelId, Effects, Process, Reason

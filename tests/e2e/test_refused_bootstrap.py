@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from coordinator.cli import ExitCode
+from coordinator.cli.common import ExitCode
 from tests.cli_support import CLI, RELAY_APP
 
 

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = '''
 import sys
-from coordinator.api import Parsley
+from coordinator.runtime.api import Parsley
 from coordinator.config import ParsleyConfig
 from parsley import Channel, Effects, Process
 from parsley.serdes import STRING

@@ -16,12 +16,13 @@ import pytest
 import zmq
 from click.testing import CliRunner
 
-from coordinator.api import CoordinatorRunningError, Parsley
 from coordinator.bootstrap import StartError
-from coordinator.cli import ExitCode, cli
+from coordinator.cli import cli
+from coordinator.cli.common import ExitCode
 from coordinator.config import ParsleyConfig
-from coordinator.last_status import LastReport, last_status_file, write_last_report
-from coordinator.status_socket import ControlServer, listening
+from coordinator.control.last_status import LastReport, last_status_file, write_last_report
+from coordinator.control.status_socket import ControlServer, listening
+from coordinator.runtime.api import CoordinatorRunningError, Parsley
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
 

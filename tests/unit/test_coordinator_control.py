@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from coordinator.api import MAX_CONTROL_STOP_DEADLINE_S, control_stop_deadline
-from coordinator.status_socket import BadRequest, ControlServer, Outcome, request
+from coordinator.control.status_socket import BadRequest, ControlServer, Outcome, request
+from coordinator.runtime.api import MAX_CONTROL_STOP_DEADLINE_S, control_stop_deadline
 
 
 def _server(tmp_path: Path) -> ControlServer:

@@ -15,8 +15,8 @@ import pytest
 import zmq.auth
 
 from coordinator.bootstrap.common import StartError
-from coordinator.control_auth import CLIENT_ENV, KEYS_ENV, is_loopback, make_keys
-from coordinator.status_socket import ControlServer, NoReplyError, request
+from coordinator.control.auth import CLIENT_ENV, KEYS_ENV, is_loopback, make_keys
+from coordinator.control.status_socket import ControlServer, NoReplyError, request
 
 
 def _ping(req: Mapping[str, Any]) -> dict[str, Any]:

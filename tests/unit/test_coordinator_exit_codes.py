@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.supervisor import classify_exit
+from coordinator.runtime.supervisor.exits import classify_exit
 from parsley.refusals import Reason
 from workers.protocol import (
     EXIT_CODES,

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
-from coordinator.cli import load_app
+from coordinator.cli.common import load_app
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
 

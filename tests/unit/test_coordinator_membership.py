@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from coordinator.config import ParsleyConfig
-from coordinator.membership import coordinators_group, membership_consumer_config
-from coordinator.peers import CoordinatorRef, coordinator_client_id, parse_client_id
+from coordinator.runtime.coordinators_group import coordinators_group, membership_consumer_config
+from coordinator.runtime.peers import CoordinatorRef, coordinator_client_id, parse_client_id
 
 
 def test_the_coordinators_group_is_per_process_and_not_the_workers_group() -> None:

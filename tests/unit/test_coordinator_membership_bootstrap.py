@@ -12,12 +12,9 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from coordinator.config import ParsleyConfig
-from coordinator.membership import (
-    MAX_POLL_INTERVAL_MS,
-    _ProcessMembership,
-    membership_consumer_config,
-)
-from coordinator.supervisor import fenced_by_successor
+from coordinator.runtime.coordinators_group import MAX_POLL_INTERVAL_MS, membership_consumer_config
+from coordinator.runtime.membership import _ProcessMembership
+from coordinator.runtime.supervisor.exits import fenced_by_successor
 from workers.main import Stop, _successor_stop
 from workers.protocol import StopKind
 
@@ -156,7 +153,7 @@ def _worker(app: str, task: int) -> Any:
 
 
 def _check(monkeypatch: Any, groups: dict[str, list[Any]], window_s: float) -> None:
-    import coordinator.membership as membership
+    import coordinator.runtime.coordinators_group as membership
 
     monkeypatch.setattr(membership, "group_members", lambda admin, g: groups.get(g, []))
     now = [0.0]
@@ -199,7 +196,7 @@ def test_a_peer_describe_is_bounded_by_our_own_deadline() -> None:
     import pytest
 
     from coordinator.bootstrap.common import StartError
-    from coordinator.peers import DESCRIBE_BOUND_S, LIBRARY_REQUEST_TIMEOUT_S, _within
+    from coordinator.runtime.peers import DESCRIBE_BOUND_S, LIBRARY_REQUEST_TIMEOUT_S, _within
 
     assert LIBRARY_REQUEST_TIMEOUT_S > DESCRIBE_BOUND_S
     never: concurrent.futures.Future[Any] = concurrent.futures.Future()

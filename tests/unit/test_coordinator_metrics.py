@@ -14,14 +14,14 @@ from prometheus_client.registry import Collector
 
 from coordinator.bootstrap import StartError
 from coordinator.config import ParsleyConfig
-from coordinator.metrics import (
+from coordinator.control.metrics import (
     CoordinatorState,
     MetricsBook,
     MetricsServer,
     TaskTotals,
     metric_families,
 )
-from coordinator.status import ProcessState, ProcessStatus, task_status_from_report
+from coordinator.control.status import ProcessState, ProcessStatus, task_status_from_report
 from parsley.refusals import Reason
 from workers.histogram import (
     HANDLER_BUCKETS_S,

@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.status import ProcessState, TaskStatus, process_state, task_status_from_report
+from coordinator.control.status import (
+    ProcessState,
+    TaskStatus,
+    process_state,
+    task_status_from_report,
+)
 
 STATES = st.sampled_from([None, "STARTING", "RESTORING", "RUNNING", "REBALANCING"])
 
@@ -65,7 +70,7 @@ def test_a_malformed_report_raises_what_the_supervisor_logs() -> None:
 
 
 def test_task_and_process_states_are_str_enums_that_keep_the_json_strings() -> None:
-    from coordinator.status import ProcessStatus, TaskState
+    from coordinator.control.status import ProcessStatus, TaskState
 
     entry = task_status_from_report(REPORT, age_ms=0, status_interval_ms=200)
     assert entry.state is TaskState.RUNNING and entry.to_json()["state"] == "RUNNING"
@@ -80,7 +85,7 @@ def test_task_and_process_states_are_str_enums_that_keep_the_json_strings() -> N
 def test_caught_up_is_running_fresh_lag_zero_and_nothing_held() -> None:
     from dataclasses import replace
 
-    from coordinator.status import ProcessStatus, TaskState
+    from coordinator.control.status import ProcessStatus, TaskState
 
     done = replace(task_status_from_report(REPORT, age_ms=0, status_interval_ms=200),
                    held=(), lag=0)

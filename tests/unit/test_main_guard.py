@@ -1,11 +1,16 @@
-"""Which top-level lines a spawned worker would run again (coordinator.main_guard, pure)."""
+"""Which top-level lines a spawned worker would run again (coordinator.runtime.main_guard, pure)."""
 
 from __future__ import annotations
 
 import ast
 import types
 
-from coordinator.main_guard import GUARD, _guarded, main_guard_message, reimported_in_workers
+from coordinator.runtime.main_guard import (
+    GUARD,
+    _guarded,
+    main_guard_message,
+    reimported_in_workers,
+)
 
 SOURCE = '''\
 import x

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
+from coordinator.runtime.client_check import check_process_clients
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
 

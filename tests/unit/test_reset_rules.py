@@ -1,5 +1,5 @@
 """The pure part of ``parsley-coordinator reset``: targets, the choice of positions, the
-refusal naming members, and the plan's Kafka commands and record (coordinator/reset_plan.py)."""
+refusal naming members, and the plan's Kafka commands and record (coordinator/reset/plan.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.bootstrap.group import GroupMember
-from coordinator.reset_plan import (
+from coordinator.reset.plan import (
     PartitionBoundary,
     ResetPlan,
     ResetRefused,

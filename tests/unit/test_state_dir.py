@@ -93,7 +93,8 @@ def test_run_and_status_refuse_another_users_state_dir_with_a_usage_error(
 ) -> None:
     from click.testing import CliRunner
 
-    from coordinator.cli import ExitCode, cli
+    from coordinator.cli import cli
+    from coordinator.cli.common import ExitCode
 
     theirs = tmp_path / "theirs"
     theirs.mkdir()

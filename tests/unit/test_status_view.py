@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from coordinator.last_status import (
+from coordinator.control.last_status import (
     LastReport,
     StartFailure,
     last_status_file,
     read_last_report,
     write_last_report,
 )
-from coordinator.status import ProcessState, ProcessStatus, parse_status
-from coordinator.status_view import render
+from coordinator.control.status import ProcessState, ProcessStatus, parse_status
+from coordinator.control.status_view import render
 from parsley.refusals import Reason
 
 

@@ -1,49 +1,13 @@
-"""``parsley-coordinator reset``: the runbooks' reset of a process, in its order, as one command.
+"""The calls to Kafka and the control endpoint that reset a process, in the one order that
+fails closed at every step.
 
-A reset discards a process's causal past and starts a new causal lifetime at a
-boundary the operator chooses (docs/runbooks.md, "Resetting a process"). Done
-by hand it is several commands whose order matters; this module does them in
-the one order that fails closed at every step:
-
-1. refuse while the coordinator serving the prefix answers on its control
-   endpoint with the process among its processes, or while any member of the
-   process's consumer group ``<prefix>-<process>`` stays alive past a bounded
-   wait (a stopped worker's static membership expires after its session
-   timeout), each member named;
-2. read the boundary: the group's committed offsets, each received
-   partition's log start and end, the ordering state's held and covered
-   positions; compute the chosen read positions (earliest, latest, an offset,
-   or the first offset at or after a time: KIP-396's ``ListOffsets`` by
-   timestamp) and refuse an offset outside ``[log start, log end]``;
-3. delete the ordering changelog and every store changelog of the process
-   (docs/operations.md, "Names on the cluster") and wait, bounded, until the
-   cluster no longer describes them;
-4. delete the group (its committed offsets), then commit the chosen positions
-   with the AdminClient (KIP-396 ``AlterConsumerGroupOffsets``) under the commit
-   metadata ``parsley.bootstrap``, and read them back;
-5. remove this machine's local state ``<state_dir>/<app-id>``;
-6. write the boundary record ``<state_dir>/resets/<app-id>-<UTC time>.json`` and
-   return it for printing.
-
-Why this order: a failure after step 3 leaves offsets without ordering records,
-which the next start refuses as ``ORDERING_STATE_LOST`` (docs/failing-closed.md)
-until the reset is run again; a failure after the group's deletion leaves a
-process with no state and no positions, which starts at its declared initial
-positions. No interruption can leave old ordering state beside new positions.
-
-Why the metadata: the bootstrap adopts a committed position over an absent
-changelog only when it wrote it itself (metadata ``parsley.bootstrap``;
-``workers.positions.lost_positions``). The first start after a reset therefore
-starts each received partition at the chosen position, and the engine raises
-each channel's coverage to ``position - 1`` (``ProcessEngine.start``): positions
-before the boundary count as settled causes, never waited for (docs/model.md,
-"The session floor: replays and feed order"). ``kafka-consumer-groups
---reset-offsets`` writes no metadata, which is why it is only shown, with
-``--dry-run``, as the preview of the positions.
-
-The pure part (targets, the choice of positions, the plan's text and its Kafka
-commands, the record) is :mod:`coordinator.reset_plan`; this module holds the calls
-to Kafka and the control endpoint, and the subcommand.
+Refuse while a coordinator or a member of the group is alive; read the boundary; delete the
+ordering and store changelogs; delete the group and commit the chosen positions under the
+metadata ``parsley.bootstrap``; remove the local state; write the boundary record. The
+steps, why this order and why the metadata are in docs/architecture.md, "The coordinator",
+"Resetting a process"; the runbook is docs/runbooks.md, "Resetting a process". The pure
+part (targets, positions, the plan's text and Kafka commands, the record) is
+:mod:`coordinator.reset.plan`; the subcommand is :mod:`coordinator.cli.reset`.
 """
 
 from __future__ import annotations
@@ -56,7 +20,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import click
 import orjson
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
@@ -79,34 +42,24 @@ from coordinator.bootstrap.common import (
 from coordinator.bootstrap.group import group_members, leave_window_s
 from coordinator.bootstrap.positions import committed_positions, list_offsets
 from coordinator.bootstrap.resolve import resolve_topics
-from coordinator.cli_help import PlainDefaultOption
 from coordinator.config import ParsleyConfig
-from coordinator.reset_plan import (
+from coordinator.reset.plan import (
     PartitionBoundary,
     ResetPlan,
-    ResetRefused,
     Target,
     choose_positions,
     iso_utc,
     members_refusal,
-    parse_target,
 )
 from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
+from workers.kafka import classify
 
 __all__ = [
     "DELETE_TIMEOUT_S",
-    "PartitionBoundary",
-    "ResetPlan",
-    "ResetRefused",
-    "Target",
-    "choose_positions",
-    "command",
     "coordinator_serving",
     "default_wait_s",
     "execute_reset",
-    "members_refusal",
     "open_admin",
-    "parse_target",
     "plan_reset",
     "wait_for_no_members",
 ]
@@ -131,7 +84,7 @@ def coordinator_serving(config: ParsleyConfig, processes: Iterable[str],
 
     A coordinator that answers with none of the processes among its own is not one
     (another application under the same prefix)."""
-    from coordinator.status_socket import (
+    from coordinator.control.status_socket import (
         NoReplyError,
         default_endpoint,
         endpoint_file,
@@ -293,7 +246,7 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
 def _last_status(config: ParsleyConfig, process: str) -> dict[str, Any] | None:
     """The process's status in the last report ``run`` kept (docs/operations.md, "Status
     after exit"), with the exit's time and code; ``None`` when there is none."""
-    from coordinator.last_status import last_status_file, read_last_report
+    from coordinator.control.last_status import last_status_file, read_last_report
 
     try:
         report = read_last_report(last_status_file(config.state_dir,
@@ -325,8 +278,7 @@ def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -
         try:
             answer(future, f"deleting topic {name}", min(timeout_s, ADMIN_TIMEOUT_S))
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if classify(exc).code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 continue
             raise StartError(f"could not delete topic {name}: {exc}; a reset needs Delete on "
                              "the process's changelogs (docs/runbooks.md)") from exc
@@ -359,8 +311,7 @@ def _delete_group(admin: AdminClient, group: str) -> None:
         answer(admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group],
                f"deleting group '{group}'")
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        code = err.code() if isinstance(err, KafkaError) else None
+        code = classify(exc).code
         if code == KafkaError.GROUP_ID_NOT_FOUND:
             return
         if code == KafkaError.NON_EMPTY_GROUP:
@@ -386,10 +337,8 @@ def _commit_positions(admin: AdminClient, group: str,
             [ConsumerGroupTopicPartitions(group, tps)], request_timeout=ADMIN_TIMEOUT_S)[group],
             f"committing the reset positions of group '{group}'")
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in (
-                KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
-                KafkaError.ILLEGAL_GENERATION):
+        if classify(exc).code in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                                  KafkaError.ILLEGAL_GENERATION):
             raise StartError(f"a member joined group '{group}' during the reset, after its "
                              "changelogs were deleted: stop it and run the reset again") from exc
         raise StartError(f"could not commit the reset positions of group '{group}': "
@@ -456,174 +405,3 @@ def default_wait_s(config: ParsleyConfig) -> float:
     ``session.timeout.ms``, as a start does
     (:func:`~coordinator.bootstrap.group.leave_window_s`)."""
     return leave_window_s(config.kafka_properties)
-
-
-# ------------------------------------------------------------------ the subcommand
-
-
-def _default_state_dir() -> str:
-    from coordinator.state_dir import default_state_dir
-
-    return default_state_dir()
-
-
-@click.command("reset", short_help="Reset processes of APP to a new causal boundary.")
-@click.argument("app")
-@click.option("--process", "process_names", multiple=True,
-              help="A process to reset (repeatable). Default: every process APP declares.")
-@click.option("--to-earliest", is_flag=True, help="Start at each partition's log start.")
-@click.option("--to-latest", is_flag=True,
-              help="Start at each partition's end: everything retained is skipped.")
-@click.option("--to-offset", multiple=True, metavar="N|TOPIC:PARTITION=N",
-              help="Start at offset N on every received partition, or per partition "
-                   "(repeatable); each must lie in [log start, log end].")
-@click.option("--to-datetime", metavar="ISO8601",
-              help="Start at the first record at or after this time (UTC unless the time "
-                   "gives an offset); the log end where none is.")
-@click.option("--dry-run", is_flag=True,
-              help="Print the plan and the Kafka commands it stands for; change nothing.")
-@click.option("--yes", "-y", "assume_yes", is_flag=True,
-              help="Do not ask for confirmation (required when stdin is not a terminal).")
-@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
-              show_default="2 x session.timeout.ms",
-              help="Seconds to wait for the group's members to leave before refusing.",
-              cls=PlainDefaultOption)
-@click.option("--delete-timeout", type=click.FloatRange(min=1), default=DELETE_TIMEOUT_S,
-              show_default=True, help="Seconds to wait for the changelogs' deletion.")
-@click.option("--bootstrap-servers",
-              help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
-                   "or as PARSLEY_BOOTSTRAP_SERVERS]")
-@click.option("--local-broker", is_flag=True, help="Use the parsley-devbroker on this machine.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="TOML settings file (see docs/operations.md).")
-@click.option("--prefix", "prefix",
-              help="application_id_prefix. [required: here, in --config, or as "
-                   "PARSLEY_APPLICATION_ID_PREFIX]")
-@click.option("--state-dir", "state_dir", show_default=_default_state_dir(),
-              help="Root of local state and sockets, as given to run (also state_dir in "
-                   "--config, PARSLEY_STATE_DIR): its control socket, local state and the "
-                   "reset records under resets/.",
-                   cls=PlainDefaultOption)
-def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_latest: bool,
-            to_offset: tuple[str, ...], to_datetime: str | None, dry_run: bool,
-            assume_yes: bool, wait_s: float | None, delete_timeout: float,
-            bootstrap_servers: str | None, local_broker: bool, config_file: str | None,
-            prefix: str | None, state_dir: str | None) -> None:
-    """Reset processes of APP (module:attribute, required) to a new causal boundary.
-
-    In order: refuse while the coordinator or any member of the process's group is
-    alive; record the boundary (committed offsets, log start and end, what the
-    ordering state covered and held); delete the ordering and store changelogs;
-    replace the group's offsets with the chosen positions (committed as the
-    bootstrap's own, so the next start adopts them); remove local state; write the
-    record under <state-dir>/resets/ and print it. Exit status: 0 done (or dry
-    run), 2 usage, 3 refused (nothing changed), 4 the cluster could not be queried
-    or a step failed (run the reset again). See docs/runbooks.md, "Resetting a process".
-    """
-    import sys
-
-    from coordinator import cli as _cli
-
-    try:
-        target = parse_target(to_earliest=to_earliest, to_latest=to_latest,
-                              to_offset=to_offset, to_datetime=to_datetime)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if not dry_run and not assume_yes and not sys.stdin.isatty():
-        raise click.UsageError("reset deletes the process's changelogs and offsets; stdin is "
-                               "not a terminal, so nothing can confirm it: pass --yes to "
-                               "reset, or --dry-run to print the plan")
-    if bootstrap_servers and local_broker:
-        raise click.UsageError("give --bootstrap-servers or --local-broker, not both")
-    declared = _cli.load_app(app)
-    by_name = {p.name: p for p in declared}
-    unknown = [n for n in process_names if n not in by_name]
-    if unknown:
-        raise click.UsageError(f"{app} declares no process {unknown}; it declares "
-                               f"{sorted(by_name)}")
-    processes = [by_name[n] for n in dict.fromkeys(process_names)] if process_names \
-        else declared
-    if local_broker:
-        bootstrap_servers = _cli._local_broker()
-    config = _cli._load_config(config_file, bootstrap_servers=bootstrap_servers,
-                               application_id_prefix=prefix, state_dir=state_dir)
-    from coordinator.state_dir import StateDirError, check_state_dir
-
-    try:
-        check_state_dir(config.state_dir)  # the local state and the record are written there
-    except StateDirError as exc:
-        raise click.UsageError(str(exc)) from exc
-    from parsley.refusals import ParsleyFailClosedError
-
-    done: list[str] = []
-    try:
-        window = default_wait_s(config) if wait_s is None else wait_s
-        names = [p.name for p in processes]
-        deadline = time.monotonic() + (0 if dry_run else window)
-        while (endpoint := coordinator_serving(config, names)) is not None \
-                and time.monotonic() < deadline:
-            time.sleep(0.5)  # a coordinator just asked to stop closes its endpoint as it exits
-        if endpoint is not None:
-            refusal = (f"a coordinator serving {names} answers at {endpoint}; stop it first "
-                       f"(parsley-coordinator stop --prefix {config.application_id_prefix} "
-                       f"--state-dir {config.state_dir})")
-            if not dry_run:
-                raise ResetRefused(refusal)
-            click.echo(f"(refused now: {refusal})")
-        admin = open_admin(config)
-        plans = []
-        for p in processes:
-            group = application_id(config.application_id_prefix, p.name)
-            if not dry_run:
-                wait_for_no_members(admin, group, window,
-                                    bootstrap_servers=config.bootstrap_servers)
-            plan = plan_reset(config, p, target, admin)
-            plans.append(plan)
-            click.echo("\n".join(plan.lines()))
-            if dry_run:
-                members = group_members(admin, group) or []
-                if members:
-                    click.echo(f"  (refused now: group {group} has live members "
-                               f"[{'; '.join(sorted(m.describe() for m in members))}])")
-                click.echo("  the Kafka commands it stands for (positions shown with "
-                           "--dry-run: kafka-consumer-groups cannot commit them with the "
-                           f"metadata {BOOTSTRAP_METADATA} the next start requires):")
-                click.echo("\n".join(f"    {c}" for c in plan.kafka_commands()))
-        if dry_run:
-            click.echo("dry run: nothing changed")
-            return
-        asked = not assume_yes
-        if asked and not click.confirm(
-                f"reset {[p.process for p in plans]}? their causal past is discarded"):
-            click.echo("not confirmed: nothing changed", err=True)
-            sys.exit(_cli.ExitCode.REFUSAL)
-        for i, plan in enumerate(plans):
-            # Alive again since the plan was read (a coordinator started while a person
-            # read the prompt)? Refuse before the first deletion; re-read the boundary
-            # after a prompt, so the record is what was done.
-            endpoint = coordinator_serving(config, [plan.process])
-            if endpoint is not None:
-                raise ResetRefused(f"a coordinator serving '{plan.process}' answers at "
-                                   f"{endpoint}; stop it first")
-            wait_for_no_members(admin, plan.group, 0,
-                                bootstrap_servers=config.bootstrap_servers)
-            if asked:
-                plan = plan_reset(config, processes[i], target, admin)
-            path = execute_reset(plan, admin, delete_timeout_s=delete_timeout)
-            done.append(plan.process)
-            click.echo(f"reset {plan.process}: boundary recorded in {path}")
-            click.echo(orjson.dumps(plan.record(), option=orjson.OPT_INDENT_2).decode())
-    except ResetRefused as exc:
-        click.echo(f"reset refused after resetting {done} (the others are unchanged): {exc}"
-                   if done else f"reset refused, nothing changed: {exc}", err=True)
-        sys.exit(_cli.ExitCode.REFUSAL)
-    except (StartError, ParsleyFailClosedError) as exc:
-        click.echo(f"reset failed: {exc}" + (f" (reset of {done} done)" if done else ""),
-                   err=True)
-        sys.exit(_cli.ExitCode.FAILURE)
-    except KafkaException as exc:
-        problem = _cli._kafka_config_problem(exc, config, config_file)
-        if problem is None:
-            raise
-        click.echo(f"wrong configuration: {problem}", err=True)
-        sys.exit(_cli.ExitCode.USAGE)

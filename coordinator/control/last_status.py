@@ -1,28 +1,12 @@
 """The last status report: what ``parsley-coordinator run`` leaves behind when it exits.
 
-When ``run`` exits — every process stopped, a refusal, a stop asked for, or a start
-that failed after its bootstrap began — it writes the status it ended with to
+When ``run`` exits after its bootstrap began, it writes the status it ended with to
 ``<state_dir>/<prefix>.coordinator.last-status.json`` (:func:`last_status_file`),
-atomically (a temporary file in the same directory, then ``os.replace``), mode 0600.
-``parsley-coordinator status`` shows it when no coordinator answers, marked as the
-last report with the time and the exit code, so a refusal's reason and detail stay
-readable after the coordinator is gone (docs/operations.md, "Status after exit").
-A ``run`` removes the previous run's report when its bootstrap begins: while it runs
-the control socket answers, and a coordinator killed with SIGKILL leaves no report
-rather than an older run's. A start refused before its bootstrap (a usage or
-configuration error, exit 2; a port in use) neither removes nor writes a report, so
-the previous run's refusal stays readable.
-
-The file's JSON, which is also what ``status --json`` prints for it::
-
-    {"running": false,
-     "last_report": {"exited_at": "2026-12-01T06:10:03.120Z", "exited_at_ms": 1796...,
-                     "exit_code": 3, "exit": "REFUSAL", "pid": 1234},
-     "start_error": null,
-     "processes": {"<process>": {... ProcessStatus JSON (coordinator.status) ...}}}
-
-``start_error`` is ``{"refusal_reason": name | null, "detail": str}`` when the start
-itself failed (no process ran; ``processes`` is then empty), else ``null``.
+atomically, mode 0600; ``parsley-coordinator status`` shows it when no coordinator answers
+(docs/operations.md, "Status after exit"). A ``run`` removes the previous report when its
+bootstrap begins; a start refused before it neither removes nor writes one. When it is
+written and removed, and the file's JSON, are in docs/architecture.md, "The coordinator",
+"The last status report".
 """
 
 from __future__ import annotations
@@ -39,7 +23,7 @@ from typing import Any, Final
 
 import orjson
 
-from coordinator.status import ProcessStatus, parse_status
+from coordinator.control.status import ProcessStatus, parse_status
 from parsley.refusals import Reason
 
 __all__ = [

@@ -1,29 +1,13 @@
 """Prometheus metrics of a coordinator and its tasks, served on ``/metrics``.
 
-``parsley-coordinator run --metrics-port N`` (or ``metrics_port`` in the config
-file, or ``PARSLEY_METRICS_PORT``; :mod:`coordinator.config`) serves the
-Prometheus text exposition format from the coordinator process, on
-``metrics_host`` (``127.0.0.1`` by default). Every metric, its type, labels and
-meaning are listed in docs/operations.md, "Metrics"; docs/grafana-dashboard.json
-is a dashboard over them.
-
-It uses ``prometheus-client``, the Prometheus project's own Python client: the
-standard exposition format, its parser for tests, and a small HTTP server,
-well kept upstream, so nothing of the format is written by hand here.
-
-Where the figures come from:
-
-* the workers' reports over ZeroMQ (:mod:`workers.protocol`: ``status`` every
-  status interval, ``final`` once), whose ``metrics`` field carries each
-  worker's counters and bucket counts since it started. A task's successive
-  workers (a respawn, a process restart) each count from zero, so
-  :class:`MetricsBook` adds up the workers of each task: every counter stays
-  monotonic across restarts for as long as the coordinator runs;
-* the supervisor's own events (a worker spawned, a worker's exit with its stop
-  kind and refusal reason), through the :class:`coordinator.supervisor.TaskObserver`
-  seam that :class:`MetricsBook` implements;
-* ``status()`` at scrape time for the gauges of live tasks (held, lag,
-  frontier bytes, state) and the processes' states.
+``parsley-coordinator run --metrics-port N`` (or ``metrics_port``, ``PARSLEY_METRICS_PORT``;
+:mod:`coordinator.config`) serves the Prometheus text exposition format from the
+coordinator process, on ``metrics_host`` (``127.0.0.1`` by default), with
+``prometheus-client``, the Prometheus project's own client. Every metric is listed in
+docs/operations.md, "Metrics"; where the figures come from (the workers' reports, added up
+per task across restarts by :class:`MetricsBook`; the supervisor's events through
+:class:`coordinator.runtime.supervisor.state.TaskObserver`; ``status()`` at scrape time) is
+in docs/architecture.md, "The coordinator", "Metrics".
 
 :func:`metric_families` is the pure mapping from those to metric families;
 :class:`MetricsServer` binds the port and serves them.
@@ -49,7 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.bootstrap import StartError
-from coordinator.status import ProcessState, ProcessStatus
+from coordinator.control.status import ProcessState, ProcessStatus
 from parsley.refusals import Reason
 from workers.histogram import HANDLER_BUCKETS_S, TRANSACTION_BUCKETS_S, add_counts
 from workers.protocol import STATUS, StopKind, TaskState
@@ -159,7 +143,7 @@ def _newest(last: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any
 class MetricsBook:
     """The per-task account of counters, restarts, exits and held heads.
 
-    Implements :class:`coordinator.supervisor.TaskObserver`: the supervisor
+    Implements :class:`coordinator.runtime.supervisor.state.TaskObserver`: the supervisor
     calls it (under its own lock) when it spawns a worker, accepts a worker's
     report, and classifies a worker's exit. It never calls back into the
     supervisor, and its own lock is held only briefly.

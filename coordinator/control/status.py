@@ -1,38 +1,13 @@
 """Aggregated status per process: what ``status()`` returns and the socket serves.
 
-The JSON form (docs/operations.md, "Status"; docs/failing-closed.md, "Diagnosis")::
-
-    {"processes": {"<process>": {"state": "RUNNING", "refusal_reason": null,
-      "failure_detail": null, "restarts": 0,
-      "tasks": [{"task": 0, "pid": 1234, "state": "RUNNING",
-                 "held": [{"topic": "b", "partition": 0, "count": 1, "head": 0,
-                           "blockers": [{"topic": "a", "partition": 0, "required": 1,
-                                         "settled": 0}]}],
-                 "frontier_channels": 2, "frontier_bytes": 54, "budget_bytes": 262144,
-                 "lag": 0, "restore": null, "rss_bytes": 31457280, "cpu_percent": 1.5,
-                 "updated_ms_ago": 230, "stale": false, "caught_up": false}],
-      "caught_up": false}}}
-
-``settled`` is ``null`` where the channel has settled nothing yet. A task's
-entry is its last report, aged by ``updated_ms_ago`` (ms since the coordinator
-received it): a healthy task's is at most one status interval old, and one
-older than three intervals is ``stale`` — docs/failing-closed.md's ("Diagnosis") sign of a stalled
-task
-loop. A task's entry is retired when its worker exits. After a stop the
-process keeps ``refusal_reason`` and ``failure_detail``, with no tasks.
-
-``caught_up`` is derived, never parsed: a task is caught up when it is
-``RUNNING``, its entry is not stale, its lag is known and 0, and it holds
-nothing (every record on its received partitions up to the log end has been
-read and delivered); a process is caught up when it is ``RUNNING`` and every
-task entry is (docs/operations.md, "Status").
-
-``ProcessStatus.state`` is a :class:`ProcessState` and ``TaskStatus.state`` a
-:class:`TaskState` (the worker's own enum, ``workers.protocol``): both are
-``str`` enums whose values are the JSON strings.
-
 The Python objects mirror the JSON with the same field names
-(:meth:`ProcessStatus.to_json`, :meth:`ProcessStatus.from_json`).
+(:meth:`ProcessStatus.to_json`, :meth:`ProcessStatus.from_json`); ``ProcessStatus.state``
+is a :class:`ProcessState` and ``TaskStatus.state`` a :class:`TaskState` (the worker's
+own enum, ``workers.protocol``), ``str`` enums whose values are the JSON strings. A task's
+entry is its last report, aged by ``updated_ms_ago``; one older than three status intervals
+is ``stale`` (docs/failing-closed.md, "Diagnosis"). ``caught_up`` is derived, never parsed.
+The JSON form, staleness and ``caught_up`` are in docs/architecture.md, "The coordinator",
+"The status document", and docs/operations.md, "Status".
 """
 
 from __future__ import annotations

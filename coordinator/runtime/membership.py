@@ -2,27 +2,13 @@
 
 With ``--join`` (docs/operations.md, "Several coordinators") the coordinators of one
 prefix are, per process, the members of consumer group
-``<prefix>-<process>-__parsley.coordinators``, subscribed to the internal topic of the
-same name, whose partition ``i`` stands for task ``i`` (no record is ever written to
-it). The ``cooperative-sticky`` assignor (KIP-429) moves only the tasks that must move.
-
-* **Assigned** partitions are tasks gained: a thread of their own runs their
-  bootstrap (:func:`coordinator.bootstrap.bootstrap_process` with ``tasks``; the
-  owner of task 0 is the ``lead`` that creates the changelogs and pre-commits) and
-  has the supervisor spawn them (:meth:`Supervisor.assign_tasks`). A retryable
-  failure (the lead has not bootstrapped yet, a lagging view) is retried with backoff
-  while the tasks stay assigned; a refusal, or a bootstrap past its bound
-  (:func:`bootstrap_bound_s`), stops the process here (:meth:`Supervisor.fail_process`).
-  The membership thread keeps polling meanwhile, and spawns only the tasks still
-  assigned here in the same assignment the bootstrap began in.
-* **Revoked** (or lost) partitions are tasks that move away: their workers are
-  stopped (SIGTERM, deadline, SIGKILL; :meth:`Supervisor.release_tasks`) inside the
-  revocation callback, so the revocation completes, and another coordinator gets
-  them, only after they exited.
-
-Every blocking client call is bounded here: ``poll`` with a short timeout, and
-``close`` run on the membership thread, which :meth:`Membership.close` joins with
-a deadline.
+``<prefix>-<process>-__parsley.coordinators``, whose partition ``i`` stands for task ``i``
+(no record is ever written to it); the ``cooperative-sticky`` assignor (KIP-429) moves only
+the tasks that must move. Assigned partitions are tasks gained (bootstrapped on a thread of
+their own, then spawned: :meth:`Supervisor.assign_tasks`); revoked or lost ones are tasks
+that move away, stopped inside the revocation callback (:meth:`Supervisor.release_tasks`).
+Every blocking client call is bounded. The whole procedure is in docs/architecture.md,
+"The coordinator", "Several coordinators: membership".
 """
 
 from __future__ import annotations
@@ -30,52 +16,43 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from coordinator.bootstrap import (
     ProcessPlan,
-    ResolvedTopic,
     StartError,
     bootstrap_process,
     progress_logger,
     resolve_topics,
 )
 from coordinator.bootstrap.clients import new_admin
-from coordinator.bootstrap.common import check_reachable, refuse, with_client_logger
+from coordinator.bootstrap.common import check_reachable, with_client_logger
 from coordinator.bootstrap.group import (
-    GroupMember,
-    group_members,
-    is_own_member,
     leave_window_s,
     session_timeout_ms,
 )
 from coordinator.config import ParsleyConfig
-from coordinator.supervisor import Supervisor
-from parsley.declarations import Process, application_id, task_width, validate_declarations
-from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.changelog import ensure_changelog_topic
-from workers.kafka import SubstrateError
+from coordinator.runtime.coordinators_group import (
+    coordinators_group,
+    ensure_coordinators_topics,
+    membership_consumer_config,
+    refuse_beside_plain_coordinator,
+)
+from coordinator.runtime.supervisor import Supervisor
+from parsley.declarations import Process, task_width, validate_declarations
+from parsley.refusals import ParsleyFailClosedError
 
 __all__ = [
-    "COORDINATORS_SUFFIX",
     "Membership",
-    "coordinators_group",
-    "ensure_coordinators_topics",
-    "membership_consumer_config",
-    "plain_coordinator_workers",
-    "refuse_beside_plain_coordinator",
     "start_joined",
 ]
 
 log = logging.getLogger("parsley.coordinator.membership")
 
-COORDINATORS_SUFFIX: Final = "-__parsley.coordinators"
-"""Appended to the application id: the coordinators' group and its topic."""
 POLL_S: Final = 0.2
 """s one ``poll`` of the membership consumer may block."""
 RETRY_FIRST_S: Final = 1.0
@@ -83,170 +60,15 @@ RETRY_FIRST_S: Final = 1.0
 :data:`RETRY_CAP_S`."""
 RETRY_CAP_S: Final = 8.0
 """The longest wait between two bootstrap attempts of gained tasks, s."""
-MAX_POLL_INTERVAL_MS: Final = 300_000
-"""``max.poll.interval.ms`` of the membership consumer, set explicitly: the membership
-thread polls every :data:`POLL_S` s, except while a revocation callback stops revoked
-workers (at most the stop deadline, which :func:`max_poll_interval_ms` keeps below it);
-bootstraps run on a thread of their own, never between two polls."""
 BOOTSTRAP_BOUND_FLOOR_S: Final = 120.0
 """The least time a gained task's bootstrap may take before it is abandoned, s; the
 bound is the larger of this and four session timeouts (the group window is two)."""
-
-
-def max_poll_interval_ms(stop_deadline_s: float) -> int:
-    """The membership consumer's ``max.poll.interval.ms`` (pure): :data:`MAX_POLL_INTERVAL_MS`,
-    or more when the revocation callback's stop deadline (``stop_deadline_s``, s) needs it
-    (twice the deadline plus 30 s)."""
-    return max(MAX_POLL_INTERVAL_MS, int((2 * stop_deadline_s + 30) * 1000))
 
 
 def bootstrap_bound_s(session_s: float) -> float:
     """How long a gained task's bootstrap may run before it is abandoned, s (pure):
     the larger of :data:`BOOTSTRAP_BOUND_FLOOR_S` and ``4 * session_s``."""
     return max(BOOTSTRAP_BOUND_FLOOR_S, 4 * session_s)
-
-
-def coordinators_group(prefix: str, process: str) -> str:
-    """``<prefix>-<process>-__parsley.coordinators``: the coordinators' consumer group of
-    a process, and the name of its internal topic (pure)."""
-    return application_id(prefix, process) + COORDINATORS_SUFFIX
-
-
-def membership_consumer_config(config: ParsleyConfig, process: str,
-                               client_id: str | None = None,
-                               stop_deadline_s: float = 30.0) -> dict[str, Any]:
-    """The coordinators' group consumer of ``process`` (pure).
-
-    Returns:
-        A librdkafka config: group :func:`coordinators_group`, the
-        ``cooperative-sticky`` assignor (KIP-429), the workers' ``session.timeout.ms``
-        (:func:`~coordinator.bootstrap.group.session_timeout_ms`), no auto commit; the
-        user's unprefixed and ``consumer.`` properties apply as for every consumer;
-        ``client_id`` names this coordinator to its peers (:mod:`coordinator.peers`);
-        ``max.poll.interval.ms`` from :func:`max_poll_interval_ms` of ``stop_deadline_s``
-        (s).
-    """
-    from workers.kafka import _select  # the client-prefix rule workers apply
-
-    props = _select(dict(config.kafka_properties), "consumer")
-    for owned in ("group.instance.id", "transactional.id", "isolation.level"):
-        props.pop(owned, None)
-    group = coordinators_group(config.application_id_prefix, process)
-    props.update({
-        "bootstrap.servers": config.bootstrap_servers,
-        "group.id": group,
-        "client.id": client_id or f"parsley-coordinator-{group}-{uuid.uuid4().hex[:8]}",
-        "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": session_timeout_ms(config.kafka_properties),
-        "max.poll.interval.ms": max_poll_interval_ms(stop_deadline_s),
-        "enable.auto.commit": False,
-        "auto.offset.reset": "latest",
-        "allow.auto.create.topics": False,
-    })
-    return props
-
-
-def ensure_coordinators_topics(config: ParsleyConfig, processes: Sequence[Process]
-                               ) -> dict[str, ResolvedTopic]:
-    """Resolve every declared topic and create each process's coordinators' topic where
-    absent (one partition per task; an idempotent create).
-
-    Returns:
-        Every declared topic, resolved.
-
-    Raises:
-        StartError: the cluster could not be queried, a topic could not be created, or
-            a coordinators' topic exists with another partition count than the
-            process's task count (delete it while no coordinator runs).
-    """
-    admin = new_admin(config)
-    try:
-        check_reachable(admin, config.bootstrap_servers)
-        names = {c.name for p in processes
-                 for c in (*(i.channel for i in p.inputs), *p.outputs)}
-        topics = resolve_topics(admin, names)
-        for p in processes:
-            width = task_width({t: topics[t].partitions for t in p.received_topics})
-            name = coordinators_group(config.application_id_prefix, p.name)
-            try:
-                info, _created = ensure_changelog_topic(admin, name, width)
-            except SubstrateError as exc:
-                raise StartError(f"could not create the coordinators' topic {name}: "
-                                 f"{exc}") from exc
-            if info.partitions != width:
-                raise StartError(
-                    f"the coordinators' topic {name} has {info.partitions} partition(s) but "
-                    f"process '{p.name}' has {width} task(s); stop every coordinator of the "
-                    f"prefix, delete the topic (kafka-topics --bootstrap-server "
-                    f"{config.bootstrap_servers} --delete --topic {name}), then start again")
-        return topics
-    finally:
-        del admin
-
-
-def plain_coordinator_workers(app_id: str, workers: Sequence[GroupMember] | None,
-                              coordinators: Sequence[GroupMember] | None
-                              ) -> list[GroupMember] | None:
-    """The members of the workers' group ``app_id`` that a coordinator not started with
-    ``--join`` runs (pure): this process's own workers (:func:`is_own_member`) while its
-    coordinators' group has no member; ``None`` when either group could not answer yet.
-    """
-    if workers is None or coordinators is None:
-        return None
-    if coordinators:
-        return []
-    return [m for m in workers if is_own_member(app_id, m)]
-
-
-def refuse_beside_plain_coordinator(
-    config: ParsleyConfig, processes: Sequence[Process], window_s: float, *,
-    admin: Any = None, sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic, poll_s: float = 0.5,
-) -> None:
-    """Refuse a ``--join`` start while a coordinator that was not started with ``--join``
-    runs a process of the same prefix (docs/operations.md, "Several coordinators").
-
-    Such a coordinator's workers are members of the workers' group with this process's
-    own instance ids while the coordinators' group has no member; a ``--join``
-    coordinator would get every task and fence them. Workers of a ``--join``
-    coordinator that just stopped leave within their session timeout, so the check
-    waits up to ``window_s`` s (twice the session timeout) for either group to change.
-
-    Raises:
-        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` naming the workers still
-            there after ``window_s`` with no coordinator in the coordinators' group.
-        StartError: a group could not be described.
-    """
-    client = admin if admin is not None else new_admin(config)
-    prefix = config.application_id_prefix
-    deadline = clock() + window_s
-    announced = False
-    while True:
-        found: dict[str, list[GroupMember] | None] = {}
-        for p in processes:
-            app = application_id(prefix, p.name)
-            found[app] = plain_coordinator_workers(
-                app, group_members(client, app),
-                group_members(client, coordinators_group(prefix, p.name)))
-        if all(v == [] for v in found.values()):
-            return
-        now = clock()
-        if now >= deadline:
-            app, members = next((a, m) for a, m in found.items() if m != [])
-            named = "; ".join(m.describe() for m in members or [])
-            raise refuse(
-                Reason.SUBSTRATE_MISCONFIGURED,
-                f"a coordinator started without --join runs group '{app}' (its workers "
-                f"are members: [{named}]) and group '{app}{COORDINATORS_SUFFIX}' has no "
-                f"coordinator member after {window_s:g} s; a --join coordinator would take "
-                f"its tasks. Stop that coordinator (parsley-coordinator stop against it), "
-                f"then start every coordinator of the prefix with --join")
-        if not announced:
-            log.warning("workers of group(s) %s run with no coordinator in their "
-                        "coordinators' group; waiting up to %.0f s for them to leave",
-                        sorted(a for a, m in found.items() if m != []), deadline - now)
-            announced = True
-        sleep(min(poll_s, max(0.05, deadline - now)))
 
 
 @dataclass
@@ -486,8 +308,8 @@ class _ProcessMembership:
 
     def fenced(self, task: int) -> bool:
         """A worker of ``task`` stopped fenced by a live successor
-        (:func:`coordinator.supervisor.fenced_by_successor`): this coordinator lost the
-        task, and hears so at its next poll (``on_lost``).
+        (:func:`coordinator.runtime.supervisor.exits.fenced_by_successor`): this coordinator
+        lost the task, and hears so at its next poll (``on_lost``).
 
         If the group still assigns the task here after twice the session timeout, the
         process stops here as failed (:meth:`_check_fenced`): it is never started again
@@ -527,7 +349,8 @@ class Membership:
         supervisor: the supervisor, started with no task owned.
         stop_deadline_s: SIGTERM-to-SIGKILL deadline for revoked tasks, s.
         group_window_s: as :func:`coordinator.bootstrap.bootstrap_process`.
-        client_id: the members' ``client.id`` (:func:`coordinator.peers.coordinator_client_id`).
+        client_id: the members' ``client.id``
+            (:func:`coordinator.runtime.peers.coordinator_client_id`).
         task_counts: ``{process: W}``, kept for the application's status.
     """
 

@@ -30,9 +30,9 @@ from typing import Any, Final
 from coordinator.bootstrap.clients import new_admin
 from coordinator.bootstrap.common import StartError
 from coordinator.config import ParsleyConfig
-from coordinator.membership import coordinators_group
-from coordinator.status import ProcessState, aggregate_state
-from coordinator.status_socket import NoReplyError, request
+from coordinator.control.status import ProcessState, aggregate_state
+from coordinator.control.status_socket import NoReplyError, request
+from coordinator.runtime.coordinators_group import coordinators_group
 
 __all__ = [
     "CLIENT_ID_TAG",

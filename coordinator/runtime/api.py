@@ -10,9 +10,9 @@ Mirrors the Java API (docs/runbooks.md, "Before an incident")::
 
 ``start`` is all-or-nothing (docs/runbooks.md, "If `start` raised"): it runs the
 bootstrap for every process (:mod:`coordinator.bootstrap`), then spawns one
-worker per task (:mod:`coordinator.supervisor`) and serves the control socket
-(:mod:`coordinator.status_socket`), and with ``config.metrics_port`` set,
-Prometheus ``/metrics`` (:mod:`coordinator.metrics`). An exception from it means
+worker per task (:mod:`coordinator.runtime.supervisor`) and serves the control socket
+(:mod:`coordinator.control.status_socket`), and with ``config.metrics_port`` set,
+Prometheus ``/metrics`` (:mod:`coordinator.control.metrics`). An exception from it means
 nothing is running.
 """
 
@@ -29,22 +29,11 @@ from typing import Any, Final
 import zmq
 
 from coordinator.bootstrap import ProcessPlan, StartError, bootstrap, restart_bootstrap
-from coordinator.client_check import check_process_clients
 from coordinator.config import ParsleyConfig
-from coordinator.last_status import last_status_file, remove_last_report
-from coordinator.log_setup import ensure_log_handler
-from coordinator.main_guard import check_main_guard
-from coordinator.membership import Membership, start_joined
-from coordinator.metrics import MetricsServer
-from coordinator.peers import (
-    application_status,
-    coordinator_client_id,
-    stop_peers,
-    this_coordinator,
-)
-from coordinator.state_dir import default_state_dir, ensure_state_dir
-from coordinator.status import ProcessState, ProcessStatus, status_to_json
-from coordinator.status_socket import (
+from coordinator.control.last_status import last_status_file, remove_last_report
+from coordinator.control.metrics import MetricsServer
+from coordinator.control.status import ProcessState, ProcessStatus, status_to_json
+from coordinator.control.status_socket import (
     BadRequest,
     ControlServer,
     NoReplyError,
@@ -55,13 +44,21 @@ from coordinator.status_socket import (
     request,
     resolve_endpoint,
 )
-from coordinator.supervisor import (
-    DEFAULT_STOP_DEADLINE_S,
-    RestartPolicy,
-    ShutdownReport,
-    Supervisor,
-    WorkerTarget,
+from coordinator.log_setup import ensure_log_handler
+from coordinator.runtime.client_check import check_process_clients
+from coordinator.runtime.main_guard import check_main_guard
+from coordinator.runtime.membership import Membership, start_joined
+from coordinator.runtime.peers import (
+    application_status,
+    coordinator_client_id,
+    stop_peers,
+    this_coordinator,
 )
+from coordinator.runtime.supervisor import Supervisor
+from coordinator.runtime.supervisor.restarts import RestartPolicy
+from coordinator.runtime.supervisor.shutdown import DEFAULT_STOP_DEADLINE_S, ShutdownReport
+from coordinator.runtime.supervisor.spawn import WorkerTarget
+from coordinator.state_dir import default_state_dir, ensure_state_dir
 from parsley.declarations import Process
 
 __all__ = [
@@ -232,7 +229,7 @@ class Parsley:
             StartError: a missing prerequisite (a topic, connectivity, ACLs), a
                 ``metrics_port`` that cannot be bound, or a start at a script's top
                 level outside ``if __name__ == "__main__":``
-                (:func:`coordinator.main_guard.check_main_guard`), refused before
+                (:func:`coordinator.runtime.main_guard.check_main_guard`), refused before
                 anything runs; :class:`CoordinatorRunningError` for a coordinator
                 already running this prefix under this state dir; an ``ipc://``
                 control path longer than ZeroMQ binds.
@@ -240,7 +237,7 @@ class Parsley:
                 created (a ``ValueError``; :mod:`coordinator.state_dir`).
             ValueError: a wrong declaration or argument, a per-process Kafka
                 property Parsley owns (:meth:`ParsleyConfig.check_processes`) or
-                librdkafka refuses (:func:`coordinator.client_check.check_process_clients`).
+                librdkafka refuses (:func:`coordinator.runtime.client_check.check_process_clients`).
         """
         ensure_log_handler()
         check_main_guard()

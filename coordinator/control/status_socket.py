@@ -1,31 +1,13 @@
 """The coordinator's control socket: status and stop requests over ZeroMQ, one reply each.
 
-A ``REP`` socket served by one thread. Every request gets exactly one reply,
-and every reply carries an :class:`Outcome` (docs/operations.md, "The control socket":
-classified by a kind, never by message text) — a malformed request included, which gets a
-clear refusal, never a crash or silence.
-
-Requests and replies are JSON objects (orjson)::
-
-    {"op": "ping"}                      -> {"outcome": "OK", "op": "ping"}
-    {"op": "status"}                    -> {"outcome": "OK", "op": "status", "status": {...}}
-    {"op": "stop", "deadline_s": 10}    -> {"outcome": "OK", "op": "stop", "shutdown": {...}}
-    b"not json"                         -> {"outcome": "MALFORMED_REQUEST", "error": "..."}
-    {"op": "dance"}                     -> {"outcome": "UNKNOWN_OPERATION", "error": "..."}
-    {"op": "stop", "deadline_s": -1}    -> {"outcome": "MALFORMED_REQUEST", "error": "..."}
-    a handler that raised               -> {"outcome": "FAILED", "error": "..."}
-    a result orjson cannot encode       -> {"outcome": "FAILED", "error": "..."}
-
-The serving loop survives anything one request does (docs/operations.md, "The control
-socket": every request ends with exactly one reply): a reply that cannot be encoded is
-replaced by a ``FAILED`` one, an unexpected error in an iteration is logged
-and serving goes on, and a socket whose send failed (a ``REP`` socket then
-sits in the wrong state) is closed and bound again on the same endpoint.
-
-Endpoints (:func:`resolve_endpoint`): an ``ipc://`` path under the state dir
-by default; ``tcp`` only when asked, on 127.0.0.1 unless a host is given
-explicitly. The bound endpoint is written to :func:`endpoint_file` so that
-``parsley-coordinator status`` finds it.
+A ``REP`` socket served by one thread. Every request gets exactly one reply, and every reply
+carries an :class:`Outcome` (docs/operations.md, "The control socket": classified by a
+kind, never by message text), a malformed request included. The serving loop survives
+anything one request does. Endpoints (:func:`resolve_endpoint`): an ``ipc://`` path under
+the state dir by default; ``tcp`` only when asked, on 127.0.0.1 unless a host is given; the
+bound endpoint is written to :func:`endpoint_file` so that ``parsley-coordinator status``
+finds it. The requests, the replies and how serving recovers are in docs/architecture.md,
+"The coordinator", "The control socket".
 """
 
 from __future__ import annotations
@@ -45,7 +27,7 @@ import orjson
 import zmq
 
 from coordinator.config import ParsleyConfig
-from coordinator.control_auth import secure_client, secure_server
+from coordinator.control.auth import secure_client, secure_server
 
 __all__ = [
     "OPERATIONS",

@@ -13,7 +13,7 @@ Two layouts (docs/operations.md, "Reading the `status` table"):
   width limit.
 
 The document is a live one (``{"processes": ...}``) or a last report
-(:mod:`coordinator.last_status`), which gets a header line with the exit time and code.
+(:mod:`coordinator.control.last_status`), which gets a header line with the exit time and code.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.last_status import LastReport
-from coordinator.status import ProcessState, ProcessStatus, TaskStatus, parse_status
+from coordinator.control.last_status import LastReport
+from coordinator.control.status import ProcessState, ProcessStatus, TaskStatus, parse_status
 from parsley.status import HeldChannel
 
 __all__ = ["FIT_COLUMNS", "held_line", "render", "report_header"]
@@ -154,7 +154,7 @@ def render(doc: Mapping[str, Any], *, wide: bool = False,
     """The table (and notes) for a status document.
 
     Args:
-        doc: a live status document (``{"processes": ...}``, coordinator.status) or a
+        doc: a live status document (``{"processes": ...}``, coordinator.control.status) or a
             last report's (``{"running": false, "last_report": {...}, ...}``).
         wide: the ``--wide`` layout (module docstring).
         width: the terminal's width, characters: the default layout shortens the
@@ -177,7 +177,8 @@ def render(doc: Mapping[str, Any], *, wide: bool = False,
         what = "refused" if err.refusal_reason is not None else "failed"
         reason = f"{err.refusal_reason.name}: " if err.refusal_reason is not None else ""
         parts.append(Text(f"start {what}: {reason}{err.detail}", style="bold red"))
-    for c in doc.get("coordinators") or ():  # --join: who runs which task (coordinator.peers)
+    # --join: who runs which task (coordinator.runtime.peers)
+    for c in doc.get("coordinators") or ():
         tasks = "; ".join(f"{p} tasks {list(t)}" for p, t in c.get("tasks", {}).items())
         parts.append(Text(
             f"coordinator {c['host']} pid {c['pid']} {c['endpoint']}"

@@ -1,25 +1,14 @@
 """ZeroMQ CURVE authentication for control sockets on TCP (docs/operations.md, "The control
 socket", "Several coordinators").
 
-A key directory, named by the environment variable ``PARSLEY_CONTROL_KEYS``, holds:
-
-* ``server.key`` / ``server.key_secret``: the coordinators' key pair (one per
-  application: every coordinator serves with it, and uses it as a client when it asks
-  a peer);
-* ``<name>.key`` / ``<name>.key_secret``: a client's key pair (``status``, ``stop``
-  run with ``PARSLEY_CONTROL_CLIENT=<name>``; ``server`` by default);
-* ``authorized/*.key``: the public keys a coordinator accepts (the server's own
-  included, so that peers can ask each other).
-
-``parsley-coordinator keys DIR [--client NAME]`` makes them (:func:`make_keys`). With
-the variable set, a control socket bound on ``tcp://`` is a CURVE server that accepts
-only the authorized keys (a ZAP handler on the coordinator's ZeroMQ context), and a
-request to a ``tcp://`` endpoint is a CURVE client; an unauthorized client gets no
-reply (its handshake is dropped), so it sees "no reply". Without it, a ``tcp://``
-socket on another interface than the loopback is refused (:class:`StartError`):
-only a loopback one, reachable from this machine alone, may go unauthenticated (with
-a warning). ``ipc://`` sockets stay as they are: the file system's permissions guard
-them. Keys are the Z85 certificate files of ``zmq.auth``.
+A key directory, named by ``PARSLEY_CONTROL_KEYS``, holds the coordinators' key pair, the
+clients' key pairs and ``authorized/*.key``, the public keys a coordinator accepts;
+``parsley-coordinator keys DIR [--client NAME]`` makes them (:func:`make_keys`). With the
+variable set, a ``tcp://`` control socket is a CURVE server accepting only authorized keys,
+and a request to a ``tcp://`` endpoint is a CURVE client; without it, a ``tcp://`` socket
+off the loopback is refused (:class:`StartError`). ``ipc://`` sockets stay guarded by the
+file system's permissions. The directory's files and the rules are in
+docs/architecture.md, "The coordinator", "CURVE keys of control sockets".
 """
 
 from __future__ import annotations

@@ -1,0 +1,105 @@
+"""Status intake: the workers' ``status`` and ``final`` messages off the supervisor's ZeroMQ
+``PULL`` socket, and the :class:`~coordinator.control.status.ProcessStatus` built from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+import orjson
+import psutil  # type: ignore[import-untyped]
+import zmq
+
+from coordinator.control.status import (
+    ProcessState,
+    ProcessStatus,
+    TaskStatus,
+    aggregate_state,
+    process_state,
+    task_status_from_report,
+)
+from coordinator.runtime.supervisor.state import SupervisorBase
+from workers.protocol import FINAL, STATUS
+
+__all__ = ["Intake"]
+
+log = logging.getLogger("parsley.coordinator.supervisor")
+
+
+class Intake(SupervisorBase):
+    """Reads worker reports and answers :meth:`status`."""
+
+    def status(self) -> dict[str, ProcessStatus]:
+        """Every process's :class:`ProcessStatus`, tasks aged now."""
+        now = time.monotonic()
+        interval = self._config.status_interval_ms
+        out: dict[str, ProcessStatus] = {}
+        with self._lock:
+            for name, run in self._runs.items():
+                if run.stopped:
+                    out[name] = ProcessStatus(ProcessState.STOPPED, run.refusal_reason,
+                                              run.failure_detail, (), run.restarts)
+                    continue
+                tasks: list[TaskStatus] = []
+                for t in sorted(run.tasks.values(), key=lambda t: t.index):
+                    if t.report is None or t.report_at is None or t.exit_code is not None:
+                        continue
+                    rss, cpu = None, None
+                    if t.handle is not None:
+                        with contextlib.suppress(psutil.Error):
+                            rss = int(t.handle.memory_info().rss)
+                            cpu = float(t.handle.cpu_percent(None))
+                    try:
+                        tasks.append(task_status_from_report(
+                            t.report, age_ms=int((now - t.report_at) * 1000),
+                            status_interval_ms=interval, rss_bytes=rss, cpu_percent=cpu))
+                    except (KeyError, TypeError, ValueError) as exc:
+                        if not t.malformed_logged:  # once per worker, not once per status()
+                            t.malformed_logged = True
+                            log.warning("%s: task %d (pid %d) sent a malformed status report "
+                                        "(%s: %s); it has no status entry until a readable "
+                                        "one arrives", run.plan.application_id, t.index, t.pid,
+                                        type(exc).__name__, exc)
+                # Over every task: one that exited and waits for its respawn is STARTING.
+                reported = {t.index: None if t.report is None else str(t.report.get("state"))
+                            for t in run.tasks.values() if t.exit_code is None}
+                state = process_state(run.plan.task_count, reported) if run.owned is None \
+                    else aggregate_state(reported.get(i) for i in run.indexes())
+                out[name] = ProcessStatus(state, run.refusal_reason, run.failure_detail,
+                                          tuple(tasks), run.restarts)
+        return out
+
+    def _drain(self) -> None:
+        assert self._pull is not None
+        while True:
+            try:
+                raw = self._pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = orjson.loads(raw)
+                kind, name = msg["kind"], msg["process"]
+                task, pid = int(msg["task"]), int(msg["pid"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                log.warning("ignored a malformed worker message (%d bytes)", len(raw))
+                continue
+            with self._lock:
+                run = self._runs.get(name)
+                t = None if run is None else run.tasks.get(task)
+                if t is None or t.pid != pid:
+                    continue  # a previous incarnation's report
+                now = time.monotonic()
+                t.heard_at = now
+                self._observe("reported", name, task, pid, msg)
+                if kind == STATUS:
+                    t.report, t.report_at = msg, now
+                    state = msg.get("state")
+                    t.last_state = state if isinstance(state, str) else None
+                    if state == "RUNNING":
+                        t.running_since = t.running_since or now
+                    else:
+                        t.running_since = None
+                elif kind == FINAL:
+                    t.final = msg
