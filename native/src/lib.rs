@@ -5,14 +5,15 @@
 //! ordering-state records (docs/wire-format.md, docs/model.md "The stored form").
 //! `parsley/native.py` chooses between them (`PARSLEY_ENGINE`).
 //!
-//! Pure-Rust modules carry no PyO3 and are tested with `cargo test --no-default-features`;
-//! the PyO3 wrappers (`py_*`) and the `#[pymodule]` compile only with the default feature
-//! `python`, which setuptools-rust builds.
+//! Pure-Rust modules (`wire`, `state_codec`, `engine`) carry no PyO3 and are tested with
+//! `cargo test`; the PyO3 wrappers (`py_*`) and the `#[pymodule]` compile only with the
+//! feature `python`, which setuptools-rust turns on (pyproject.toml).
 //!
 //! The crate builds with Debian 12's toolchain (rustc 1.63, cargo 1.65; `rust-version` in
 //! Cargo.toml, Cargo.lock v3): no let-else, `Option::is_some_and`, `std::hint::black_box` or
 //! other later features. Check with Debian's toolchain first on PATH when it is installed:
-//! `PATH=/usr/bin:$PATH CARGO_UNSTABLE_SPARSE_REGISTRY=true RUSTC_BOOTSTRAP=1 cargo build`.
+//! `PATH=/usr/bin:$PATH CARGO_UNSTABLE_SPARSE_REGISTRY=true RUSTC_BOOTSTRAP=1 \
+//! cargo build --features python`.
 
 pub mod state_codec;
 pub mod wire;

@@ -270,7 +270,7 @@ pub fn varint_size(value: u32) -> usize {
 }
 
 #[inline]
-fn put_varint(buf: &mut Vec<u8>, mut value: u32) {
+pub(crate) fn put_varint(buf: &mut Vec<u8>, mut value: u32) {
     while value >= 0x80 {
         buf.push((value as u8 & 0x7F) | 0x80);
         value >>= 7;

@@ -7,28 +7,9 @@
 //! formula of docs/wire-format.md, "Size", updated as channels enter and leave.
 
 use super::fx::FxMap;
-use crate::wire::{Channel, TopicId};
+use crate::wire::{put_varint, varint_size, Channel, TopicId};
 
 const NEW_TOPIC_BYTES: usize = 17;
-
-/// Width in bytes of `value` as a minimal unsigned varint (1..5).
-pub fn varint_size(value: u32) -> usize {
-    match value {
-        0..=0x7F => 1,
-        0x80..=0x3FFF => 2,
-        0x4000..=0x1F_FFFF => 3,
-        0x20_0000..=0xFFF_FFFF => 4,
-        _ => 5,
-    }
-}
-
-fn put_varint(buf: &mut Vec<u8>, mut value: u32) {
-    while value >= 0x80 {
-        buf.push(((value & 0x7F) | 0x80) as u8);
-        value >>= 7;
-    }
-    buf.push(value as u8);
-}
 
 /// Size and canonical bytes of one frontier's encoding.
 #[derive(Default)]

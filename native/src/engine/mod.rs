@@ -1,9 +1,26 @@
-//! The ordering engine's pure-Rust parts: the maps' hasher, the frontier's incremental
-//! encoding, insertion-ordered maps and sets, and the flat keys and held blobs of the
-//! ordering changelog (docs/model.md, "The stored form"). The PyO3 class that drives them,
-//! with the same API as `parsley.engine.engine.ProcessEngine`, is `crate::py_engine`.
+//! The ordering engine in plain Rust (no PyO3): one task's state, receipt, decisions,
+//! delivery and changelog rows, with the rules and refusal texts of
+//! `parsley.engine.engine.ProcessEngine` (docs/model.md). The PyO3 class that drives it,
+//! with the same API as `ProcessEngine`, is `crate::py_engine`; what the core needs from
+//! its host (payloads, the store, warnings, channel rendering) is the trait in `host.rs`.
+//!
+//! - `state.rs`: the state, restore, `start`, pruning, queries, changelog rows
+//! - `receipt.rs`: receiving a message
+//! - `delivery.rs`: deciding and delivering heads, the `parsley.causes` header
+//! - `frontier.rs`, `ordered.rs`, `fx.rs`: the frontier's encoding, ordered maps, hasher
 
+mod state;
+mod delivery;
 pub mod frontier;
 pub mod fx;
+mod host;
 pub mod ordered;
-pub mod rows;
+mod receipt;
+#[cfg(test)]
+mod tests;
+
+pub use self::state::{Causes, Config, Core, Delivered, Held, Restore, RowSink};
+pub use self::host::{Fault, HeldParts, Host, Reason};
+pub use self::receipt::{
+    encodable_position, header_role, CausesHeader, HeaderRole, CAUSES_HEADER, RESERVED_PREFIX,
+};

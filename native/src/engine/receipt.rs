@@ -1,0 +1,377 @@
+//! Receipt (`ProcessEngine.receive`, docs/model.md "Receipt"): the causes header's
+//! budget and decoding, the in-execution feed order, merging every cause into the
+//! frontier, the coverage checks that drop replays, cross-partition causes, and holding
+//! the accepted message.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use super::host::{Fault, Host, Reason};
+use super::state::{Causes, Core, Decoded, Held, SABOTAGE_IGNORE_CROSS_PARTITION};
+use crate::wire::{decode_causes, Channel, FED_TO_END};
+
+/// The header carrying a message's causes (docs/wire-format.md).
+pub const CAUSES_HEADER: &str = "parsley.causes";
+/// Headers under this prefix are Parsley's: never handed to the application.
+pub const RESERVED_PREFIX: &str = "parsley.";
+const DECODE_CACHE_ENTRIES: usize = 64;
+
+/// What a message's headers say about its causes.
+#[derive(Clone, Copy, Debug)]
+pub enum CausesHeader<'a> {
+    Absent,
+    /// Two `parsley.causes` headers.
+    Duplicate,
+    /// A `parsley.causes` header with a null value.
+    Null,
+    Value(&'a [u8]),
+}
+
+/// What a header's key makes of it at receipt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderRole {
+    Causes,
+    /// Another `parsley.*` header: dropped.
+    Reserved,
+    Application,
+}
+
+/// The role of a header with key `key`.
+pub fn header_role(key: &str) -> HeaderRole {
+    if key == CAUSES_HEADER {
+        HeaderRole::Causes
+    } else if key.starts_with(RESERVED_PREFIX) {
+        HeaderRole::Reserved
+    } else {
+        HeaderRole::Application
+    }
+}
+
+/// Whether a `parsley.causes` header can carry `position` (0..2^63-2, as
+/// `parsley.wire.encode_causes`): receipt takes no other.
+pub fn encodable_position(position: i64) -> bool {
+    position >= 0 && position != FED_TO_END
+}
+
+impl<P> Core<P> {
+    /// Receive the message at position `q` of rank `r` (timestamp `ts` ms); true when
+    /// accepted and held, false when dropped as a replay of a covered position.
+    #[allow(clippy::too_many_arguments)]
+    pub fn feed<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+        r: usize,
+        q: i64,
+        ts: i64,
+        header: CausesHeader<'_>,
+        payload: P,
+    ) -> Result<bool, Fault<H::Error>> {
+        self.require_started()?;
+        let ch = self.by_rank[r];
+        let raw = match header {
+            CausesHeader::Absent => None,
+            CausesHeader::Duplicate => {
+                return Err(self.undecodable(host, &ch, q, "duplicate parsley.causes headers"))
+            }
+            CausesHeader::Null => {
+                return Err(self.undecodable(host, &ch, q, "causes header present with null value"))
+            }
+            CausesHeader::Value(raw) => Some(raw),
+        };
+
+        // -- causes: budget before decode
+        let mut entry: Option<Rc<Decoded>> = None;
+        if let Some(data) = raw {
+            if data.len() > self.config.budget {
+                let detail = format!(
+                    "{} carries {} bytes of causal metadata; the configured budget is \
+                     {} bytes. Raise metadata_budget_bytes here and upstream \
+                     (docs/runbooks.md, METADATA_BUDGET_EXCEEDED)",
+                    host.describe(&ch, Some(q)),
+                    data.len(),
+                    self.config.budget
+                );
+                return Err(Self::refused(Reason::MetadataBudgetExceeded, detail));
+            }
+            entry = Some(match self.decoded.get(data) {
+                Some(e) => e.clone(),
+                None => self.decode(host, &ch, q, data)?,
+            });
+        }
+        let causes: Causes = match &entry {
+            Some(e) => e.causes.clone(),
+            None => self.no_causes.clone(),
+        };
+
+        // -- in-execution order
+        if let Some(before) = self.fed_exec[r] {
+            if q <= before {
+                let detail = format!(
+                    "fed {} after this execution was already fed offset {before} of the same \
+                     partition; the host must feed each channel in increasing position \
+                     order. Restart; if it recurs at the same offsets, keep the logs and \
+                     report it (docs/runbooks.md, OUT_OF_ORDER_FEED)",
+                    host.describe(&ch, Some(q))
+                );
+                return Err(Self::refused(Reason::OutOfOrderFeed, detail));
+            }
+        }
+        self.fed_exec[r] = Some(q);
+
+        // -- receipt merges every cause into the frontier, before the duplicate check
+        if let Some(e) = &entry {
+            let epoch = self.epoch;
+            // Merged once per epoch: a header seen again adds nothing until a prune.
+            if !e.causes.is_empty() && e.merged_epoch.get() != epoch {
+                self.merge_causes(host, &e.causes)?;
+                e.merged_epoch.set(epoch);
+            }
+        }
+
+        // -- coverage: dead channel, invariant guard, replay drop
+        if let Some(&fed) = self.fed.get(&ch) {
+            if q <= fed {
+                return self.covered_feed(host, &ch, q, fed);
+            }
+        }
+
+        if let Some(e) = &entry {
+            if !e.foreign.is_empty() && self.config.sabotage != SABOTAGE_IGNORE_CROSS_PARTITION {
+                self.cross_partition(host, r, q, &payload, &e.foreign)?;
+            }
+        }
+
+        // -- accept: cover, hold
+        self.fed.insert(ch, q);
+        self.dirty_f.add(ch);
+        self.bodies.insert(
+            (r, q),
+            Held {
+                ts,
+                payload,
+                causes: causes.clone(),
+            },
+        );
+        self.body_order.push((r, q));
+        self.queues[r].push_back(q);
+        self.held_total += 1;
+        if self.queues[r].len() == 1 {
+            self.head_causes[r] = Some(causes);
+            self.add_candidate(r);
+            self.raise_settled(r, q - 1);
+        }
+        Ok(true)
+    }
+
+    /// Decode a header value not in the cache, and cache it.
+    fn decode<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+        ch: &Channel,
+        q: i64,
+        data: &[u8],
+    ) -> Result<Rc<Decoded>, Fault<H::Error>> {
+        let decoded = match decode_causes(data) {
+            Ok(d) => d,
+            Err(diagnosis) => return Err(self.undecodable(host, ch, q, &diagnosis)),
+        };
+        if self.decoded.len() >= DECODE_CACHE_ENTRIES {
+            self.decoded.clear();
+        }
+        let foreign: Vec<(Channel, i64)> = decoded
+            .iter()
+            .filter(|(c, _)| self.received_topics.contains(&c.topic) && !self.rank.contains_key(c))
+            .copied()
+            .collect();
+        let e = Rc::new(Decoded {
+            causes: decoded.into(),
+            foreign: foreign.into(),
+            merged_epoch: Cell::new(-1),
+        });
+        self.decoded.insert(data.into(), e.clone());
+        Ok(e)
+    }
+
+    /// A feed at or below coverage `fed`: refused on a deleted channel or above the
+    /// session floor (the host contradicts the engine), else dropped as a replay.
+    fn covered_feed<H: Host<Payload = P>>(
+        &self,
+        host: &mut H,
+        ch: &Channel,
+        q: i64,
+        fed: i64,
+    ) -> Result<bool, Fault<H::Error>> {
+        if fed == FED_TO_END {
+            let detail = format!(
+                "fed {} on a channel recorded as no longer existing; the identity \
+                 verdict was wrong. Reset the process, keep the logs and report it \
+                 (docs/runbooks.md, OUT_OF_ORDER_FEED)",
+                host.describe(ch, Some(q))
+            );
+            return Err(Self::refused(Reason::OutOfOrderFeed, detail));
+        }
+        let floor_at = self.floor.as_ref().and_then(|f| f.get(ch).copied());
+        if floor_at.is_none() || q > floor_at.unwrap() {
+            let floor_text = floor_at.map_or_else(|| "none".to_string(), |f| f.to_string());
+            let detail = format!(
+                "fed {} which this execution's own coverage already records as fed \
+                 or never arriving (fedUpTo={fed}), above the session floor of \
+                 {floor_text}; the host's feed and the engine's record contradict \
+                 each other. A restart resumes from the committed record, and this \
+                 refusal then does not recur (docs/runbooks.md, \
+                 COVERED_POSITION_FED).",
+                host.describe(ch, Some(q))
+            );
+            return Err(Self::refused(Reason::CoveredPositionFed, detail));
+        }
+        Ok(false)
+    }
+
+    pub(super) fn undecodable<H: Host<Payload = P>>(
+        &self,
+        host: &mut H,
+        ch: &Channel,
+        q: i64,
+        diagnosis: &str,
+    ) -> Fault<H::Error> {
+        let detail = format!(
+            "{}: {diagnosis}. Find and fix the producer that stamped the header; no restart \
+             passes the record (docs/runbooks.md, UNDECODABLE_METADATA)",
+            host.describe(ch, Some(q))
+        );
+        Self::refused(Reason::UndecodableMetadata, detail)
+    }
+
+    /// Warn once when the frontier's size reaches 80% of the budget.
+    pub(super) fn check_warning<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+    ) -> Result<(), Fault<H::Error>> {
+        if self.warned {
+            return Ok(());
+        }
+        let size = self.encoding.size();
+        if size * 5 >= self.config.budget * 4 {
+            self.warned = true;
+            if host.wants_warnings() {
+                let text = format!(
+                    "the causal frontier reached {size} bytes ({} channels), at least 80% of \
+                     the metadata budget of {} bytes; beyond the budget the process stops \
+                     with METADATA_BUDGET_EXCEEDED",
+                    self.frontier.len(),
+                    self.config.budget
+                );
+                host.warn(text).map_err(Fault::Host)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `ch` enters the frontier at `position`; refused beyond the budget.
+    pub(super) fn merge_new<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+        ch: Channel,
+        position: i64,
+    ) -> Result<(), Fault<H::Error>> {
+        self.frontier.set(ch, position);
+        self.dirty_c.add(ch);
+        self.encoding.added(&ch);
+        self.header_generation += 1;
+        let size = self.encoding.size();
+        if size > self.config.budget {
+            let detail = format!(
+                "the causal frontier reached {size} bytes ({} channels); the configured \
+                 budget is {} bytes. The frontier's size is the sum over its topics of 26 \
+                 bytes for the first partition and 9 for each further one, plus 2 \
+                 (docs/model.md). Raise metadata_budget_bytes here and upstream \
+                 (docs/runbooks.md, METADATA_BUDGET_EXCEEDED).",
+                self.frontier.len(),
+                self.config.budget
+            );
+            return Err(Self::refused(Reason::MetadataBudgetExceeded, detail));
+        }
+        self.check_warning(host)
+    }
+
+    /// Raise the frontier to `position` on `ch` (entering it if new).
+    pub(super) fn merge_one<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+        ch: Channel,
+        position: i64,
+    ) -> Result<(), Fault<H::Error>> {
+        match self.frontier.get_mut(&ch) {
+            None => self.merge_new(host, ch, position)?,
+            Some(current) => {
+                if position > *current {
+                    *current = position;
+                    self.dirty_c.add(ch);
+                    self.encoding.moved.push(ch);
+                    self.header_generation += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn merge_causes<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+        causes: &[(Channel, i64)],
+    ) -> Result<(), Fault<H::Error>> {
+        for &(c, p) in causes {
+            self.merge_one(host, c, p)?;
+        }
+        Ok(())
+    }
+
+    /// Causes on partitions another task of the process reads: refused, or carried
+    /// unenforced with one warning per pair of partitions.
+    fn cross_partition<H: Host<Payload = P>>(
+        &mut self,
+        host: &mut H,
+        r: usize,
+        q: i64,
+        payload: &P,
+        foreign: &[(Channel, i64)],
+    ) -> Result<(), Fault<H::Error>> {
+        let ch = self.by_rank[r];
+        let key_text = host.describe_key(payload).map_err(Fault::Host)?;
+        if self.config.cross_refuse {
+            let (cause, position) = foreign[0];
+            let detail = format!(
+                "the record at {} ({key_text}) names a cause at {}, a partition another task \
+                 of this process reads, so no task can hold the record until its cause is \
+                 delivered. Usually a keying or partitioner mistake upstream: produce the \
+                 input keyed, with the murmur2_random partitioner (Java's default), and reset \
+                 the process past the record; if an upstream stage deliberately fans in \
+                 partitions, cross_partition_causes = \"warn\" carries such causes \
+                 unenforced (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
+                host.describe(&ch, Some(q)),
+                host.describe(&cause, Some(position))
+            );
+            return Err(Self::refused(Reason::CrossPartitionCause, detail));
+        }
+        self.cross_count += 1;
+        for &(cause, position) in foreign {
+            if !self.cross_warned.insert((r, cause)) {
+                continue;
+            }
+            if host.wants_warnings() {
+                let text = format!(
+                    "the record at {} ({key_text}) names a cause at {}, a partition another \
+                     task of this process reads: the cause is carried unenforced (the \
+                     received topics' partition counts differ, or cross_partition_causes = \
+                     \"warn\"). Said once per pair of partitions; counted in status as \
+                     cross_partition_causes; cross_partition_causes = \"refuse\" makes it a \
+                     refusal (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
+                    host.describe(&ch, Some(q)),
+                    host.describe(&cause, Some(position))
+                );
+                host.warn(text).map_err(Fault::Host)?;
+            }
+        }
+        Ok(())
+    }
+}
