@@ -4,7 +4,7 @@ Such a cause names a channel the process receives but this task does not, so thi
 can never enforce it (docs/failing-closed.md, "Cross-partition causes"). The host picks
 the policy (:func:`cross_partition_policy`); :class:`CrossPartitionCheck` applies it to
 each accepted record in the reference engine. The native core applies the same rule
-with the same details (``native/src/py_engine.rs``, ``cross_partition``).
+with the same details (``native/src/engine/receipt.rs``, ``cross_partition``).
 
 Pure: standard library only.
 """

@@ -41,9 +41,7 @@ from parsley.engine.shell import EngineShell
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import decode_causes, split_causes_header, strip_reserved
 
-# FeedOutcome stays importable from here: the native core reads it from this module
-# (native/src/py_engine.rs, ``_setup``).
-__all__ = ["Causes", "FeedOutcome", "ProcessEngine", "TopicVerdict"]
+__all__ = ["Causes", "ProcessEngine", "TopicVerdict"]
 
 _NOTHING_SETTLED: Final = -1
 """Fast-map spelling of "settled unknown": below every legal position, so it blocks."""

@@ -2,7 +2,8 @@
 
 The same API, refusals, details, ``parsley.causes`` headers and changelog rows as
 :class:`parsley.engine.engine.ProcessEngine`, the reference implementation. The hot
-path runs in Rust (``parsley._native.EngineCore``, the crate's ``py_engine.rs``):
+path runs in Rust (``parsley._native.EngineCore``: the rules in ``native/src/engine/``,
+the PyO3 adapter in ``native/src/py_engine/``):
 :meth:`receive`, :meth:`feed_records`, :meth:`deliver_next`, :meth:`deliver_batch`,
 :meth:`causes_header`, the rows of :meth:`take_deltas` and the queries. The cold parts
 are the Python shell both engines share (:class:`parsley.engine.shell.EngineShell`:

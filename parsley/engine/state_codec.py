@@ -23,7 +23,7 @@ Every corruption raises ``ParsleyFailClosedError(UNKNOWN_ORDERING_STATE_FORMAT,
 diagnosis)``; the engine may prefix ``process <name>: ``.
 
 Two implementations of the blob and image functions: the Rust codec in the
-extension module ``parsley._native`` (``native/src/state_codec.rs``) and the
+extension module ``parsley._native`` (``native/src/state_codec/``) and the
 pure-Python reference here (``reference_decode_held``, ``reference_encode_held``,
 ``reference_validate_held``, ``reference_load_image``), with the same values, bytes
 and refusals. ``decode_held``, ``encode_held``, ``validate_held`` and

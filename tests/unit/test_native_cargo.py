@@ -1,6 +1,6 @@
 """The Rust unit tests of the native core's pure modules pass (``cargo test``).
 
-``native/src/wire.rs`` and ``native/src/state_codec.rs`` (and the engine's pure Rust)
+``native/src/wire.rs`` and ``native/src/state_codec/`` (and the engine's pure Rust)
 carry their own unit tests; they need no Python, so they run without the ``python``
 feature that builds the extension module: ``cargo test --no-default-features``, in the
 test profile (no LTO, unlike the release build of the extension module).

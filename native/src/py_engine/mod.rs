@@ -205,8 +205,8 @@ impl EngineCore {
         let refusals = py.import("parsley.refusals")?;
         let channel = py.import("parsley.engine.channel")?;
         let wire = py.import("parsley.wire")?;
-        let engine = py.import("parsley.engine.engine")?;
-        let outcome = engine.getattr("FeedOutcome")?;
+        let feed = py.import("parsley.engine.feed")?;
+        let outcome = feed.getattr("FeedOutcome")?;
         self.py.refs = Some(Refs {
             error: refusals.getattr("ParsleyFailClosedError")?.unbind(),
             reason: refusals.getattr("Reason")?.unbind(),
