@@ -61,7 +61,7 @@ from typing import Any, Final
 
 from coordinator.state_dir import default_state_dir as _per_user_state_dir
 from parsley.engine.engine import CROSS_PARTITION_SETTINGS
-from workers.kafka import OWNED_PROPERTIES
+from workers.kafka_config import OWNED_PROPERTIES
 
 __all__ = [
     "CLI_FLAGS",

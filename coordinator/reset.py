@@ -196,7 +196,7 @@ def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Proces
 
     from coordinator.bootstrap.common import StartRetryableError
     from parsley.refusals import ParsleyFailClosedError
-    from workers.kafka import restore_consumer_config
+    from workers.kafka_config import restore_consumer_config
 
     if partitions is None:
         return {}, {}, "absent"
@@ -253,7 +253,7 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
         StartError: a received topic does not exist, or the cluster could not be queried.
     """
     from workers.changelog import describe_topic
-    from workers.kafka import SubstrateError
+    from workers.kafka_errors import SubstrateError
 
     prefix = config.application_id_prefix
     group = application_id(prefix, process.name)

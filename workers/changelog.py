@@ -43,7 +43,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
 from workers.watchdog import bounded
 
@@ -131,7 +131,7 @@ def read_partition(
 
     Args:
         consumer: a consumer built from
-            :func:`workers.kafka.restore_consumer_config` (``read_committed``,
+            :func:`workers.kafka_config.restore_consumer_config` (``read_committed``,
             ``enable.partition.eof``). Its assignment is replaced by this
             partition for the read and emptied at the end.
         admin: an AdminClient, for the ``READ_UNCOMMITTED`` offset listing
@@ -154,7 +154,7 @@ def read_partition(
         SubstrateError: the read made no progress for ``stall_timeout_s``
             (``SUBSTRATE_TRANSIENT``, naming position and end), a record
             without a key, or a consumer error (classified by
-            :mod:`workers.kafka`; a vanished position is ``OFFSET_RESET``).
+            :mod:`workers.kafka_errors`; a vanished position is ``OFFSET_RESET``).
     """
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"

@@ -3,8 +3,7 @@
 :class:`DeliveryLedger` counts produce calls and delivery reports so a
 transaction's commit (and a changelog write) can check every record arrived;
 :data:`PURGE_CODES` are the reports of records purged because another failure
-ended the transaction. (Moved out of :mod:`workers.kafka`, which still
-re-exports these names.)
+ended the transaction.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from workers.kafka import ErrorKind, SubstrateError, to_exception
+from workers.kafka_errors import ErrorKind, SubstrateError, to_exception
 
 __all__ = ["PURGE_CODES", "DeliveryLedger"]
 
@@ -37,7 +36,7 @@ class DeliveryLedger:
     arrive from ``poll()``/``flush()``/``commit_transaction()``.
 
     The task's producer reports failures only (``delivery.report.only.error``,
-    :func:`workers.kafka.producer_config`): confluent-kafka-python handles that setting
+    :func:`workers.kafka_config.producer_config`): confluent-kafka-python handles that setting
     itself (``confluent_kafka.c``, ``Producer.c``'s ``dr_msg_cb``), serving every report
     in C and calling back into Python for failed ones only. A record is then known
     delivered once the producer's queue is empty (``flush()`` returned 0: librdkafka's

@@ -95,17 +95,19 @@ from workers.identity import (
     apply_received_verdicts,
     settled_detail,
 )
-from workers.kafka import (
+from workers.kafka_config import (
     DEFAULT_SESSION_TIMEOUT_MS,
     TRANSACTION_TIMEOUT_MS,
-    ErrorKind,
-    SubstrateError,
     admin_config,
-    classify,
     consumer_config,
-    kafka_error_of,
     producer_config,
     restore_consumer_config,
+)
+from workers.kafka_errors import (
+    ErrorKind,
+    SubstrateError,
+    classify,
+    kafka_error_of,
     stop_kind,
     to_exception,
 )

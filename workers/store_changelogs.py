@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, _answer, describe_topic
-from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
+from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
 
 __all__ = [
     "ABSENT_ANSWERS",

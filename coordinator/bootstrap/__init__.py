@@ -122,7 +122,8 @@ from parsley.declarations import (
 from parsley.engine.channel import ChannelId
 from parsley.refusals import Reason
 from workers.changelog import RestoreProgress, ensure_changelog_topic
-from workers.kafka import SubstrateError, restore_consumer_config
+from workers.kafka_config import restore_consumer_config
+from workers.kafka_errors import SubstrateError
 
 __all__ = [
     "BOOTSTRAP_CLIENT_PREFIX",

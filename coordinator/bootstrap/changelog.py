@@ -22,7 +22,7 @@ from parsley.engine import state_codec as sc
 from parsley.inspector import OrderingStateInspector
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import RestoreProgress, read_partition
-from workers.kafka import SubstrateError
+from workers.kafka_errors import SubstrateError
 
 __all__ = [
     "LOST_HEAD_DETAIL",
@@ -127,7 +127,7 @@ def read_ordering_state(
     Args:
         admin: an AdminClient (offset listings).
         consumer: an assign-only ``read_committed`` consumer
-            (``workers.kafka.restore_consumer_config``).
+            (``workers.kafka_config.restore_consumer_config``).
         topic: the changelog.
         partitions: its partition count as described.
         on_progress: called with each partition's :class:`RestoreProgress`.

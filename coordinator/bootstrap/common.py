@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError
 
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.client_log import RepeatFilter
-from workers.kafka import TRANSACTION_TIMEOUT_MS
+from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 
 __all__ = [
     "ADMIN_TIMEOUT_S",

@@ -44,7 +44,7 @@ from coordinator.bootstrap.common import (
 )
 from coordinator.config import ParsleyConfig
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.kafka import DEFAULT_SESSION_TIMEOUT_MS
+from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
 
 __all__ = [
     "GroupMember",
@@ -96,7 +96,7 @@ def session_timeout_ms(kafka_properties: Mapping[str, Any]) -> int:
     """The consumer ``session.timeout.ms`` the workers run with, ms (pure).
 
     ``consumer.session.timeout.ms`` over ``session.timeout.ms`` over
-    ``workers.kafka.DEFAULT_SESSION_TIMEOUT_MS``, as ``workers.kafka.consumer_config``
+    ``workers.kafka_config.DEFAULT_SESSION_TIMEOUT_MS``, as ``workers.kafka_config.consumer_config``
     resolves it.
 
     Raises:
@@ -149,7 +149,7 @@ def group_members(admin: AdminClient, group: str,
 
 def is_own_member(group: str, member: GroupMember) -> bool:
     """Whether ``member`` carries one of this process's worker instance ids,
-    ``<group>-task-*`` (pure; the ids workers.kafka gives the workers)."""
+    ``<group>-task-*`` (pure; the ids workers.kafka_config gives the workers)."""
     return (member.group_instance_id or "").startswith(f"{group}-task-")
 
 
@@ -336,9 +336,9 @@ def bootstrap_consumer(config: ParsleyConfig, group: str,
     accepted only while the group is empty. ``on_commit`` receives commit results
     (served by ``poll``).
     """
-    # workers.kafka has no public name for its client-prefix rules; the private one is
+    # workers.kafka_config has no public name for its client-prefix rules; the private one is
     # imported so the bootstrap consumer reads user properties exactly as workers do.
-    from workers.kafka import _select
+    from workers.kafka_config import _select
 
     props = _select(dict(config.kafka_properties), "consumer")
     props.update({

@@ -196,7 +196,7 @@ def first_record_between(
     """The offset of the first committed record in ``[start, end)``, or ``None``.
 
     Reads with ``consumer`` (assign-only, ``read_committed``,
-    ``enable.partition.eof``: ``workers.kafka.restore_consumer_config``), so
+    ``enable.partition.eof``: ``workers.kafka_config.restore_consumer_config``), so
     transaction markers and aborted records are skipped as the tasks skip
     them. ``start`` must be at or above the log start (the caller clamps it).
 
