@@ -47,6 +47,7 @@ from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.engine.identity import DELETION_REMEDY
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.kafka_errors import topic_authorization_failed, unknown_topic
 from workers.watchdog import bounded
 
 __all__ = [
@@ -304,10 +305,11 @@ class IdentityChecker:
                 desc = futures[name].result(timeout=timeout_s + 5)
             except (KafkaException, TimeoutError) as exc:
                 err = exc.args[0] if exc.args else None
-                code = err.code() if isinstance(err, KafkaError) else None
-                if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                if not isinstance(err, KafkaError):
+                    err = None  # a TimeoutError's argument is its text
+                if unknown_topic(err):
                     out[name] = Answer.UNKNOWN
-                elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                elif topic_authorization_failed(err):
                     out[name] = Answer.DENIED
                 else:
                     raise _Unanswered(str(err if err is not None else exc)) from exc

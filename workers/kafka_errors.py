@@ -31,18 +31,33 @@ from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.protocol import StopKind
 
 __all__ = [
+    "PURGE_CODES",
     "RECORD_TOO_LARGE_CODES",
+    "UNKNOWN_TOPIC_CODES",
+    "UNREACHABLE_CODES",
     "Classification",
     "ErrorKind",
     "SubstrateError",
     "classify",
     "fatal",
+    "group_coordinator_busy",
+    "group_not_found",
     "kafka_error_of",
     "map_kafka_errors",
+    "member_joined",
+    "offset_reset",
+    "partition_eof",
+    "purged",
     "retriable",
     "stop_kind",
     "to_exception",
+    "topic_already_exists",
+    "topic_authorization_failed",
+    "topic_missing_or_unreadable",
     "txn_requires_abort",
+    "unknown_topic",
+    "unreachable",
+    "unstable_offsets",
 ]
 
 RECORD_TOO_LARGE_CODES: Final = frozenset(
@@ -325,3 +340,117 @@ def map_kafka_errors(context: str) -> Iterator[None]:
         yield
     except KafkaException as exc:
         raise to_exception(exc, context) from exc
+
+
+# ---------------------------------------------------------------------------
+# Named predicates, for callers that branch on what a Kafka error means
+# ---------------------------------------------------------------------------
+
+
+def _code(exc_or_err: BaseException | KafkaError | None) -> int | None:
+    if isinstance(exc_or_err, SubstrateError):
+        return exc_or_err.code  # the code it was raised for, whatever its cause chain
+    err = kafka_error_of(exc_or_err)
+    return None if err is None else int(err.code())
+
+
+def offset_reset(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """The consumer refused to reset a position (``_AUTO_OFFSET_RESET``,
+    ``OFFSET_OUT_OF_RANGE``): judge it with :func:`workers.offsets.resolve_offset_reset`."""
+    return _code(exc_or_err) in _OFFSET_RESET_CODES
+
+
+def partition_eof(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """A partition-EOF event (``_PARTITION_EOF``, ``enable.partition.eof``): not a failure."""
+    return _code(exc_or_err) == KafkaError._PARTITION_EOF
+
+
+UNKNOWN_TOPIC_CODES: Final = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+)
+"""The broker's and the client's "no such topic"."""
+
+
+def unknown_topic(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """The topic does not exist (``UNKNOWN_TOPIC_OR_PART``, ``_UNKNOWN_TOPIC``)."""
+    return _code(exc_or_err) in UNKNOWN_TOPIC_CODES
+
+
+def topic_authorization_failed(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """``TOPIC_AUTHORIZATION_FAILED``: the principal may not describe or read the topic."""
+    return _code(exc_or_err) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+_TOPIC_GONE_CODES: Final = UNKNOWN_TOPIC_CODES | {
+    KafkaError._UNKNOWN_PARTITION, KafkaError.TOPIC_AUTHORIZATION_FAILED
+}
+
+
+def topic_missing_or_unreadable(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """A consumed topic or partition is gone or unreadable (unknown topic or partition, or
+    ``TOPIC_AUTHORIZATION_FAILED``): the worker's deletion check decides."""
+    return _code(exc_or_err) in _TOPIC_GONE_CODES
+
+
+def topic_already_exists(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """``TOPIC_ALREADY_EXISTS`` from a create (another creator won the race)."""
+    return _code(exc_or_err) == KafkaError.TOPIC_ALREADY_EXISTS
+
+
+def unstable_offsets(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """``UNSTABLE_OFFSET_COMMIT``: a transaction carrying offsets for the group is still
+    open, so ``require_stable`` offsets cannot be answered yet (KIP-447)."""
+    return _code(exc_or_err) == KafkaError.UNSTABLE_OFFSET_COMMIT
+
+
+def group_coordinator_busy(exc_or_err: BaseException | KafkaError | None, *,
+                           not_available: bool = True) -> bool:
+    """The group coordinator cannot answer yet: loading (``COORDINATOR_LOAD_IN_PROGRESS``)
+    or moving (``NOT_COORDINATOR``), and, when ``not_available``, not elected yet
+    (``COORDINATOR_NOT_AVAILABLE``). Ask again."""
+    code = _code(exc_or_err)
+    return code in (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR) or (
+        not_available and code == KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+def group_not_found(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """``GROUP_ID_NOT_FOUND``: the group has no members and no offsets."""
+    return _code(exc_or_err) == KafkaError.GROUP_ID_NOT_FOUND
+
+
+_MEMBER_JOINED_CODES: Final = frozenset({
+    KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+})
+
+
+def member_joined(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """A commit answer meaning a member joined the group meanwhile (``UNKNOWN_MEMBER_ID``,
+    ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``)."""
+    return _code(exc_or_err) in _MEMBER_JOINED_CODES
+
+
+UNREACHABLE_CODES: Final = frozenset(
+    {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+)
+"""The client's "no broker answered" codes."""
+
+
+def unreachable(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """No broker answered (``_TIMED_OUT``, ``_TRANSPORT``, ``_ALL_BROKERS_DOWN``)."""
+    return _code(exc_or_err) in UNREACHABLE_CODES
+
+
+PURGE_CODES: Final = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Delivery errors of records purged because *another* failure ended the transaction.
+
+A record over a size limit inside a transaction puts it in the abortable state
+and librdkafka purges the transaction's other records, whose reports carry
+``_PURGE_QUEUE`` (-152) or ``_PURGE_INFLIGHT`` (-151), possibly before the
+oversize record's own report. They are consequences, never the cause to report.
+"""
+
+
+def purged(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """A delivery report of a record purged (:data:`PURGE_CODES`)."""
+    return _code(exc_or_err) in PURGE_CODES

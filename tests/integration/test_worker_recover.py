@@ -20,8 +20,9 @@ from confluent_kafka.admin import AdminClient
 from tests.kafka_support import QUIET, CreateTopic, UniqueNames
 from tests.worker_support import make_spec, read_committed, relay_setup
 from workers.kafka_errors import ErrorKind, SubstrateError
-from workers.main import Stop, Worker
+from workers.main import Worker
 from workers.protocol import StopKind
+from workers.verdicts import Stop
 
 N = 30
 
