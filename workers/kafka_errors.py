@@ -41,7 +41,9 @@ __all__ = [
     "classify",
     "fatal",
     "group_coordinator_busy",
+    "group_not_empty",
     "group_not_found",
+    "invalid_argument",
     "kafka_error_of",
     "map_kafka_errors",
     "member_joined",
@@ -454,3 +456,14 @@ oversize record's own report. They are consequences, never the cause to report.
 def purged(exc_or_err: BaseException | KafkaError | None) -> bool:
     """A delivery report of a record purged (:data:`PURGE_CODES`)."""
     return _code(exc_or_err) in PURGE_CODES
+
+
+def group_not_empty(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """``NON_EMPTY_GROUP``: the group still has members (a delete or an offset change of a
+    group in use)."""
+    return _code(exc_or_err) == KafkaError.NON_EMPTY_GROUP
+
+
+def invalid_argument(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """``_INVALID_ARG``: the client refused a configuration or argument locally."""
+    return _code(exc_or_err) == KafkaError._INVALID_ARG
