@@ -11,20 +11,10 @@ that cannot be made leaves the ids *pending*; the worker asks again from the
 status punctuation with :class:`Backoff` (one status interval, doubling, capped
 at one minute).
 
-An id the state names but never bound to a name (an upstream topic named only
-as a cause) can never be judged; so at task initialisation the worker learns the
-name of each such id while it is alive (:meth:`IdentityChecker.learn_names`), as
-Java's ``AdminTopicIdentitySource`` does with its by-id describe, and the engine
-persists it. confluent-kafka cannot describe a topic by id, so the names come
-from listing the cluster's topics and describing those not yet bound.
-
-While a task runs, the same check is made of its received topics every
-:data:`RECEIVED_CHECK_INTERVAL_S` from the status punctuation (and at once when the
-consumer reports a received topic unknown), so a received topic deleted while the
-process runs is noticed within a minute (docs/failing-closed.md,
-``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``): :func:`apply_received_verdicts` lets
-the engine refuse it while messages from it are held, and otherwise settles its
-channel to its end and names it (:func:`settled_detail`) for the worker's stop.
+Names of ids bound to none are learned while alive (:meth:`IdentityChecker.learn_names`,
+as Java's ``AdminTopicIdentitySource``). While a task runs, its received topics are checked
+every :data:`RECEIVED_CHECK_INTERVAL_S` (:class:`workers.guards.DeletionGuard`;
+docs/architecture.md, "The worker", "Received-topic identity").
 
 The pure core is :func:`judge` (answers -> verdict), :class:`Backoff` and
 :func:`settled_detail`; :class:`IdentityChecker` does the I/O.
