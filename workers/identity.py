@@ -295,11 +295,10 @@ class IdentityChecker:
                 desc = futures[name].result(timeout=timeout_s + 5)
             except (KafkaException, TimeoutError) as exc:
                 err = exc.args[0] if exc.args else None
-                if not isinstance(err, KafkaError):
-                    err = None  # a TimeoutError's argument is its text
-                if unknown_topic(err):
+                kafka_err = err if isinstance(err, KafkaError) else None  # not a timeout's text
+                if unknown_topic(kafka_err):
                     out[name] = Answer.UNKNOWN
-                elif topic_authorization_failed(err):
+                elif topic_authorization_failed(kafka_err):
                     out[name] = Answer.DENIED
                 else:
                     raise _Unanswered(str(err if err is not None else exc)) from exc
