@@ -109,12 +109,13 @@ class Restorer:
     def engine(self, store: SqliteOrderingStore) -> ProcessEngine:
         """The engine over the restored ``store``."""
         spec = self.spec
-        return engine_type()(
+        engine: ProcessEngine = engine_type()(
             store, received=self.channels.values(),
             budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning,
             cross_partition=cross_partition_policy(
                 {t: spec.partitions[t] for t in spec.process.received_topics},
                 spec.cross_partition_causes))
+        return engine
 
     def store_ids(self, admin: AdminClient, engine: ProcessEngine) -> dict[str, Any]:
         """Judge the store changelogs the state binds: each must still hold what was
@@ -197,6 +198,7 @@ class Restorer:
                 f"listing the committed offsets of group {self.app_id} took longer than "
                 f"{ADMIN_CALL_BOUND_S:g} s") from exc
         except PartitionOffsetError as exc:
+            assert exc.partition.error is not None  # set whenever PartitionOffsetError is raised
             raise to_exception(exc.partition.error, what) from None
         except OffsetsStayedUnstable:
             raise SubstrateError(
