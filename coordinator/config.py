@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from coordinator.state_dir import default_state_dir as _per_user_state_dir
 from parsley.engine.cross_partition import CROSS_PARTITION_SETTINGS
-from workers.kafka import OWNED_PROPERTIES
+from workers.kafka_config import OWNED_PROPERTIES
 
 __all__ = [
     "CLI_FLAGS",
@@ -70,7 +70,7 @@ OWNED_KAFKA_PROPERTIES: Final = OWNED_PROPERTIES | frozenset(
     {"application.id", "processing.guarantee"}
 )
 """Client properties Parsley sets itself (docs/operations.md, "Configuration": forbidden keys
-and suffixes): the worker's own set, ``workers.kafka.OWNED_PROPERTIES`` (one source for
+and suffixes): the worker's own set, ``workers.kafka_config.OWNED_PROPERTIES`` (one source for
 both), plus the two Streams names a Java user may carry over (``application.id``,
 ``processing.guarantee``), which Parsley derives itself. A
 ``consumer.``/``producer.``/``admin.`` prefix does not make one acceptable."""

@@ -47,6 +47,7 @@ from devtools.kafka_jars import (
     fetch_jars,
     require_java,
 )
+from workers.kafka_errors import retriable
 
 ENV_DATA_DIR = "PARSLEY_DEVBROKER_DIR"
 STATE_FILE = "devbroker.json"
@@ -409,9 +410,8 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
             producer.commit_transaction(max(deadline - time.monotonic(), 1.0))
             return
         except KafkaException as exc:
-            err = exc.args[0]
-            if time.monotonic() > deadline or not err.retriable():
-                raise DevBrokerError(f"transaction coordinator not ready: {err}") from exc
+            if time.monotonic() > deadline or not retriable(exc):
+                raise DevBrokerError(f"transaction coordinator not ready: {exc.args[0]}") from exc
             time.sleep(0.5)
 
 

@@ -4,7 +4,7 @@ A fix this benchmark suggests is first measured here, by patching the class
 inside the spawned worker process (``python -m perf --worker-patch NAME``), so the
 before/after figures come from the same invocation before ``workers/`` changes.
 A fix taken into ``workers/`` is deleted from here (``shape-check-admin``:
-``Worker._check_shape`` asks the AdminClient; ``sqlite-rowid``: the ordering
+``workers.guards.ShapeGuard`` asks the AdminClient; ``sqlite-rowid``: the ordering
 store is an ordinary rowid table), so none is pending now.
 """
 

@@ -29,7 +29,6 @@ from uuid import UUID
 from confluent_kafka import (
     Consumer,
     IsolationLevel,
-    KafkaError,
     KafkaException,
     Producer,
     TopicCollection,
@@ -43,7 +42,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.kafka_errors import (
+    ErrorKind,
+    SubstrateError,
+    map_kafka_errors,
+    partition_eof,
+    to_exception,
+    topic_already_exists,
+    unknown_topic,
+)
 from workers.ledger import DeliveryLedger
 from workers.watchdog import bounded
 
@@ -131,7 +138,7 @@ def read_partition(
 
     Args:
         consumer: a consumer built from
-            :func:`workers.kafka.restore_consumer_config` (``read_committed``,
+            :func:`workers.kafka_config.restore_consumer_config` (``read_committed``,
             ``enable.partition.eof``). Its assignment is replaced by this
             partition for the read and emptied at the end.
         admin: an AdminClient, for the ``READ_UNCOMMITTED`` offset listing
@@ -154,7 +161,7 @@ def read_partition(
         SubstrateError: the read made no progress for ``stall_timeout_s``
             (``SUBSTRATE_TRANSIENT``, naming position and end), a record
             without a key, or a consumer error (classified by
-            :mod:`workers.kafka`; a vanished position is ``OFFSET_RESET``).
+            :mod:`workers.kafka_errors`; a vanished position is ``OFFSET_RESET``).
     """
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"
@@ -195,7 +202,7 @@ def read_partition(
             for msg in messages:
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                    if partition_eof(err):
                         if msg.partition() == partition and msg.topic() == topic:
                             position = max(position, msg.offset() or 0)
                         continue
@@ -403,11 +410,7 @@ def describe_topic(
     try:
         desc = _answer(futures[name], timeout_s, f"describing topic {name}")
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in (
-            KafkaError.UNKNOWN_TOPIC_OR_PART,
-            KafkaError._UNKNOWN_TOPIC,
-        ):
+        if unknown_topic(exc):
             return None
         raise to_exception(exc, f"describing topic {name}") from exc
     resource = ConfigResource(ResourceType.TOPIC, name)
@@ -481,8 +484,7 @@ def ensure_changelog_topic(
         _answer(admin.create_topics([new], request_timeout=timeout_s)[name], timeout_s,
                 f"creating topic {name}")
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+        if not topic_already_exists(exc):
             raise to_exception(exc, f"creating changelog topic {name}") from exc
         created = False  # another creator won the race
     deadline = time.monotonic() + timeout_s

@@ -11,20 +11,10 @@ that cannot be made leaves the ids *pending*; the worker asks again from the
 status punctuation with :class:`Backoff` (one status interval, doubling, capped
 at one minute).
 
-An id the state names but never bound to a name (an upstream topic named only
-as a cause) can never be judged; so at task initialisation the worker learns the
-name of each such id while it is alive (:meth:`IdentityChecker.learn_names`), as
-Java's ``AdminTopicIdentitySource`` does with its by-id describe, and the engine
-persists it. confluent-kafka cannot describe a topic by id, so the names come
-from listing the cluster's topics and describing those not yet bound.
-
-While a task runs, the same check is made of its received topics every
-:data:`RECEIVED_CHECK_INTERVAL_S` from the status punctuation (and at once when the
-consumer reports a received topic unknown), so a received topic deleted while the
-process runs is noticed within a minute (docs/failing-closed.md,
-``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES``): :func:`apply_received_verdicts` lets
-the engine refuse it while messages from it are held, and otherwise settles its
-channel to its end and names it (:func:`settled_detail`) for the worker's stop.
+Names of ids bound to none are learned while alive (:meth:`IdentityChecker.learn_names`,
+as Java's ``AdminTopicIdentitySource``). While a task runs, its received topics are checked
+every :data:`RECEIVED_CHECK_INTERVAL_S` (:class:`workers.guards.DeletionGuard`;
+docs/architecture.md, "The worker", "Received-topic identity").
 
 The pure core is :func:`judge` (answers -> verdict), :class:`Backoff` and
 :func:`settled_detail`; :class:`IdentityChecker` does the I/O.
@@ -47,6 +37,7 @@ from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.engine.identity import DELETION_REMEDY
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.kafka_errors import topic_authorization_failed, unknown_topic
 from workers.watchdog import bounded
 
 __all__ = [
@@ -304,10 +295,10 @@ class IdentityChecker:
                 desc = futures[name].result(timeout=timeout_s + 5)
             except (KafkaException, TimeoutError) as exc:
                 err = exc.args[0] if exc.args else None
-                code = err.code() if isinstance(err, KafkaError) else None
-                if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                kafka_err = err if isinstance(err, KafkaError) else None  # not a timeout's text
+                if unknown_topic(kafka_err):
                     out[name] = Answer.UNKNOWN
-                elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                elif topic_authorization_failed(kafka_err):
                     out[name] = Answer.DENIED
                 else:
                     raise _Unanswered(str(err if err is not None else exc)) from exc

@@ -2,30 +2,17 @@
 
 :class:`DeliveryLedger` counts produce calls and delivery reports so a
 transaction's commit (and a changelog write) can check every record arrived;
-:data:`PURGE_CODES` are the reports of records purged because another failure
-ended the transaction. (Moved out of :mod:`workers.kafka`, which still
-re-exports these names.)
+the reports of records purged because another failure ended the transaction
+(:data:`workers.kafka_errors.PURGE_CODES`) are kept apart.
 """
 
 from __future__ import annotations
 
-from typing import Final
-
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from workers.kafka import ErrorKind, SubstrateError, to_exception
+from workers.kafka_errors import ErrorKind, SubstrateError, purged, to_exception
 
-__all__ = ["PURGE_CODES", "DeliveryLedger"]
-
-
-PURGE_CODES: Final = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-"""Delivery errors of records purged because *another* failure ended the transaction.
-
-A record over a size limit inside a transaction puts it in the abortable state
-and librdkafka purges the transaction's other records, whose reports carry
-``_PURGE_QUEUE`` (-152) or ``_PURGE_INFLIGHT`` (-151), possibly before the
-oversize record's own report. They are consequences, never the cause to report.
-"""
+__all__ = ["DeliveryLedger"]
 
 
 class DeliveryLedger:
@@ -37,7 +24,7 @@ class DeliveryLedger:
     arrive from ``poll()``/``flush()``/``commit_transaction()``.
 
     The task's producer reports failures only (``delivery.report.only.error``,
-    :func:`workers.kafka.producer_config`): confluent-kafka-python handles that setting
+    :func:`workers.kafka_config.producer_config`): confluent-kafka-python handles that setting
     itself (``confluent_kafka.c``, ``Producer.c``'s ``dr_msg_cb``), serving every report
     in C and calling back into Python for failed ones only. A record is then known
     delivered once the producer's queue is empty (``flush()`` returned 0: librdkafka's
@@ -51,7 +38,7 @@ class DeliveryLedger:
         delivered: reports without an error (none under ``delivery.report.only.error``).
         failed: reports with an error (purges included).
         first_error: the first failed report whose error is not a purge
-            (:data:`PURGE_CODES`), else ``None``: the cause to classify.
+            (:data:`workers.kafka_errors.PURGE_CODES`), else ``None``: the cause to classify.
         first_purge: the first purge report, else ``None`` (reported only when
             no other error explains it).
     """
@@ -75,7 +62,7 @@ class DeliveryLedger:
             self.delivered += 1
             return
         self.failed += 1
-        if err.code() in PURGE_CODES:
+        if purged(err):
             if self.first_purge is None:
                 self.first_purge = err
                 self.first_purge_where = f"{msg.topic()}[{msg.partition()}]"
@@ -102,7 +89,8 @@ class DeliveryLedger:
         """Raise unless every produced message was delivered.
 
         The error classified is the first report's that is not a purge
-        (:data:`PURGE_CODES`); a purge is reported only when nothing else failed.
+        (:data:`workers.kafka_errors.PURGE_CODES`); a purge is reported only when nothing
+        else failed.
 
         Args:
             context: prefixed to the error's detail.

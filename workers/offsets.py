@@ -11,7 +11,6 @@ position past its trailing transaction markers, so that retention emptying a
 quiet partition is not mistaken for positions discarded unread.
 
 Source: docs/failing-closed.md, "Read positions" and ``POSITIONS_DISCARDED_UNREAD``.
-(Moved out of :mod:`workers.kafka`, which still re-exports these names.)
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from collections.abc import Mapping
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
+from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
 
 __all__ = [
     "OffsetResetVerdict",

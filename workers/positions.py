@@ -14,16 +14,18 @@ shows against that, and name the refusal when it does not fit:
   outside Parsley committed in the application's group);
 * :func:`foreign_members` / :func:`foreign_member_refusal`: a member of the
   application's group that is not one of the process's own tasks
-  (``SUBSTRATE_MISCONFIGURED``).
+  (``SUBSTRATE_MISCONFIGURED``); :class:`GroupMember` is how every refusal and
+  warning, the worker's and the coordinator's, describes a group member.
 
 Pure: no Kafka calls; the callers at the edge (``coordinator.bootstrap``,
-``workers.main``) look the numbers up. Rules and remedies: docs/failing-closed.md
+``workers.admin``) look the numbers up. Rules and remedies: docs/failing-closed.md
 and docs/runbooks.md (``SUBSTRATE_MISCONFIGURED``, ``ORDERING_STATE_LOST``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from parsley.engine.channel import FED_TO_END
@@ -33,7 +35,7 @@ __all__ = [
     "BOOTSTRAP_METADATA",
     "TASK_METADATA",
     "ForeignCommit",
-    "Member",
+    "GroupMember",
     "Unaccounted",
     "foreign_member_refusal",
     "foreign_members",
@@ -232,21 +234,41 @@ def skipped_positions_refusal(
     )
 
 
-class Member(NamedTuple):
-    """A member of a consumer group as ``describe_consumer_groups`` lists it.
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """One member of a consumer group as ``describe_consumer_groups`` reports it.
 
     Attributes:
-        member_id, client_id, host: as the broker reports them.
-        group_instance_id: its static id, or ``None`` for a dynamic member.
+        member_id: the broker-assigned member id.
+        client_id: the member's ``client.id``.
+        host: the host the member connected from (``/127.0.0.1``).
+        group_instance_id: its ``group.instance.id`` (static members), else ``None``.
     """
 
     member_id: str
     client_id: str
     host: str
-    group_instance_id: str | None
+    group_instance_id: str | None = None
+
+    def describe(self) -> str:
+        """``client id 'c' on host /h, group.instance.id i`` (or ``member id m``): how the
+        coordinator's waits, refusals and warnings name a member."""
+        who = (f"group.instance.id {self.group_instance_id}" if self.group_instance_id
+               else f"member id {self.member_id}")
+        return f"client id '{self.client_id}' on host {self.host}, {who}"
+
+    def describe_with_member_id(self) -> str:
+        """``client id c on host h (member m, group.instance.id i)``: how the worker's
+        foreign-member refusal names a member; the member id is always given, as
+        ``kafka-consumer-groups --describe --members`` lists it."""
+        return (f"client id {self.client_id} on host {self.host.lstrip('/')} (member "
+                f"{self.member_id}"
+                + (f", group.instance.id {self.group_instance_id})"
+                   if self.group_instance_id else ")"))
 
 
-def foreign_members(members: Iterable[Member], own_instance_ids: Collection[str]) -> list[Member]:
+def foreign_members(members: Iterable[GroupMember],
+                    own_instance_ids: Collection[str]) -> list[GroupMember]:
     """Members that are not one of the process's own tasks, by ``group.instance.id``.
 
     A task's consumer is a static member whose ``group.instance.id`` is
@@ -261,7 +283,7 @@ def foreign_members(members: Iterable[Member], own_instance_ids: Collection[str]
 
 
 def foreign_member_refusal(
-    members: Sequence[Member], group: str, seen_s: float
+    members: Sequence[GroupMember], group: str, seen_s: float
 ) -> ParsleyFailClosedError:
     """``SUBSTRATE_MISCONFIGURED`` naming the foreign members (the group-protocol
     conflict of docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``).
@@ -271,10 +293,7 @@ def foreign_member_refusal(
         group: the application id.
         seen_s: how long they have been seen in the group, s.
     """
-    names = ", ".join(
-        f"client id {m.client_id} on host {m.host.lstrip('/')} (member {m.member_id}"
-        + (f", group.instance.id {m.group_instance_id})" if m.group_instance_id else ")")
-        for m in members)
+    names = ", ".join(m.describe_with_member_id() for m in members)
     return ParsleyFailClosedError(
         Reason.SUBSTRATE_MISCONFIGURED,
         f"a member that is not one of this process's tasks has been in group '{group}' for "

@@ -6,22 +6,10 @@ purged under committed positions loses application state with nothing to replay 
 from. Restoring it empty would silently reset the store (docs/failing-closed.md,
 ``ORDERING_STATE_LOST``; docs/runbooks.md, "Never delete a store's changelog").
 
-The record of what was written is the ordering state's name binding of the store
-changelog's topic name to its topic id: a task binds every declared store's changelog
-when it builds its state, and the binding is committed with the task's next step. The
-rule, judged at the bootstrap (before any changelog is created) and at every rebuild of
-a task's state (a respawn, an abort-and-rebuild, a rebalance):
-
-* the ordering state binds the changelog's name and the topic is absent (three answers
-  500 ms apart), or resolves to another topic id, or a task partition's log start
-  offset is above 0 (records purged by ``kafka-delete-records``, or a
-  ``cleanup.policy`` changed away from ``compact`` so retention aged them out):
-  ``ORDERING_STATE_LOST`` naming the changelog;
-* the changelog exists with a partition count other than the task count:
-  ``TASK_WIDTH_CHANGED``, as for the ordering changelog;
-* no binding (a store newly added to the declaration, or state from a build that did
-  not bind store changelogs): nothing to judge; the changelog is created where absent
-  and bound from then on.
+The record of what was written is the ordering state's binding of the store
+changelog's name to its topic id, committed with the task's next step after it builds
+its state. The rule, judged at the bootstrap and at every rebuild of a task's state, is
+:func:`judge_store_changelog`'s (docs/architecture.md, "The worker", "Store changelogs").
 
 :func:`judge_store_changelog` is the pure rule; :func:`describe_store_changelog` and
 :func:`log_starts` are the admin calls that feed it.
@@ -40,7 +28,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, _answer, describe_topic
-from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors
+from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
 
 __all__ = [
     "ABSENT_ANSWERS",

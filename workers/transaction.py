@@ -5,11 +5,11 @@ step calls :meth:`TaskTransaction.begin` whenever it is about to write, which
 opens a transaction only if none is open; :meth:`TaskTransaction.commit`
 sends the read positions with ``send_offsets_to_transaction(...,
 consumer_group_metadata())``, flushes, checks that every produced record was
-delivered (:class:`workers.kafka.DeliveryLedger`), and commits.
+delivered (:class:`workers.ledger.DeliveryLedger`), and commits.
 
-Every Kafka error is classified by :mod:`workers.kafka` and re-raised as a
+Every Kafka error is classified by :mod:`workers.kafka_errors` and re-raised as a
 :class:`~parsley.refusals.ParsleyFailClosedError` (a record over a size limit:
-``SUBSTRATE_MISCONFIGURED``) or a :class:`workers.kafka.SubstrateError` whose
+``SUBSTRATE_MISCONFIGURED``) or a :class:`workers.kafka_errors.SubstrateError` whose
 ``kind`` tells the caller what to do (``ABORTABLE``: abort and rebuild;
 ``FENCED``/``FATAL``: stop).
 """
@@ -25,7 +25,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from parsley.engine.channel import Header
 from workers.changelog import write_records
 from workers.histogram import TRANSACTION_BUCKETS_S, BucketCounts
-from workers.kafka import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
 from workers.positions import TASK_METADATA
 from workers.watchdog import bounded
@@ -41,7 +41,7 @@ class TaskTransaction:
     """The transactional producer of one task and the account of its open transaction.
 
     Args:
-        producer: built from :func:`workers.kafka.producer_config`; this
+        producer: built from :func:`workers.kafka_config.producer_config`; this
             object calls ``init_transactions`` (which fences any zombie with the
             same ``transactional.id``).
         timeout_s: the client's timeout argument on ``send_offsets``/``flush``/``commit``/

@@ -1,37 +1,10 @@
 """Bootstrap at start: everything a process needs before its first worker runs.
 
-Per process, in the Java implementation's order (docs/operations.md,
-"Running"; Java's ``StreamsRuntime.start``):
-
-1. validate the declarations (``ValueError``);
-2. resolve every declared topic, received or sent, to its id and partition
-   count; "unknown" only after three answers 500 ms apart
-   (:class:`StartError` naming the topic); a topic without an id is
-   ``SUBSTRATE_MISCONFIGURED`` (brokers below 3.7.0);
-3. describe the ordering changelog (absence also takes three answers) and read
-   every partition of it end to end, with progress (docs/model.md, "The stored form" ("Start-time
-   reads of the changelog"); with prior state, refuse
-   ``CHANNEL_IDENTITY_CHANGED`` and ``CHANNEL_REMOVED_WITH_HELD_MESSAGES``;
-   then ``TASK_WIDTH_CHANGED``; corrupt state is
-   ``UNKNOWN_ORDERING_STATE_FORMAT``; each declared store's changelog is judged
-   (:mod:`~coordinator.bootstrap.stores`): one the state binds but found absent,
-   recreated or purged is ``ORDERING_STATE_LOST``, one of another width
-   ``TASK_WIDTH_CHANGED``;
-4. list the committed read positions (stable), refuse ``ORDERING_STATE_LOST``
-   for a commit the bootstrap did not write over an empty changelog partition,
-   and ``SUBSTRATE_MISCONFIGURED`` for a commit beyond the state's coverage + 1
-   over records Parsley never read (``positions.refuse_skipped_positions``);
-5. create the ordering changelog (compact, one partition per task) and the
-   store changelogs where absent;
-6. pre-commit every missing start position with the metadata
-   ``parsley.bootstrap``: covered + 1 where the state covers the channel
-   (earliest for the fed-to-end sentinel, never sentinel + 1); 0 for a topic
-   the state names but never covered; earliest for a topic the state never
-   named when there is prior state; the declared initial position only on a
-   first start. Before the positions are read, the start waits (bounded, and
-   saying so in the log) for the group's previous members to leave: up to
-   twice the consumer ``session.timeout.ms``; a member still there is
-   ``SUBSTRATE_MISCONFIGURED`` (:mod:`~coordinator.bootstrap.group`).
+Per process, in the Java implementation's order (Java's ``StreamsRuntime.start``): validate
+the declarations, resolve the topics, read the ordering state and judge the store changelogs,
+list the committed read positions, create the changelogs, wait for the group's previous members
+and pre-commit the missing start positions; the steps in full: docs/architecture.md, "The
+bootstrap" (and docs/operations.md, "Running").
 
 Every start, and every restart attempt (:func:`restart_bootstrap`), builds its
 own Kafka clients and drops them when done, and bounds every admin answer
@@ -45,21 +18,7 @@ ending "Retry this start."), :class:`StartError` (a missing prerequisite or a
 cluster that could not be queried) or ``ValueError`` (a wrong declaration) —
 docs/runbooks.md, "If `start` raised".
 
-The package, by responsibility (this module orchestrates and exports the
-public names):
-
-- :mod:`~coordinator.bootstrap.common`: errors, constants, the refusal helper;
-- :mod:`~coordinator.bootstrap.resolve`: step 2, topic resolution and describes;
-- :mod:`~coordinator.bootstrap.changelog`: step 3, reading the ordering state,
-  with progress;
-- :mod:`~coordinator.bootstrap.stores`: step 3, judging each declared store's
-  changelog before step 5 creates any;
-- :mod:`~coordinator.bootstrap.positions`: the pure ``ORDERING_STATE_LOST``
-  check and pre-commit rule, and the committed/list-offsets calls;
-- :mod:`~coordinator.bootstrap.group`: group members, the bounded wait for
-  previous members to leave, the bootstrap consumer;
-- :mod:`~coordinator.bootstrap.clients`: fresh clients per attempt, bounded
-  admin answers.
+The package's modules, one step each: docs/architecture.md, "The bootstrap".
 """
 
 from __future__ import annotations
@@ -122,7 +81,8 @@ from parsley.declarations import (
 from parsley.engine.channel import ChannelId
 from parsley.refusals import Reason
 from workers.changelog import RestoreProgress, ensure_changelog_topic
-from workers.kafka import SubstrateError, restore_consumer_config
+from workers.kafka_config import restore_consumer_config
+from workers.kafka_errors import SubstrateError
 
 __all__ = [
     "BOOTSTRAP_CLIENT_PREFIX",

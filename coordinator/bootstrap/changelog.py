@@ -13,7 +13,6 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.common import (
-    UNKNOWN_CODES,
     StartError,
     StartRetryableError,
     refuse,
@@ -22,7 +21,7 @@ from parsley.engine import state_codec as sc
 from parsley.inspector import OrderingStateInspector
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import RestoreProgress, read_partition
-from workers.kafka import SubstrateError
+from workers.kafka_errors import SubstrateError, unknown_topic
 
 __all__ = [
     "LOST_HEAD_DETAIL",
@@ -127,7 +126,7 @@ def read_ordering_state(
     Args:
         admin: an AdminClient (offset listings).
         consumer: an assign-only ``read_committed`` consumer
-            (``workers.kafka.restore_consumer_config``).
+            (``workers.kafka_config.restore_consumer_config``).
         topic: the changelog.
         partitions: its partition count as described.
         on_progress: called with each partition's :class:`RestoreProgress`.
@@ -154,7 +153,7 @@ def read_ordering_state(
             ):
                 collector.add(key, value)
         except SubstrateError as exc:
-            if exc.code in UNKNOWN_CODES:
+            if unknown_topic(exc):
                 raise StartRetryableError(
                     f"partition {p} of {topic} is not known to the broker that was asked, "
                     f"although the topic was described with {partitions} partitions"

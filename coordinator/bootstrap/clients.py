@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.common import ADMIN_TIMEOUT_S, StartError, with_client_logger
 from coordinator.config import ParsleyConfig
-from workers.kafka import admin_config
+from workers.kafka_config import admin_config
 
 __all__ = ["ANSWER_MARGIN_S", "answer", "new_admin"]
 

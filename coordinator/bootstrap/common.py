@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from confluent_kafka import KafkaError
-
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.client_log import RepeatFilter
-from workers.kafka import TRANSACTION_TIMEOUT_MS
+from workers.kafka_config import TRANSACTION_TIMEOUT_MS
+from workers.kafka_errors import unreachable
 
 __all__ = [
     "ADMIN_TIMEOUT_S",
@@ -23,8 +22,6 @@ __all__ = [
     "STABLE_RETRY_S",
     "TOPIC_ID_FLOOR",
     "UNKNOWN_ANSWERS",
-    "UNKNOWN_CODES",
-    "UNREACHABLE_CODES",
     "RepeatFilter",
     "StartError",
     "StartRetryableError",
@@ -57,15 +54,10 @@ aborts that transaction, at most ``transaction.timeout.ms`` (:data:`TRANSACTION_
 plus one abort check (:data:`BROKER_ABORT_CHECK_S`) later; a start inside that window waits
 it out, with a log line, instead of failing (KIP-447: ``require_stable``)."""
 
-UNKNOWN_CODES: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 TOPIC_ID_FLOOR: Final = "3.7.0"
 """The broker version below which topics have no ids (docs/runbooks.md, SUBSTRATE_MISCONFIGURED)."""
 
 
-UNREACHABLE_CODES: Final = frozenset(
-    {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
-)
-"""librdkafka codes meaning "no broker answered": the address or the brokers, not ACLs."""
 REACH_TIMEOUT_S: Final = 10.0
 """How long the first metadata request may take before the start says the cluster
 cannot be reached, s (fail fast instead of the 30 s admin timeout)."""
@@ -104,7 +96,8 @@ def check_reachable(admin: Any, bootstrap_servers: str,
 
     Raises:
         StartError: :func:`unreachable_message` when every server refused the
-            connection (the refusals in parentheses) or for ``UNREACHABLE_CODES``;
+            connection (the refusals in parentheses) or when no broker answered
+            (:func:`workers.kafka_errors.unreachable`: the address or the brokers, not ACLs);
             other failures name their error.
     """
     from confluent_kafka import KafkaException
@@ -117,9 +110,8 @@ def check_reachable(admin: Any, bootstrap_servers: str,
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in UNREACHABLE_CODES:
-            raise StartError(unreachable_message(bootstrap_servers, err.name())) from exc
+        if unreachable(exc):
+            raise StartError(unreachable_message(bootstrap_servers, exc.args[0].name())) from exc
         raise StartError(f"could not read the cluster's metadata at {bootstrap_servers} "
                          f"({exc}); check the address and the ACLs, then retry") from exc
     finally:

@@ -27,13 +27,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from coordinator.bootstrap.clients import answer
+from coordinator.bootstrap.clients import ANSWER_MARGIN_S
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     BOOTSTRAP_CLIENT_PREFIX,
@@ -44,10 +43,12 @@ from coordinator.bootstrap.common import (
 )
 from coordinator.config import ParsleyConfig
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.kafka import DEFAULT_SESSION_TIMEOUT_MS
+from workers.admin import group_members as describe_members
+from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
+from workers.kafka_errors import group_coordinator_busy, group_not_found, member_joined
+from workers.positions import GroupMember
 
 __all__ = [
-    "GroupMember",
     "await_foreign_members_gone",
     "await_group_vacated",
     "bootstrap_consumer",
@@ -62,41 +63,11 @@ __all__ = [
 
 log = logging.getLogger("parsley.coordinator.bootstrap")
 
-_NOT_YET: frozenset[int] = frozenset({
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR,
-})
-"""Describe answers that mean "ask again" (a group coordinator loading after a restart)."""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMember:
-    """One member of a consumer group as ``describe_consumer_groups`` reports it.
-
-    Attributes:
-        member_id: the broker-assigned member id.
-        client_id: the member's ``client.id``.
-        host: the host the member connected from (``/127.0.0.1``).
-        group_instance_id: its ``group.instance.id`` (static members), else ``None``.
-    """
-
-    member_id: str
-    client_id: str
-    host: str
-    group_instance_id: str | None = None
-
-    def describe(self) -> str:
-        """``client id 'c' on host /h, group.instance.id i`` (or ``member id m``)."""
-        who = (f"group.instance.id {self.group_instance_id}" if self.group_instance_id
-               else f"member id {self.member_id}")
-        return f"client id '{self.client_id}' on host {self.host}, {who}"
-
-
 def session_timeout_ms(kafka_properties: Mapping[str, Any]) -> int:
     """The consumer ``session.timeout.ms`` the workers run with, ms (pure).
 
     ``consumer.session.timeout.ms`` over ``session.timeout.ms`` over
-    ``workers.kafka.DEFAULT_SESSION_TIMEOUT_MS``, as ``workers.kafka.consumer_config``
+    ``workers.kafka_config.DEFAULT_SESSION_TIMEOUT_MS``, as ``workers.kafka_config.consumer_config``
     resolves it.
 
     Raises:
@@ -125,31 +96,32 @@ def leave_window_s(kafka_properties: Mapping[str, Any]) -> float:
 def group_members(admin: AdminClient, group: str,
                   timeout_s: float = ADMIN_TIMEOUT_S) -> list[GroupMember] | None:
     """The members of ``group`` now; ``[]`` for an unknown group, ``None`` when its
-    coordinator cannot answer yet (loading, moving).
+    coordinator cannot answer yet (loading, moving, not elected:
+    :func:`workers.kafka_errors.group_coordinator_busy`).
 
     Raises:
         StartError: the describe failed otherwise (ACLs, connectivity), or no
-            answer came within the coordinator's bound.
+            answer came within the coordinator's bound (``timeout_s`` + the margin).
     """
+    bound = timeout_s + ANSWER_MARGIN_S
     try:
-        future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
-        desc = answer(future, f"describing group '{group}'", timeout_s)
+        return describe_members(admin, group, request_timeout_s=timeout_s, answer_s=bound)
+    except TimeoutError as exc:
+        raise StartError(f"describing group '{group}': no answer within {bound:g} s (the "
+                         "client may be wedged after a broker outage; the next attempt uses "
+                         "a new one)") from exc
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+        if group_not_found(exc):
             return []
-        if isinstance(err, KafkaError) and err.code() in _NOT_YET:
+        if group_coordinator_busy(exc):
             return None
         raise StartError(f"could not describe group '{group}': {exc}; restore connectivity "
                          "or grant Describe on the group, then retry") from exc
-    return [GroupMember(str(m.member_id), str(m.client_id), str(m.host),
-                        getattr(m, "group_instance_id", None) or None)
-            for m in (desc.members or [])]
 
 
 def is_own_member(group: str, member: GroupMember) -> bool:
     """Whether ``member`` carries one of this process's worker instance ids,
-    ``<group>-task-*`` (pure; the ids workers.kafka gives the workers)."""
+    ``<group>-task-*`` (pure; the ids workers.kafka_config gives the workers)."""
     return (member.group_instance_id or "").startswith(f"{group}-task-")
 
 
@@ -336,9 +308,9 @@ def bootstrap_consumer(config: ParsleyConfig, group: str,
     accepted only while the group is empty. ``on_commit`` receives commit results
     (served by ``poll``).
     """
-    # workers.kafka has no public name for its client-prefix rules; the private one is
+    # workers.kafka_config has no public name for its client-prefix rules; the private one is
     # imported so the bootstrap consumer reads user properties exactly as workers do.
-    from workers.kafka import _select
+    from workers.kafka_config import _select
 
     props = _select(dict(config.kafka_properties), "consumer")
     props.update({
@@ -353,13 +325,6 @@ def bootstrap_consumer(config: ParsleyConfig, group: str,
     if on_commit is not None:
         props["on_commit"] = on_commit
     return Consumer(with_client_logger(props))
-
-
-_MEMBER_JOINED: frozenset[int] = frozenset({
-    KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
-    KafkaError.REBALANCE_IN_PROGRESS,
-})
-"""Commit answers meaning a member joined the group after the wait."""
 
 
 def commit_initial_positions(config: ParsleyConfig, group: str,
@@ -394,7 +359,7 @@ def commit_initial_positions(config: ParsleyConfig, group: str,
     errors = [e for e in [err, *(tp.error for tp in tps)] if e is not None]
     if not errors:
         return
-    if any(e.code() in _MEMBER_JOINED for e in errors):
+    if any(member_joined(e) for e in errors):
         raise StartRetryableError(f"a member joined group '{group}' while the start committed "
                                   f"its initial positions ({errors[0].name()})")
     raise StartError(f"could not commit the initial positions of group '{group}': "

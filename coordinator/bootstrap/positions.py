@@ -14,15 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from coordinator.bootstrap.clients import answer
+from coordinator.bootstrap.clients import ANSWER_MARGIN_S, answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     STABLE_DEADLINE_S,
@@ -35,6 +33,8 @@ from coordinator.bootstrap.common import (
 from parsley.declarations import InitialPosition
 from parsley.engine.channel import FED_TO_END
 from parsley.refusals import Reason
+from workers.admin import OffsetsStayedUnstable, PartitionOffsetError, stable_committed_offsets
+from workers.kafka_errors import partition_eof
 from workers.positions import (
     ForeignCommit,
     Unaccounted,
@@ -119,50 +119,46 @@ def initial_position(
 def committed_positions(
     admin: AdminClient, group: str, tps: list[TopicPartition], sleep: Callable[[float], None]
 ) -> dict[tuple[str, int], tuple[int, str]]:
-    """Stable committed offsets: ``{(topic, partition): (offset, metadata)}``, committed only."""
-    deadline = time.monotonic() + STABLE_DEADLINE_S
-    said = False
-    while True:
-        try:
-            request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t.topic, t.partition)
-                                                           for t in tps])]
-            result = answer(admin.list_consumer_group_offsets(
-                request, require_stable=True, request_timeout=ADMIN_TIMEOUT_S
-            )[group], f"listing the committed positions of group '{group}'")
-            out: dict[tuple[str, int], tuple[int, str]] = {}
-            unstable = False
-            for tp in result.topic_partitions:
-                if tp.error is not None:
-                    if tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT:
-                        unstable = True
-                        continue
-                    raise StartError(f"could not list the committed positions of group "
-                                     f"'{group}' on {tp.topic}[{tp.partition}]: {tp.error}")
-                if tp.offset >= 0:
-                    out[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
-            if not unstable:
-                return out
-            if not said:
-                log.info("the committed positions of group '%s' are unstable: a transaction "
-                         "carrying them is still open (a worker that died?); waiting up to "
-                         "%g s for the broker to end it", group, STABLE_DEADLINE_S)
-                said = True
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if not (isinstance(err, KafkaError) and err.code() in (
-                    KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE)):
-                raise StartError(f"could not list the committed positions of group '{group}': "
-                                 f"{exc}; restore connectivity or grant Describe on the group, "
-                                 "then retry") from exc
-        if time.monotonic() > deadline:
-            raise StartRetryableError(
-                f"the committed positions of group '{group}' stayed unstable for "
-                f"{STABLE_DEADLINE_S:g} s: a transaction carrying them is still open (a worker "
-                "that died, whose transaction the broker has not aborted yet, or a producer "
-                "outside Parsley sending offsets for the group); retry the start"
-            )
-        sleep(STABLE_RETRY_S)
+    """Stable committed offsets: ``{(topic, partition): (offset, metadata)}``, committed only.
+
+    :func:`workers.admin.stable_committed_offsets` under the bootstrap's rule: a coordinator
+    not yet available is waited out too, for :data:`STABLE_DEADLINE_S`, logging once.
+
+    Raises:
+        StartError: the listing failed, or got no answer within the bound.
+        StartRetryableError: the offsets stayed unstable for :data:`STABLE_DEADLINE_S`.
+    """
+    what = f"listing the committed positions of group '{group}'"
+
+    def said() -> None:
+        log.info("the committed positions of group '%s' are unstable: a transaction "
+                 "carrying them is still open (a worker that died?); waiting up to "
+                 "%g s for the broker to end it", group, STABLE_DEADLINE_S)
+
+    try:
+        return stable_committed_offsets(
+            admin, group, tps, deadline_s=STABLE_DEADLINE_S, retry_s=STABLE_RETRY_S,
+            request_timeout_s=ADMIN_TIMEOUT_S, answer_s=ADMIN_TIMEOUT_S + ANSWER_MARGIN_S,
+            retry_coordinator_not_available=True, sleep=sleep, on_unstable=said)
+    except TimeoutError as exc:
+        raise StartError(f"{what}: no answer within {ADMIN_TIMEOUT_S + ANSWER_MARGIN_S:g} s "
+                         "(the client may be wedged after a broker outage; the next attempt "
+                         "uses a new one)") from exc
+    except PartitionOffsetError as exc:
+        tp = exc.partition
+        raise StartError(f"could not list the committed positions of group "
+                         f"'{group}' on {tp.topic}[{tp.partition}]: {tp.error}") from None
+    except KafkaException as exc:
+        raise StartError(f"could not list the committed positions of group '{group}': "
+                         f"{exc}; restore connectivity or grant Describe on the group, "
+                         "then retry") from exc
+    except OffsetsStayedUnstable as exc:
+        raise StartRetryableError(
+            f"the committed positions of group '{group}' stayed unstable for "
+            f"{STABLE_DEADLINE_S:g} s: a transaction carrying them is still open (a worker "
+            "that died, whose transaction the broker has not aborted yet, or a producer "
+            "outside Parsley sending offsets for the group); retry the start"
+        ) from exc
 
 
 def list_offsets(
@@ -196,7 +192,7 @@ def first_record_between(
     """The offset of the first committed record in ``[start, end)``, or ``None``.
 
     Reads with ``consumer`` (assign-only, ``read_committed``,
-    ``enable.partition.eof``: ``workers.kafka.restore_consumer_config``), so
+    ``enable.partition.eof``: ``workers.kafka_config.restore_consumer_config``), so
     transaction markers and aborted records are skipped as the tasks skip
     them. ``start`` must be at or above the log start (the caller clamps it).
 
@@ -213,7 +209,7 @@ def first_record_between(
             for msg in consumer.consume(100, 0.5):
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                    if partition_eof(err):
                         return None
                     raise StartError(f"could not read {topic}-{partition} from offset {start} "
                                      f"to check its committed position: {err}")

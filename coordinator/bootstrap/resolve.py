@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.clients import answer
@@ -18,13 +18,12 @@ from coordinator.bootstrap.common import (
     ANSWER_SPACING_S,
     TOPIC_ID_FLOOR,
     UNKNOWN_ANSWERS,
-    UNKNOWN_CODES,
-    UNREACHABLE_CODES,
     StartError,
     refuse,
 )
 from parsley.engine.channel import ChannelId
 from parsley.refusals import Reason
+from workers.kafka_errors import unknown_topic, unreachable
 
 __all__ = [
     "ResolvedTopic",
@@ -68,14 +67,14 @@ def _describe_once(
         try:
             desc = answer(futures[name], f"describing declared topic '{name}'", timeout_s)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() in UNKNOWN_CODES:
+            if unknown_topic(exc):
                 unknown.append(name)
                 continue
-            if isinstance(err, KafkaError) and err.code() in UNREACHABLE_CODES:
+            if unreachable(exc):
                 raise StartError(
                     f"could not describe declared topic '{name}': no broker answered "
-                    f"({err.name()}); check the address and that the brokers are up, then retry"
+                    f"({exc.args[0].name()}); check the address and that the brokers are up, "
+                    "then retry"
                 ) from exc
             raise StartError(
                 f"could not describe declared topic '{name}' ({exc}); restore connectivity "

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from coordinator.bootstrap.changelog import TaskState
 from coordinator.bootstrap.common import StartError
 from parsley.declarations import Process, application_id, store_changelog
-from workers.kafka import SubstrateError
+from workers.kafka_errors import SubstrateError
 from workers.store_changelogs import describe_store_changelog, judge_store_changelog, log_starts
 
 __all__ = ["check_store_changelogs"]

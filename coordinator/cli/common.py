@@ -114,17 +114,14 @@ def kafka_config_problem(exc: BaseException, config: Any,
     """
     import re
 
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import KafkaException
 
     from coordinator.config import ParsleyConfig
-    from workers.kafka import classify
+    from workers.kafka_errors import classify, invalid_argument
 
-    if not isinstance(exc, KafkaException):
+    if not isinstance(exc, KafkaException) or not invalid_argument(exc):
         return None
-    verdict = classify(exc)  # the workers' one reading of a Kafka error
-    if verdict.code != KafkaError._INVALID_ARG:
-        return None
-    text = verdict.text
+    text = classify(exc).text
     found = re.search(r'"([^"]+)"', text)
     origins = ParsleyConfig.property_origins(config_file)
     names = list(config.kafka_properties) if config is not None else []

@@ -46,7 +46,7 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     from parsley.declarations import ordering_changelog
     from parsley.naming import application_id
     from workers.changelog import describe_topic
-    from workers.kafka import admin_config, restore_consumer_config
+    from workers.kafka_config import admin_config, restore_consumer_config
 
     name = ordering_changelog(config.application_id_prefix, process)
     admin = AdminClient(with_client_logger(

@@ -24,7 +24,6 @@ import orjson
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -52,7 +51,7 @@ from coordinator.reset.plan import (
     members_refusal,
 )
 from parsley.declarations import Process, application_id, ordering_changelog, store_changelog
-from workers.kafka import classify
+from workers.kafka_errors import group_not_empty, group_not_found, member_joined, unknown_topic
 
 __all__ = [
     "DELETE_TIMEOUT_S",
@@ -149,7 +148,7 @@ def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Proces
 
     from coordinator.bootstrap.common import StartRetryableError
     from parsley.refusals import ParsleyFailClosedError
-    from workers.kafka import restore_consumer_config
+    from workers.kafka_config import restore_consumer_config
 
     if partitions is None:
         return {}, {}, "absent"
@@ -206,7 +205,7 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
         StartError: a received topic does not exist, or the cluster could not be queried.
     """
     from workers.changelog import describe_topic
-    from workers.kafka import SubstrateError
+    from workers.kafka_errors import SubstrateError
 
     prefix = config.application_id_prefix
     group = application_id(prefix, process.name)
@@ -278,7 +277,7 @@ def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -
         try:
             answer(future, f"deleting topic {name}", min(timeout_s, ADMIN_TIMEOUT_S))
         except KafkaException as exc:
-            if classify(exc).code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if unknown_topic(exc):
                 continue
             raise StartError(f"could not delete topic {name}: {exc}; a reset needs Delete on "
                              "the process's changelogs (docs/runbooks.md)") from exc
@@ -311,10 +310,9 @@ def _delete_group(admin: AdminClient, group: str) -> None:
         answer(admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group],
                f"deleting group '{group}'")
     except KafkaException as exc:
-        code = classify(exc).code
-        if code == KafkaError.GROUP_ID_NOT_FOUND:
+        if group_not_found(exc):
             return
-        if code == KafkaError.NON_EMPTY_GROUP:
+        if group_not_empty(exc):
             raise StartError(f"a member joined group '{group}' during the reset, after its "
                              "changelogs were deleted: stop it and run the reset again") from exc
         raise StartError(f"could not delete group '{group}': {exc}; a reset needs Delete on "
@@ -337,8 +335,7 @@ def _commit_positions(admin: AdminClient, group: str,
             [ConsumerGroupTopicPartitions(group, tps)], request_timeout=ADMIN_TIMEOUT_S)[group],
             f"committing the reset positions of group '{group}'")
     except KafkaException as exc:
-        if classify(exc).code in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
-                                  KafkaError.ILLEGAL_GENERATION):
+        if member_joined(exc):
             raise StartError(f"a member joined group '{group}' during the reset, after its "
                              "changelogs were deleted: stop it and run the reset again") from exc
         raise StartError(f"could not commit the reset positions of group '{group}': "

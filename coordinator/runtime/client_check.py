@@ -20,7 +20,12 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 from coordinator.config import ParsleyConfig
 from parsley.declarations import Process
-from workers.kafka import admin_config, consumer_config, producer_config, restore_consumer_config
+from workers.kafka_config import (
+    admin_config,
+    consumer_config,
+    producer_config,
+    restore_consumer_config,
+)
 
 __all__ = ["check_process_clients"]
 

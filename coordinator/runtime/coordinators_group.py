@@ -28,7 +28,7 @@ from coordinator.config import ParsleyConfig
 from parsley.declarations import Process, application_id, task_width
 from parsley.refusals import Reason
 from workers.changelog import ensure_changelog_topic
-from workers.kafka import SubstrateError
+from workers.kafka_errors import SubstrateError
 
 __all__ = [
     "COORDINATORS_SUFFIX",
@@ -78,7 +78,7 @@ def membership_consumer_config(config: ParsleyConfig, process: str,
         ``max.poll.interval.ms`` from :func:`max_poll_interval_ms` of ``stop_deadline_s``
         (s).
     """
-    from workers.kafka import _select  # the client-prefix rule workers apply
+    from workers.kafka_config import _select  # the client-prefix rule workers apply
 
     props = _select(dict(config.kafka_properties), "consumer")
     for owned in ("group.instance.id", "transactional.id", "isolation.level"):

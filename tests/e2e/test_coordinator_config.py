@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.config import OWNED_KAFKA_PROPERTIES, ParsleyConfig
 from coordinator.control.status_socket import ControlServer, request, resolve_endpoint
-from workers.kafka import OWNED_PROPERTIES
+from workers.kafka_config import OWNED_PROPERTIES
 
 ISSUE_OWNED = [
     "group.id", "group.instance.id", "group.protocol", "partition.assignment.strategy",

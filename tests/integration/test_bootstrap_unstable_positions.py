@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator.bootstrap.positions import committed_positions
 from devtools.kafka_support import QUIET, CreateTopic
-from workers.kafka import TRANSACTION_TIMEOUT_MS
+from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 
 
 def test_positions_left_unstable_by_an_open_transaction_are_waited_for(

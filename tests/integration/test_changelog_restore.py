@@ -29,13 +29,9 @@ from workers.changelog import (
     read_partition,
     write_records,
 )
-from workers.kafka import (
-    DeliveryLedger,
-    ErrorKind,
-    SubstrateError,
-    producer_config,
-    restore_consumer_config,
-)
+from workers.kafka_config import producer_config, restore_consumer_config
+from workers.kafka_errors import ErrorKind, SubstrateError
+from workers.ledger import DeliveryLedger
 from workers.ordering_store import SqliteOrderingStore
 
 Record = tuple[bytes, bytes | None]

@@ -34,7 +34,7 @@ from devtools.worker_support import (
 )
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
-from workers.kafka import TRANSACTION_TIMEOUT_MS
+from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 from workers.protocol import EXIT_CODES, StopKind
 
 STALL_S = 2 * TRANSACTION_TIMEOUT_MS / 1000 + 5

@@ -24,13 +24,12 @@ from devtools.kafka_support import QUIET, CreateTopic
 from parsley.declarations import application_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.changelog import write_records
-from workers.kafka import (
+from workers.kafka_config import consumer_config, producer_config
+from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
     classify,
-    consumer_config,
     map_kafka_errors,
-    producer_config,
     stop_kind,
     txn_requires_abort,
 )

@@ -21,8 +21,9 @@ from confluent_kafka.admin import AdminClient
 from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
 from devtools.worker_support import make_spec, read_committed, relay_setup
 from workers.identity import Backoff
-from workers.main import Stop, Worker
+from workers.main import Worker
 from workers.protocol import StopKind, TaskState
+from workers.verdicts import Stop
 
 
 def test_no_shape_or_identity_check_runs_with_a_transaction_open(

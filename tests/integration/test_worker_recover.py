@@ -19,9 +19,10 @@ from confluent_kafka.admin import AdminClient
 
 from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
 from devtools.worker_support import make_spec, read_committed, relay_setup
-from workers.kafka import ErrorKind, SubstrateError
-from workers.main import Stop, Worker
+from workers.kafka_errors import ErrorKind, SubstrateError
+from workers.main import Worker
 from workers.protocol import StopKind
+from workers.verdicts import Stop
 
 N = 30
 

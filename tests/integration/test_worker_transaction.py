@@ -13,7 +13,8 @@ import uuid
 from confluent_kafka import Producer
 
 from devtools.kafka_support import CreateTopic
-from workers.kafka import ErrorKind, SubstrateError, producer_config
+from workers.kafka_config import producer_config
+from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.transaction import TaskTransaction
 
 

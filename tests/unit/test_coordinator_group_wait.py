@@ -17,7 +17,7 @@ from coordinator.bootstrap.group import (
     session_timeout_ms,
 )
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.kafka import DEFAULT_SESSION_TIMEOUT_MS
+from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
 
 
 def test_the_wait_is_twice_the_session_timeout_the_workers_run_with() -> None:

@@ -15,8 +15,8 @@ from coordinator.config import ParsleyConfig
 from coordinator.runtime.coordinators_group import MAX_POLL_INTERVAL_MS, membership_consumer_config
 from coordinator.runtime.membership import _ProcessMembership
 from coordinator.runtime.supervisor.exits import fenced_by_successor
-from workers.main import Stop, _successor_stop
 from workers.protocol import StopKind
+from workers.verdicts import Stop, _successor_stop
 
 
 class _Supervisor:
@@ -147,7 +147,7 @@ def test_a_fenced_task_the_group_took_away_is_not_a_failure() -> None:
 
 
 def _worker(app: str, task: int) -> Any:
-    from coordinator.bootstrap.group import GroupMember
+    from workers.positions import GroupMember
 
     return GroupMember(f"m{task}", "rdkafka", "/127.0.0.1", f"{app}-task-{task}")
 
@@ -181,7 +181,7 @@ def test_a_join_start_beside_a_plain_coordinator_is_refused_naming_its_workers(
 
 
 def test_a_join_start_beside_joined_coordinators_or_none_goes_on(monkeypatch: Any) -> None:
-    from coordinator.bootstrap.group import GroupMember
+    from workers.positions import GroupMember
 
     app = "shop-shipper"
     peer = GroupMember("c1", "parsley-coordinator|h|1|ipc:///x", "/127.0.0.1", None)

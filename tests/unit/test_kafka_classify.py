@@ -14,26 +14,26 @@ from confluent_kafka import KafkaError, KafkaException
 
 from parsley.declarations import group_instance_id
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.kafka import (
+from workers.kafka_config import (
     OWNED_PROPERTIES,
-    DeliveryLedger,
-    ErrorKind,
-    OffsetResetVerdict,
-    SubstrateError,
     admin_config,
-    classify,
     consumer_config,
-    fatal,
-    map_kafka_errors,
-    offset_reset_refusal,
-    offset_reset_verdict,
     producer_config,
     restore_consumer_config,
+)
+from workers.kafka_errors import (
+    ErrorKind,
+    SubstrateError,
+    classify,
+    fatal,
+    map_kafka_errors,
     retriable,
     stop_kind,
     to_exception,
     txn_requires_abort,
 )
+from workers.ledger import DeliveryLedger
+from workers.offsets import OffsetResetVerdict, offset_reset_refusal, offset_reset_verdict
 from workers.protocol import StopKind
 
 BS = "127.0.0.1:9092"
@@ -191,7 +191,7 @@ def test_delivery_ledger_with_error_only_reports_trusts_an_empty_queue_not_an_er
 
 
 def test_the_task_producer_reports_failed_deliveries_only() -> None:
-    from workers.kafka import producer_config
+    from workers.kafka_config import producer_config
 
     config = producer_config("localhost:9092", "app", "proc", 0)
     assert config["delivery.report.only.error"] is True

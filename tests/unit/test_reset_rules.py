@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.bootstrap.group import GroupMember
 from coordinator.reset.plan import (
     PartitionBoundary,
     ResetPlan,
@@ -18,6 +17,7 @@ from coordinator.reset.plan import (
     parse_target,
 )
 from parsley.engine.channel import FED_TO_END
+from workers.positions import GroupMember
 
 BOUNDS = {("orders", 0): (2, 10), ("orders", 1): (0, 4), ("pay", 0): (5, 5)}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from workers.kafka import ErrorKind, SubstrateError
+from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.transaction import TaskTransaction
 
 

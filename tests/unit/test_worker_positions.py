@@ -9,13 +9,15 @@ from workers.offsets import positions_past_markers
 from workers.positions import (
     BOOTSTRAP_METADATA,
     TASK_METADATA,
-    Member,
     Unaccounted,
     foreign_member_refusal,
     foreign_members,
     skipped_offset,
     skipped_positions_refusal,
     unaccounted_positions,
+)
+from workers.positions import (
+    GroupMember as Member,
 )
 
 TP = ("orders", 0)

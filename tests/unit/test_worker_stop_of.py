@@ -1,4 +1,4 @@
-"""How the worker classifies what stopped it (``workers.main.stop_of``), without a broker.
+"""How the worker classifies what stopped it (``workers.verdicts.stop_of``), without a broker.
 
 The stop kind comes from the exception's type and the Kafka error it carries,
 never from message text (docs/operations.md, "Supervision": classified by a kind).
@@ -9,8 +9,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 
 from parsley import ParsleyFailClosedError, Reason
-from workers.main import stop_of
 from workers.protocol import StopKind
+from workers.verdicts import stop_of
 
 FENCED = KafkaError(KafkaError._FENCED, "transactional producer fenced by newer producer instance",
                     fatal=True)

@@ -1,0 +1,208 @@
+"""Restoring a task's state from its changelogs: the ordering store, the engine, the stores.
+
+:class:`Restorer` does each step of a restore (docs/architecture.md, "The worker",
+"Restore"): read partition ``i`` of the ordering changelog into a fresh
+:class:`workers.ordering_store.SqliteOrderingStore`, refusing ``ORDERING_STATE_LOST`` when
+it held no records while the group has positions the bootstrap did not write; build the
+engine over it; judge the store changelogs (:mod:`workers.store_changelogs`) and read
+each declared store; bind the received topic names and run the identity check. The
+worker calls the steps in order and keeps what each returns, so that what was opened is
+closed even when a later step fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from parsley.engine import engine_type
+from parsley.engine.channel import ChannelId
+from parsley.engine.cross_partition import cross_partition_policy
+from parsley.engine.engine import ProcessEngine
+from parsley.task_stores import TaskStores
+from workers.admin import (
+    ADMIN_CALL_BOUND_S,
+    OffsetsStayedUnstable,
+    PartitionOffsetError,
+    stable_committed_offsets,
+)
+from workers.changelog import RestoreProgress, read_partition
+from workers.identity import IdentityChecker, apply_received_verdicts
+from workers.kafka_errors import ErrorKind, SubstrateError, to_exception
+from workers.ordering_store import SqliteOrderingStore
+from workers.positions import lost_positions, ordering_state_lost
+from workers.protocol import TaskSpec
+from workers.store_changelogs import check_task_store_changelogs
+from workers.watchdog import bounded
+
+__all__ = ["STABLE_OFFSETS_DEADLINE_S", "Identity", "Restorer"]
+
+log = logging.getLogger("parsley.worker")
+
+STABLE_OFFSETS_DEADLINE_S: Final = 15.0
+"""How long a rebuild waits for the group's committed offsets to be stable, s."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What the restore's identity check left: whether names were learned (``None``: there
+    was no unnamed id to learn a name for), and the received topics whose identity is
+    still pending (retried by the punctuation)."""
+
+    names_learned: bool | None
+    pending: dict[str, Any]
+
+
+class Restorer:
+    """The steps of one task's restore, over the worker's clients and topics.
+
+    Args:
+        spec: the task's spec.
+        app_id: the application id (the group).
+        channels: the task's received channels by topic name.
+        expected: the task's partitions of its received topics.
+        ordering_topic: the ordering changelog.
+        store_topics: each declared store's changelog.
+        restore_consumer: the ``read_committed`` consumer the changelogs are read with.
+        on_progress: called with each changelog read's progress.
+    """
+
+    def __init__(self, spec: TaskSpec, app_id: str, channels: Mapping[str, ChannelId],
+                 expected: frozenset[tuple[str, int]], ordering_topic: str,
+                 store_topics: Mapping[str, str], restore_consumer: Consumer,
+                 on_progress: Callable[[RestoreProgress], None]) -> None:
+        self.spec = spec
+        self.task = spec.task
+        self.app_id = app_id
+        self.channels = channels
+        self.expected = expected
+        self.ordering_topic = ordering_topic
+        self.store_topics = dict(store_topics)
+        self.restore_consumer = restore_consumer
+        self.on_progress = on_progress
+
+    def read_ordering(self, store: SqliteOrderingStore, admin: AdminClient) -> None:
+        """Rebuild ``store`` from the task's ordering-changelog partition.
+
+        Raises:
+            ParsleyFailClosedError: ``ORDERING_STATE_LOST`` (:meth:`check_state_not_lost`).
+            SubstrateError: the read failed or stalled.
+        """
+        read = 0
+
+        def counted(rows: Iterable[Any]) -> Iterator[Any]:
+            nonlocal read
+            for row in rows:
+                read += 1
+                yield row
+
+        store.rebuild(counted(read_partition(
+            self.restore_consumer, admin, self.ordering_topic, self.task,
+            on_progress=self.on_progress)))
+        if read == 0:
+            self.check_state_not_lost(admin)
+
+    def engine(self, store: SqliteOrderingStore) -> ProcessEngine:
+        """The engine over the restored ``store``."""
+        spec = self.spec
+        engine: ProcessEngine = engine_type()(
+            store, received=self.channels.values(),
+            budget_bytes=spec.metadata_budget_bytes, on_warning=log.warning,
+            cross_partition=cross_partition_policy(
+                {t: spec.partitions[t] for t in spec.process.received_topics},
+                spec.cross_partition_causes))
+        return engine
+
+    def store_ids(self, admin: AdminClient, engine: ProcessEngine) -> dict[str, Any]:
+        """Judge the store changelogs the state binds: each must still hold what was
+        written (``ORDERING_STATE_LOST``, ``TASK_WIDTH_CHANGED``); returns their ids."""
+        return check_task_store_changelogs(
+            admin, list(self.store_topics.values()), engine.names(), self.task,
+            self.spec.task_count, app_id=self.app_id)
+
+    def read_stores(self, stores: TaskStores, admin: AdminClient) -> None:
+        """Rebuild each declared store from its changelog partition."""
+        for name, topic in self.store_topics.items():
+            stores.rebuild(name, read_partition(
+                self.restore_consumer, admin, topic, self.task, on_progress=self.on_progress))
+
+    def bind(self, engine: ProcessEngine, identity: IdentityChecker, store_ids: Mapping[str, Any],
+             read_ends: dict[tuple[str, int], int],
+             read_floors: dict[tuple[str, int], int]) -> Identity:
+        """Bind the received topics' and stores' names, and run the identity check.
+
+        Raises:
+            ParsleyFailClosedError: CHANNEL_IDENTITY_CHANGED,
+                CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES.
+        """
+        spec = self.spec
+        engine.bind_names({t: spec.topic_ids[t] for t in self.channels} | dict(store_ids))
+        ids = engine.known_topic_ids()
+        bindings = {n: i for n, i in engine.names().items() if i in ids}
+        with bounded("describe_topics"):
+            result = identity.check(bindings)
+        apply_received_verdicts(engine, result.verdicts, self.channels, read_ends, read_floors)
+        learned: bool | None = None
+        unnamed = engine.unnamed_topic_ids()
+        if unnamed:
+            # Names of upstream ids are learned while alive, so that their deletion can
+            # be confirmed and their frontier entries pruned (docs/model.md, "Pruning").
+            before = len(engine.names())
+            engine.learn_names(identity.learn_names(unnamed, engine.names()))
+            learned = len(engine.names()) > before
+        return Identity(learned, dict(result.pending))
+
+    def check_state_not_lost(self, admin: AdminClient) -> None:
+        """Refuse ``ORDERING_STATE_LOST`` when the group has positions the bootstrap did not
+        write while this task's ordering-changelog partition holds no records.
+
+        The bootstrap's rule (docs/failing-closed.md, ``ORDERING_STATE_LOST``), applied
+        at every rebuild of the engine, so a partition emptied under a live process is
+        refused, not restarted from empty state. Called only when the partition read no
+        records; the open transaction was aborted, so the offsets settle.
+
+        Raises:
+            ParsleyFailClosedError: ``ORDERING_STATE_LOST``.
+            SubstrateError: the offsets could not be listed, or stayed unstable for
+                :data:`STABLE_OFFSETS_DEADLINE_S`.
+        """
+        committed = self.group_committed(admin)
+        suspects = lost_positions(committed, [0] * (self.task + 1))
+        if suspects:
+            raise ordering_state_lost(suspects[0], self.ordering_topic, True, self.app_id)
+
+    def group_committed(self, admin: AdminClient) -> dict[tuple[str, int], tuple[int, str]]:
+        """The group's stable committed positions of this task's partitions, with metadata,
+        through the AdminClient (no consumer exists during a first restore), each call
+        bounded by :data:`workers.admin.ADMIN_CALL_BOUND_S`.
+
+        Raises:
+            SubstrateError: the listing failed, got no answer, or stayed unstable.
+        """
+        what = "listing the group's committed offsets"
+        try:
+            return stable_committed_offsets(
+                admin, self.app_id, [TopicPartition(t, p) for t, p in sorted(self.expected)],
+                deadline_s=STABLE_OFFSETS_DEADLINE_S, retry_s=0.2,
+                request_timeout_s=ADMIN_CALL_BOUND_S, answer_s=ADMIN_CALL_BOUND_S + 1,
+                retry_coordinator_not_available=False)
+        except KafkaException as exc:
+            raise to_exception(exc, what) from exc
+        except TimeoutError as exc:
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"listing the committed offsets of group {self.app_id} took longer than "
+                f"{ADMIN_CALL_BOUND_S:g} s") from exc
+        except PartitionOffsetError as exc:
+            assert exc.partition.error is not None  # set whenever PartitionOffsetError is raised
+            raise to_exception(exc.partition.error, what) from None
+        except OffsetsStayedUnstable:
+            raise SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"the committed offsets of group {self.app_id} stayed unstable for "
+                f"{STABLE_OFFSETS_DEADLINE_S:g} s") from None

@@ -1,0 +1,186 @@
+"""How a worker ends: the :class:`Stop` verdict, and whether a fenced worker was replaced.
+
+:func:`stop_of` classifies whatever ended the loop (never from message text). A fence
+(``_FENCED``, or the static consumer member fenced) is then weighed by :func:`timed_out`:
+a live successor holding the task's ``group.instance.id`` makes it FATAL (another worker
+owns the task, so this one is not restarted); with none, the broker's own abort of an old
+transaction, or its re-registering of the member after a restart, makes it SUBSTRATE (a
+restart resolves it). docs/operations.md, "Fenced: a successor or a timeout".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final, Protocol
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from parsley.frame import HandlerFailure
+from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.admin import group_members
+from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
+from workers.kafka_errors import SubstrateError, kafka_error_of, stop_kind, to_exception
+from workers.protocol import StopKind
+from workers.transaction import TaskTransaction
+from workers.watchdog import bounded
+
+__all__ = ["SUCCESSOR_WAIT_S", "Stop", "live_successor", "stop_of", "timed_out"]
+
+log = logging.getLogger("parsley.worker")
+
+SUCCESSOR_WAIT_S: Final = 2 * DEFAULT_SESSION_TIMEOUT_MS / 1000.0
+"""How long a worker fenced after a long transaction looks for a successor in the group, s:
+a successor joins after its ``init_transactions`` and its restore."""
+
+
+class Stop(Exception):
+    """How the worker ends: a stop kind, a refusal reason, a detail."""
+
+    def __init__(self, kind: StopKind, reason: Reason | None, detail: str | None) -> None:
+        super().__init__(f"{kind.value}: {detail}")
+        self.kind = kind
+        self.reason = reason
+        self.detail = detail
+
+
+def stop_of(exc: BaseException) -> Stop:
+    """Classify an exception into the worker's :class:`Stop` (never from message text).
+
+    ``ParsleyFailClosedError`` (anywhere on the cause chain) -> REFUSAL with its
+    reason; ``HandlerFailure`` -> APPLICATION; ``SubstrateError``/``KafkaException``
+    -> FATAL (fenced or fatal) or SUBSTRATE; any other exception is a worker bug,
+    reported FATAL so that it is never restarted blindly.
+    """
+    if isinstance(exc, Stop):
+        return exc
+    refusal = ParsleyFailClosedError.find_in(exc)
+    if refusal is not None:
+        return Stop(StopKind.REFUSAL, refusal.reason, refusal.detail)
+    if isinstance(exc, HandlerFailure):
+        return Stop(StopKind.APPLICATION, None, str(exc))
+    if not isinstance(exc, SubstrateError) and kafka_error_of(exc) is not None:
+        # A KafkaException, or an exception carrying one on its cause chain: confluent-kafka
+        # raises SystemError "<callback> returned a result with an exception set" from a
+        # flush whose delivery callback ran while the client's own error (e.g. _FENCED) was
+        # pending; the Kafka error beneath it is what happened.
+        exc = to_exception(kafka_error_of(exc) or exc)
+    if isinstance(exc, SubstrateError):
+        return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
+    return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
+
+
+class Fenced(Protocol):
+    """What the fence verdicts read of a worker (:class:`workers.main.Worker`)."""
+
+    app_id: str
+    member_fenced: bool
+    txn: TaskTransaction
+
+    def successor_member(self, wait_s: float) -> str | None: ...
+
+
+def live_successor(admin: AdminClient, group: str, instance: str, mine: str | None,
+                   session_s: float, wait_s: float) -> str | None:
+    """Another live member of ``group`` with ``group.instance.id`` ``instance``, if any.
+
+    Asks the group every 0.5 s; each ask is bounded (``describe_consumer_groups``). A
+    member counts as live only once it is still there one session timeout (plus 1 s)
+    after it was first seen: a member left behind by this worker's own consumer
+    (``mine``) expires by then, a successor heart-beats.
+
+    Args:
+        wait_s: how long to look for a candidate, s (a candidate found late is
+            still given its session timeout to prove live).
+
+    Returns:
+        That member's id, or ``None`` when none proved live.
+    """
+    deadline = time.monotonic() + wait_s
+    seen: dict[str, float] = {}
+    while True:
+        now = time.monotonic()
+        try:
+            with bounded("describe_consumer_groups"):
+                members = group_members(admin, group, request_timeout_s=5, answer_s=10)
+            present = {m.member_id for m in members
+                       if m.group_instance_id == instance and m.member_id != mine}
+            seen = {m: seen.get(m, now) for m in present}
+            for member, first in seen.items():
+                if now - first >= session_s + 1.0:
+                    return member
+        except (KafkaException, TimeoutError) as exc:
+            log.debug("describing group %s: %s", group, exc)
+        if now >= deadline and not seen:
+            return None
+        if seen and now >= max(deadline, min(seen.values()) + session_s + 5.0):
+            return None
+        time.sleep(0.5)
+
+
+def timed_out(outcome: Stop, worker: Fenced, fenced: bool = False) -> Stop:
+    """A fenced producer: its own transaction timed out (SUBSTRATE), or a successor (FATAL).
+
+    The broker aborts a transaction open past ``transaction.timeout.ms`` and bumps the
+    producer epoch, and the client then reports ``_FENCED`` exactly as for a newer
+    worker of the task (librdkafka folds the broker's fencing errors into one code).
+    The open transaction's age alone cannot tell them apart: a live successor may
+    fence a worker whose transaction is old too, and calling that restartable would
+    let two owners of a task fence each other in a restart loop. The rule, step by
+    step: docs/architecture.md, "The worker", "Stop verdicts".
+    """
+    if worker.member_fenced:
+        return _member_fenced(outcome, worker)
+    txn = worker.txn
+    age_s = time.monotonic() - txn.opened_at if txn.open else 0.0
+    if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
+        return (_successor_stop(outcome, worker, "") if fenced else None) or outcome
+    fatal = _successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
+    if fatal is not None:
+        return fatal
+    return Stop(
+        StopKind.SUBSTRATE, None,
+        f"the task's transaction was open {age_s:.1f} s, past transaction.timeout.ms="
+        f"{TRANSACTION_TIMEOUT_MS}, and the broker aborted it (a stalled handler or loop); "
+        f"no other member holds the task's group.instance.id; nothing of it was committed; "
+        f"restart: {outcome.detail}")
+
+
+def _successor_stop(outcome: Stop, worker: Fenced, context: str) -> Stop | None:
+    """FATAL naming the live successor that holds this task's ``group.instance.id``
+    (asked for up to :data:`SUCCESSOR_WAIT_S`), or ``None`` when there is none.
+
+    A successor fences a static member by joining with its ``group.instance.id``
+    (KIP-345); another worker then owns the task, so this one is not restarted.
+    ``context`` is added after the id (e.g. the transaction's age).
+    """
+    successor = worker.successor_member(SUCCESSOR_WAIT_S)
+    if successor is None:
+        return None
+    return Stop(
+        StopKind.FATAL, None,
+        f"fenced by a live successor: member {successor} of group {worker.app_id} holds "
+        f"this task's group.instance.id{context}; another worker owns the task, so this "
+        f"one is not restarted: {outcome.detail}")
+
+
+def _member_fenced(outcome: Stop, worker: Fenced) -> Stop:
+    """The task's static consumer member was fenced: by a successor (FATAL) or by the
+    broker itself (SUBSTRATE).
+
+    A successor fences a static member by joining with its ``group.instance.id``
+    (KIP-345), so it is then a live member of the group. After a broker restart the
+    broker was also seen to fence a worker's own member with no other worker running
+    ("Static consumer fenced by other consumer with same group.instance.id"): when no
+    other live member holds the id within :data:`SUCCESSOR_WAIT_S`, a restart resolves
+    it (docs/operations.md, "Fenced: a successor or a timeout").
+    """
+    fatal = _successor_stop(outcome, worker, "")
+    if fatal is not None:
+        return fatal
+    return Stop(
+        StopKind.SUBSTRATE, None,
+        f"the task's static group member was fenced, but no other live member holds its "
+        f"group.instance.id (the broker re-registered it, as after a broker restart); "
+        f"nothing more was committed; restart: {outcome.detail}")
