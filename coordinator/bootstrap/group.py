@@ -211,34 +211,14 @@ def await_group_vacated(
         StartError: the group could not be described, or its coordinator did
             not answer within ``window_s``.
     """
-    start = clock()
-    deadline = start + window_s  # until the group first answers: bounds the loading wait
-    answered = False
-    announced: tuple[str, ...] | None = None
-    while True:
-        present = group_members(admin, group)
-        now = clock()
-        if present == []:
-            if announced is not None:
-                log.info("%s: the previous members left after %.1f s", group, now - start)
-            return now - start
-        if present is not None:
-            if not answered:
-                answered, deadline = True, now + window_s
-            names = tuple(sorted(m.describe() for m in present))
-            if announced != names:
-                log.warning("waiting up to %.0f s for the previous members of group %s to "
-                            "leave: [%s]", max(0.0, deadline - now), group, "; ".join(names))
-                announced = names
-        if now >= deadline:
-            if present is None:
-                raise StartError(f"the coordinator of group '{group}' did not answer a "
-                                 f"describe within {window_s:g} s; retry")
-            if all(is_own_member(group, m) for m in present):
-                raise own_members_remain(group, present, window_s, session_ms,
-                                         bootstrap_servers)
-            raise members_remain(group, present, window_s, session_ms, bootstrap_servers)
-        sleep(min(poll_s, max(0.05, deadline - now)))
+    def refusal(remaining: Sequence[GroupMember]) -> Exception:
+        if all(is_own_member(group, m) for m in remaining):
+            return own_members_remain(group, remaining, window_s, session_ms, bootstrap_servers)
+        return members_remain(group, remaining, window_s, session_ms, bootstrap_servers)
+
+    return _await_gone(admin, group, window_s, waiting=list, refusal=refusal,
+                       what="the previous members of group {group}",
+                       gone="the previous members", sleep=sleep, clock=clock, poll_s=poll_s)
 
 
 def await_foreign_members_gone(
@@ -269,33 +249,61 @@ def await_foreign_members_gone(
         StartError: the group could not be described, or its coordinator did not answer
             within ``window_s``.
     """
+    return _await_gone(
+        admin, group, window_s,
+        waiting=lambda present: [m for m in present if not is_own_member(group, m)],
+        refusal=lambda foreign: members_remain(group, foreign, window_s, session_ms,
+                                               bootstrap_servers),
+        what="members of group {group} that are not this process's workers",
+        gone="the foreign members", sleep=sleep, clock=clock, poll_s=poll_s)
+
+
+def _await_gone(
+    admin: AdminClient,
+    group: str,
+    window_s: float,
+    *,
+    waiting: Callable[[list[GroupMember]], list[GroupMember]],
+    refusal: Callable[[list[GroupMember]], Exception],
+    what: str,
+    gone: str,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    poll_s: float,
+) -> float:
+    """Poll ``group`` until ``waiting(members)`` is empty, at most ``window_s`` s from the
+    group's first answer (and at most ``window_s`` s for that answer); returns s waited.
+
+    ``what`` (with ``{group}``) names the awaited members in the one warning logged per
+    change of them, ``gone`` in the info line when they left. Past the bound it raises
+    ``refusal(awaited members)``, or :class:`StartError` when the group never answered.
+    """
     start = clock()
-    deadline = start + window_s
+    deadline = start + window_s  # until the group first answers: bounds the loading wait
     answered = False
     announced: tuple[str, ...] | None = None
     while True:
         present = group_members(admin, group)
         now = clock()
-        foreign = None if present is None else [m for m in present
-                                                if not is_own_member(group, m)]
-        if foreign == []:
+        awaited = None if present is None else waiting(present)
+        if awaited == []:
             if announced is not None:
-                log.info("%s: the foreign members left after %.1f s", group, now - start)
+                log.info("%s: %s left after %.1f s", group, gone, now - start)
             return now - start
-        if foreign is not None:
+        if awaited is not None:
             if not answered:
                 answered, deadline = True, now + window_s
-            names = tuple(sorted(m.describe() for m in foreign))
+            names = tuple(sorted(m.describe() for m in awaited))
             if announced != names:
-                log.warning("waiting up to %.0f s for members of group %s that are not this "
-                            "process's workers to leave: [%s]", max(0.0, deadline - now),
-                            group, "; ".join(names))
+                log.warning("waiting up to %.0f s for %s to leave: [%s]",
+                            max(0.0, deadline - now), what.format(group=group),
+                            "; ".join(names))
                 announced = names
         if now >= deadline:
-            if foreign is None:
+            if awaited is None:
                 raise StartError(f"the coordinator of group '{group}' did not answer a "
                                  f"describe within {window_s:g} s; retry")
-            raise members_remain(group, foreign, window_s, session_ms, bootstrap_servers)
+            raise refusal(awaited)
         sleep(min(poll_s, max(0.05, deadline - now)))
 
 

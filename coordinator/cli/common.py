@@ -28,6 +28,7 @@ __all__ = [
     "STATE_DIR_OPTION",
     "ExitCode",
     "control_place",
+    "exit_on_config_problem",
     "kafka_config_problem",
     "load_app",
     "load_config",
@@ -138,6 +139,16 @@ def kafka_config_problem(exc: BaseException, config: Any,
     if key:
         return f"kafka property '{key}' was refused by librdkafka ({text}); check it in {where}"
     return f"a kafka property was refused by librdkafka ({text}); check {where}"
+
+
+def exit_on_config_problem(exc: BaseException, config: Any, config_file: str | None) -> None:
+    """Exit with :attr:`ExitCode.USAGE` and ``wrong configuration: <problem>`` on stderr when
+    ``exc`` is a Kafka property librdkafka refused (:func:`kafka_config_problem`); else return,
+    so the caller re-raises."""
+    problem = kafka_config_problem(exc, config, config_file)
+    if problem is not None:
+        click.echo(f"wrong configuration: {problem}", err=True)
+        sys.exit(ExitCode.USAGE)
 
 
 def start_local_broker() -> str:

@@ -12,7 +12,7 @@ from coordinator.cli.common import (
     CONFIG_OPTION,
     PREFIX_OPTION,
     ExitCode,
-    kafka_config_problem,
+    exit_on_config_problem,
     load_config,
     quiet_on_closed_pipe,
     start_local_broker,
@@ -143,11 +143,8 @@ def command(process: str, bootstrap_servers: str | None, local_broker: bool,
         click.echo(f"{exc}", err=True)
         sys.exit(ExitCode.FAILURE)
     except Exception as exc:
-        problem = kafka_config_problem(exc, config, config_file)
-        if problem is None:
-            raise
-        click.echo(f"wrong configuration: {problem}", err=True)
-        sys.exit(ExitCode.USAGE)
+        exit_on_config_problem(exc, config, config_file)
+        raise
     _warn_if_running(config, process, report["group_members"])
     with quiet_on_closed_pipe():
         if as_json:

@@ -15,7 +15,7 @@ from coordinator.bootstrap.common import BOOTSTRAP_METADATA, StartError
 from coordinator.bootstrap.group import group_members
 from coordinator.cli.common import (
     ExitCode,
-    kafka_config_problem,
+    exit_on_config_problem,
     load_app,
     load_config,
     start_local_broker,
@@ -191,8 +191,5 @@ def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_late
                    err=True)
         sys.exit(ExitCode.FAILURE)
     except KafkaException as exc:
-        problem = kafka_config_problem(exc, config, config_file)
-        if problem is None:
-            raise
-        click.echo(f"wrong configuration: {problem}", err=True)
-        sys.exit(ExitCode.USAGE)
+        exit_on_config_problem(exc, config, config_file)
+        raise

@@ -223,14 +223,8 @@ class Supervisor(Spawning, Intake, Reaping, Restarts, Shutdown):
             tasks = [t for i, t in run.tasks.items() if i in indexes and t.exit_code is None]
             for t in tasks:
                 t.released = True
-        report = self._terminate(name, tasks,
-                                 self._stop_deadline_s if deadline_s is None else deadline_s)
-        with self._changed:
-            for t in tasks:
-                if t.exit_code is not None and run.tasks.get(t.index) is t:
-                    run.tasks.pop(t.index)
-            self._changed.notify_all()
-        return report
+        return self._stop_and_forget(
+            run, tasks, self._stop_deadline_s if deadline_s is None else deadline_s)
 
     def fail_process(self, name: str, reason: Reason | None, detail: str) -> None:
         """Stop process ``name`` here with ``reason`` and ``detail`` (a refusal at the

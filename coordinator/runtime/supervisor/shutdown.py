@@ -117,6 +117,12 @@ class Shutdown(SupervisorBase):
     def _stop_tasks(self, run: Run, deadline_s: float) -> ShutdownReport:
         with self._lock:
             tasks = [t for t in run.tasks.values() if t.exit_code is None]
+        return self._stop_and_forget(run, tasks, deadline_s)
+
+    def _stop_and_forget(self, run: Run, tasks: list[Task], deadline_s: float
+                         ) -> ShutdownReport:
+        """Terminate ``tasks`` of ``run`` (:meth:`_terminate`) and drop those that exited
+        from ``run.tasks``; a task respawned meanwhile under the same index stays."""
         report = self._terminate(run.plan.name, tasks, deadline_s)
         with self._changed:
             for t in tasks:
