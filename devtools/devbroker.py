@@ -354,12 +354,6 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     (:data:`WARM_UP_GROUP`, never joined) and a throwaway transactional id
     (:data:`WARM_UP_TRANSACTIONAL_ID` plus a random suffix, one empty committed transaction).
 
-    The group side uses a Consumer's ``committed()``, not
-    ``AdminClient.list_consumer_group_offsets``: with confluent-kafka 2.16.1 the admin
-    call crashes the interpreter (SIGSEGV in librdkafka's ``rd_kafka_cgrp_op`` from
-    ``rd_kafka_handle_OffsetFetch``) when the coordinator answers
-    COORDINATOR_LOAD_IN_PROGRESS, as it does on a fresh broker.
-
     Args:
         bootstrap: ``host:port[,...]``.
         timeout_s: overall deadline, seconds.
@@ -381,6 +375,9 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     try:
         while True:
             try:
+                # Not AdminClient.list_consumer_group_offsets: in confluent-kafka 2.16.1 it
+                # segfaults (librdkafka rd_kafka_cgrp_op, from rd_kafka_handle_OffsetFetch)
+                # on COORDINATOR_LOAD_IN_PROGRESS, which a fresh broker answers.
                 consumer.committed(
                     [TopicPartition("__parsley-devbroker-warm-up", 0)],
                     timeout=max(deadline - time.monotonic(), 1.0),

@@ -10,9 +10,9 @@ subclass anything. Three are built in:
 
 ``None`` maps to ``None`` both ways in every built-in serde (Kafka's null key or tombstone).
 As in Java's frame, a delivery's or an emission's ``None`` payload never reaches a serde; a
-state key does, so a key that serializes to ``None`` is refused there. A serde that defines
-``serialize_with_headers(value, headers)`` (:class:`HeadersAwareSerde`, after Kafka's
-``Serializer.serialize(topic, headers, data)``) is called that way for emissions, with the
+state key does, so a key that serializes to ``None`` is refused there. A
+:class:`HeadersAwareSerde` defines ``serialize_with_headers(value, headers)``, as Kafka's
+``Serializer.serialize(topic, headers, data)`` sees headers. Emissions call it with their
 headers as a mutable ``list`` of ``(key, value)`` pairs; the frame then refuses a reserved
 one. Both refusals: docs/runbooks.md, "The application must change".
 

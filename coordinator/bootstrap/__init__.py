@@ -166,8 +166,9 @@ def bootstrap_process(
     tasks: Collection[int] | None = None,
     lead: bool = True,
 ) -> ProcessPlan:
-    """Bootstrap steps 3-6 for one process (docs/operations.md, "Running", bootstrap step 3):
-    state, refusals, positions.
+    """Bootstrap steps 3-6 for one process: state, refusals, positions.
+
+    The steps: docs/architecture.md, "The bootstrap".
 
     Args:
         config: the configuration.
