@@ -171,7 +171,7 @@ def reference_decode_causes(value: bytes | None) -> dict[ChannelId, int]:
     Args:
         value: the raw header value (``bytes``; a ``bytearray`` or
             ``memoryview`` is copied), or ``None`` for a header present with
-            a null value. Grammar in the module docstring.
+            a null value. Grammar: docs/wire-format.md, "Grammar".
 
     Returns:
         Per channel, the highest causal position (a Kafka offset, inclusive:

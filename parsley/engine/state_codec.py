@@ -278,8 +278,9 @@ class HeldMessage:
 
 
 def reference_encode_held(m: HeldMessage) -> bytes:
-    """Encode a held message as a version-1 blob (layout in the module docstring); the
-    pure-Python reference of :func:`encode_held`.
+    """Encode a held message as a version-1 blob; the pure-Python reference of :func:`encode_held`.
+
+    Layout: docs/model.md, "The stored form", "Held blob".
 
     Raises:
         ValueError: a timestamp or cause position outside int64.
@@ -549,12 +550,12 @@ def reference_load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
             id; ...``; ``restored frontier|delivered past names position P on
             <ch>, which no channel can assign; ...`` (negative or 2^63-1);
             ``held messages restored out of position order on <ch> (a before
-            b); ...``; ``held message at <ch>@P above its channel's coverage
-            (fedUpTo=F); ...``, ``... on a channel with no coverage row; ...``
-            or ``... on a channel recorded as no longer existing
-            (fedUpTo=2^63-1); ...`` (a hold not within its channel's live
-            coverage would deliver ahead of lower positions fed later); any
-            :func:`decode_held` diagnosis.
+            b); ...``; any :func:`decode_held` diagnosis. A hold not within its
+            channel's live coverage would deliver ahead of lower positions fed
+            later, so each of these refuses too: ``held message at <ch>@P above
+            its channel's coverage (fedUpTo=F); ...``, ``... on a channel with no
+            coverage row; ...``, ``... on a channel recorded as no longer existing
+            (fedUpTo=2^63-1); ...``.
 
     Source: docs/model.md, "The stored form" (version entry; "Checks when state is restored"); Java
     ``ProcessEngine`` constructor and ``OrderingStateCodec``.
