@@ -160,12 +160,11 @@ class ParsleyConfig:
         status_interval_ms: a task's status period, ms, >= 1.
         commit_interval_ms: a task's transaction period, ms, >= 1.
         cross_partition_causes: what a cause on another task's partition of a
-            received topic does: ``auto`` (default) refuses it
-            (``CROSS_PARTITION_CAUSE``) when the received topics' partition counts
-            are equal and carries it unenforced with a warning otherwise; ``refuse``
-            always refuses; ``warn`` always carries, warns and counts it, for an
-            upstream stage that deliberately fans partitions in
-            (docs/failing-closed.md, "Cross-partition causes").
+            received topic does (docs/failing-closed.md, "Cross-partition causes").
+            ``auto`` (default): refused with ``CROSS_PARTITION_CAUSE`` when the
+            received topics' partition counts are equal, else carried unenforced
+            with a warning. ``refuse``: always refused. ``warn``: always carried,
+            warned and counted, for an upstream stage that fans partitions in.
         refuse_cross_partition_causes: the older boolean spelling: ``True`` means
             ``cross_partition_causes = "refuse"``; ``False`` changes nothing.
         stale_task_ms: a worker that sends no report for this long is killed

@@ -1,24 +1,16 @@
 """``parsley-devbroker``: a real Apache Kafka 4.x broker on 127.0.0.1 for tests and demos.
 
-Users, the test fixture (``tests/conftest.py``), benchmarks and the demo share this
-one broker. It fetches the official Apache Kafka jars (``org.apache.kafka:kafka_2.13``
-and ``org.apache.kafka:kafka-tools``, version :data:`KAFKA_VERSION`) from Maven
-Central with Maven, formats a single-node KRaft storage directory and runs the
-broker with the machine's Java 17. The command-line tools of docs/runbooks.md run
-from the same jars through ``parsley-devbroker tool NAME ARGS...``.
+Users, the test fixture (``tests/conftest.py``), benchmarks and the demo share this one
+broker. It fetches the official Apache Kafka jars (``org.apache.kafka:kafka_2.13`` and
+``org.apache.kafka:kafka-tools``, version :data:`KAFKA_VERSION`) from Maven Central with
+Maven, formats a single-node KRaft storage directory and runs the broker with the machine's
+Java 17. The command-line tools of docs/runbooks.md run from the same jars through
+``parsley-devbroker tool NAME ARGS...``.
 
-Layout of a data directory (default ``$PARSLEY_DEVBROKER_DIR`` or
-``~/.cache/parsley/devbroker``)::
-
-    config/server.properties      broker + controller settings (one node)
-    config/log4j2.properties      broker logging: INFO to logs/server.log only
-    data/                         KRaft metadata and topic partitions (log.dirs)
-    logs/server.log               the broker log (rolled at 50 MB, 4 files kept)
-    logs/stdout.log               the JVM's own stdout/stderr
-    devbroker.json                state file: pid, ports, version, log path
-
-Jar cache: ``$PARSLEY_KAFKA_LIB`` if set, else
-``${XDG_CACHE_HOME:-~/.cache}/parsley/kafka-<version>/lib``; reused when complete.
+The data directory (default ``$PARSLEY_DEVBROKER_DIR`` or ``~/.cache/parsley/devbroker``)
+and the jar cache (``$PARSLEY_KAFKA_LIB``, else
+``${XDG_CACHE_HOME:-~/.cache}/parsley/kafka-<version>/lib``) are laid out as
+docs/architecture.md, "devtools/devbroker.py" shows.
 
 Source: README.md, "The local broker: ``parsley-devbroker``".
 """
@@ -362,12 +354,6 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     (:data:`WARM_UP_GROUP`, never joined) and a throwaway transactional id
     (:data:`WARM_UP_TRANSACTIONAL_ID` plus a random suffix, one empty committed transaction).
 
-    The group side uses a Consumer's ``committed()``, not
-    ``AdminClient.list_consumer_group_offsets``: with confluent-kafka 2.16.1 the admin
-    call crashes the interpreter (SIGSEGV in librdkafka's ``rd_kafka_cgrp_op`` from
-    ``rd_kafka_handle_OffsetFetch``) when the coordinator answers
-    COORDINATOR_LOAD_IN_PROGRESS, as it does on a fresh broker.
-
     Args:
         bootstrap: ``host:port[,...]``.
         timeout_s: overall deadline, seconds.
@@ -389,6 +375,9 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     try:
         while True:
             try:
+                # Not AdminClient.list_consumer_group_offsets: in confluent-kafka 2.16.1 it
+                # segfaults (librdkafka rd_kafka_cgrp_op, from rd_kafka_handle_OffsetFetch)
+                # on COORDINATOR_LOAD_IN_PROGRESS, which a fresh broker answers.
                 consumer.committed(
                     [TopicPartition("__parsley-devbroker-warm-up", 0)],
                     timeout=max(deadline - time.monotonic(), 1.0),

@@ -81,8 +81,8 @@ class InitialPosition(enum.Enum):
     process").
 
     Applies on a process's first ever start only; with prior state the
-    bootstrap forces EARLIEST for a newly named topic (docs/operations.md, "Running", bootstrap
-    step 5).
+    bootstrap forces EARLIEST for a newly named topic (docs/architecture.md, "The bootstrap",
+    step 6).
     """
 
     EARLIEST = "EARLIEST"

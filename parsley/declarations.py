@@ -1,40 +1,21 @@
 """Declarations: channels, stores, processes, and the effects a handler returns.
 
-A *process* receives one or more channels (a declared topic with its serdes),
-runs a handler per received channel, and may send to declared channels and
-read and write declared stores::
-
-    orders = Channel("orders", STRING, JSON)
-    audit = Channel("audit", STRING, JSON)
-    counts = Store("counts", STRING, JSON)
-
-    def on_order(delivery, state):
-        seen = state.get(counts, delivery.key) or 0
-        return (Effects.builder()
-                .put(counts, delivery.key, seen + 1)
-                .send(audit, delivery.key, {"seen": seen + 1})
-                .build())
-
-    process = Process("tally").receives(orders, on_order).sends(audit).stores(counts)
-
-Every declaration is an immutable value (a frozen dataclass); each builder
-step returns a new ``Process``. Declarations pickle with ``dill`` (the
-``multiprocess`` package's pickler), closures included, so the coordinator can
-hand them to a spawned worker.
-
-Names on the cluster are composed here (docs/operations.md, "Names on the
-cluster"), and :func:`validate_declarations` is the check the
-coordinator runs at start (docs/operations.md, "Running", bootstrap step 1).
-
-Source: README.md, "Write your own process" (``Process``, ``Topic``, ``Store``,
+A *process* receives one or more channels (a declared topic with its serdes), runs a handler
+per received channel, and may send to declared channels and read and write declared stores;
+README.md, "Write your own process" shows one end to end (``Process``, ``Topic``, ``Store``,
 ``Handler``, ``Delivery``, ``State``, ``Effects``).
 
-The declarations live by responsibility in :mod:`parsley.channels` (Channel,
-Store, InitialPosition), :mod:`parsley.effects` (Delivery, State, Send,
-Write, Effects, EffectsBuilder, Handler, RefusalLatch), :mod:`parsley.process`
-(Process, Input) and :mod:`parsley.naming` (cluster names, task width,
-validate_declarations); this module re-exports every name, so each existing
-import path keeps working.
+Every declaration is an immutable value (a frozen dataclass); each builder step returns a new
+``Process``. Declarations pickle with ``dill``, the ``multiprocess`` package's pickler,
+closures included, so the coordinator can hand them to a spawned worker. Names on the cluster
+are composed here (docs/operations.md, "Names on the cluster"). :func:`validate_declarations`
+is the check the coordinator runs at start (docs/architecture.md, "The bootstrap").
+
+The names live by responsibility: :mod:`parsley.channels` (Channel, Store, InitialPosition),
+:mod:`parsley.effects` (Delivery, State, Send, Write, Effects, EffectsBuilder, Handler,
+RefusalLatch), :mod:`parsley.process` (Process, Input) and :mod:`parsley.naming` (cluster
+names, task width, validate_declarations). This module re-exports every name, so each
+existing import path keeps working.
 """
 
 from __future__ import annotations

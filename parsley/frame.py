@@ -286,12 +286,12 @@ class HandlerFrame:
         """The plans the native fast path (``workers.fastpath``) may run without this frame.
 
         Returns:
-            ``(inputs, outputs)``: received topic -> ``(handler, decode key, decode value)``
-            for channels whose serdes are built in (:data:`parsley.serdes.BYTES`,
-            ``STRING``, ``JSON``: pure decoders, so a failed decode is simply decoded
-            again here); declared output -> ``(topic, encode key, encode value)`` for
-            outputs whose serdes are built in, ``None`` standing for BYTES (the identity
-            on ``bytes``).
+            ``(inputs, outputs)``. ``inputs``: received topic -> ``(handler, decode key,
+            decode value)`` for channels whose serdes are built in
+            (:data:`parsley.serdes.BYTES`, ``STRING``, ``JSON``). Their decoders are
+            pure, so a failed decode is simply decoded again here. ``outputs``: declared
+            output -> ``(topic, encode key, encode value)`` for outputs whose serdes are
+            built in; ``None`` stands for BYTES, the identity on ``bytes``.
         """
         inputs = {i.channel.name: self._in_plans[i.channel.name]
                   for i in self.process.inputs

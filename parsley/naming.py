@@ -2,7 +2,7 @@
 
 Composes the application id, changelog topics, transactional and group
 instance ids of a process; :func:`validate_declarations` is the check the
-coordinator runs at start (docs/operations.md, "Running", bootstrap step 1).
+coordinator runs at start (docs/architecture.md, "The bootstrap", step 1).
 
 Source: docs/operations.md, "Names on the cluster".
 Re-exported by :mod:`parsley.declarations`.
@@ -113,8 +113,9 @@ def task_width(partition_counts: Mapping[str, int] | Iterable[int]) -> int:
 
 
 def validate_declarations(prefix: str, processes: Iterable[Process]) -> None:
-    """The start-time check of a set of declarations (docs/operations.md, "Running", bootstrap step
-    1).
+    """The start-time check of a set of declarations.
+
+    Step 1 of docs/architecture.md, "The bootstrap".
 
     Checks: a legal, unreserved prefix; at least one process; unique process
     names; every process receives something; every composed cluster name is a

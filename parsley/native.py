@@ -1,25 +1,19 @@
 """Which implementation of the causal core runs: ``native`` (Rust) or ``python``.
 
-The causal core (the ``parsley.causes`` codec, the ordering-state codec and the
-ordering engine) exists twice: in Rust, built as the extension module
-``parsley._native`` by ``pip install`` (setuptools-rust, the crate in ``native/``),
-and in pure Python, the reference implementation. Both give the same values, the
-same bytes and the same refusals. The choice is made once, at import, from the
-environment variable ``PARSLEY_ENGINE``:
+The causal core (the ``parsley.causes`` codec, the ordering-state codec and the ordering
+engine) exists twice: in Rust, the extension module ``parsley._native`` built from
+``native/`` by ``pip install``, and in pure Python, the reference. Both give the same values,
+bytes and refusals. The choice is made once, at import, from ``PARSLEY_ENGINE``:
 
-* unset or empty: ``native`` when ``parsley._native`` imports, otherwise
-  ``python`` with one logged warning (logger ``parsley.native``) naming why;
+* unset or empty: ``native`` when ``parsley._native`` imports, otherwise ``python`` with one
+  logged warning (logger ``parsley.native``) naming why;
 * ``native``: the Rust core; ``ImportError`` naming the fix when it is not built;
 * ``python``: the pure-Python reference, even when the Rust core is built.
 
-Any other value raises ``ValueError`` at import. The choice holds for the life of
-the process: set the variable before starting it (docs/operations.md,
-"Choosing the engine").
-
-This module is the one place in the core that reads the environment or logs;
-``tests/unit/test_purity.py`` admits it for that purpose only. The modules that
-switch (``parsley.wire``, ``parsley.engine.state_codec``, ``parsley.engine``)
-import :data:`ENGINE` and :data:`NATIVE` from here.
+Any other value raises ``ValueError`` at import. The choice holds for the life of the
+process (docs/operations.md, "Choosing the engine"). This is the one core module that reads
+the environment or logs (``tests/unit/test_purity.py`` admits it for that only); the
+modules that switch import :data:`ENGINE` and :data:`NATIVE` from here.
 """
 
 from __future__ import annotations

@@ -1,28 +1,22 @@
 """Serdes: how application keys and values become record bytes and back.
 
 A serde is any object with ``serialize(value) -> bytes | None`` and
-``deserialize(data: bytes | None) -> value`` (the :class:`Serde` protocol);
-nothing needs to subclass anything. Three are built in:
+``deserialize(data: bytes | None) -> value`` (the :class:`Serde` protocol); nothing needs to
+subclass anything. Three are built in:
 
 * :data:`BYTES`: ``bytes`` as is (``bytearray``/``memoryview`` accepted on the way in).
-* :data:`STRING`: ``str`` as UTF-8, strictly (an invalid byte sequence fails to decode).
+* :data:`STRING`: ``str`` as UTF-8, strictly: an invalid byte sequence fails to decode.
 * :data:`JSON`: any value ``orjson`` encodes, as compact UTF-8 JSON.
 
-``None`` maps to ``None`` both ways in every built-in serde (Kafka's null key
-or tombstone value). The handler frame never calls a serde with a ``None``
-payload of a delivery or an emission, as Java's frame does not; it does call
-the key serde of a state write or read, so a key that serializes to ``None``
-is refused there (docs/runbooks.md, "The application must change").
+``None`` maps to ``None`` both ways in every built-in serde (Kafka's null key or tombstone).
+As in Java's frame, a delivery's or an emission's ``None`` payload never reaches a serde; a
+state key does, so a key that serializes to ``None`` is refused there. A
+:class:`HeadersAwareSerde` defines ``serialize_with_headers(value, headers)``, as Kafka's
+``Serializer.serialize(topic, headers, data)`` sees headers. Emissions call it with their
+headers as a mutable ``list`` of ``(key, value)`` pairs; the frame then refuses a reserved
+one. Both refusals: docs/runbooks.md, "The application must change".
 
-A serializer may also see and add record headers, as Kafka's
-``Serializer.serialize(topic, headers, data)`` can: a serde that defines
-``serialize_with_headers(value, headers)`` (the :class:`HeadersAwareSerde`
-protocol) is called that way for emissions, with the emission's headers as a
-mutable ``list`` of ``(key, value)`` pairs. The frame re-checks the headers
-afterwards and refuses a reserved one (docs/runbooks.md, "The application must change").
-
-Source: README.md, "Write your own process" (``Topic.of(name, keySerde, valueSerde)``),
-which uses the serdes ``STRING`` and ``JSON`` (``BYTES`` is the third).
+Source: README.md, "Write your own process" (``Topic.of(name, keySerde, valueSerde)``).
 """
 
 from __future__ import annotations

@@ -1,41 +1,22 @@
 """The ``parsley.causes`` header: encode, decode, size, placement.
 
-Every message a Parsley process sends carries exactly one ``parsley.causes``
-header naming, per channel, the highest position among its causes. The format
-is version 1 of the Java implementation's frozen grammar, byte for byte
-(docs/wire-format.md; Java ``CausesCodec``), so Java and Python
-processes read each other's records::
-
-    value          := version topicCount group*
-    version        := uint8 = 0x01
-    topicCount     := varint >= 0
-    group          := topicId partitionCount pair*
-    topicId        := 16 bytes (Kafka topic id, big-endian), never all zero
-    partitionCount := varint >= 1
-    pair           := partition position
-    partition      := varint >= 0
-    position       := int64 big-endian, 0 <= position < 2^63 - 1
-
-Varints are unsigned base-128, low bits first, minimal, at most 0..2^31-1.
-Topics strictly ascend (unsigned bytes), partitions strictly ascend within a
-topic, nothing trails the last group: one cause set has exactly one encoding.
+Every record a Parsley process sends carries exactly one ``parsley.causes`` header naming,
+per channel, the highest position among its causes. The format is version 1 of the Java
+implementation's frozen grammar, byte for byte, so Java and Python processes read each
+other's records. The grammar, its constraints (one cause set has exactly one encoding) and
+the size formula are in docs/wire-format.md, "Grammar", "Constraints" and "Size"; the source
+is Java's ``CausesCodec``.
 
 Decoding is strict and fails closed: a malformed value raises
-:class:`~parsley.refusals.ParsleyFailClosedError` with reason
-``UNDECODABLE_METADATA`` and the Java implementation's diagnosis text. Callers
-that know the record (the engine) re-raise with ``<channel>@<position>: ``
-in front.
+:class:`~parsley.refusals.ParsleyFailClosedError` with reason ``UNDECODABLE_METADATA`` and
+the Java implementation's diagnosis text. The engine, which knows the record, re-raises it
+with ``<channel>@<position>: `` in front.
 
-Two implementations: the Rust codec in the extension module ``parsley._native``
-(``native/src/wire.rs``) and the pure-Python reference here
-(``reference_decode_causes``, ``reference_encode_causes``,
-``reference_encoded_size``). They return the same values and raise the same
-errors; ``decode_causes``, ``encode_causes`` and ``encoded_size`` are the one
-:mod:`parsley.native` chose (``PARSLEY_ENGINE``; docs/operations.md, "Choosing
-the engine"). Each keeps its own bounded channel cache.
-
-Pure: standard library only, plus the extension module (``tests/unit/test_purity.py``).
-See ``docs/wire-format.md`` for the user- and gateway-facing description.
+``decode_causes``, ``encode_causes`` and ``encoded_size`` are the implementation
+:mod:`parsley.native` chose: the Rust codec (``native/src/wire.rs``) or the pure-Python
+reference here (``reference_*``), with the same values and errors (docs/operations.md,
+"Choosing the engine"). Each keeps its own bounded channel cache. Pure: standard library
+only, plus the extension module (``tests/unit/test_purity.py``).
 """
 
 from __future__ import annotations
@@ -190,7 +171,7 @@ def reference_decode_causes(value: bytes | None) -> dict[ChannelId, int]:
     Args:
         value: the raw header value (``bytes``; a ``bytearray`` or
             ``memoryview`` is copied), or ``None`` for a header present with
-            a null value. Grammar in the module docstring.
+            a null value. Grammar: docs/wire-format.md, "Grammar".
 
     Returns:
         Per channel, the highest causal position (a Kafka offset, inclusive:

@@ -3,22 +3,19 @@
 Per process, in the Java implementation's order (Java's ``StreamsRuntime.start``): validate
 the declarations, resolve the topics, read the ordering state and judge the store changelogs,
 list the committed read positions, create the changelogs, wait for the group's previous members
-and pre-commit the missing start positions; the steps in full: docs/architecture.md, "The
-bootstrap" (and docs/operations.md, "Running").
+and pre-commit the missing start positions. The steps in full, and the package's modules one
+step each: docs/architecture.md, "The bootstrap" (and docs/operations.md, "Running").
 
-Every start, and every restart attempt (:func:`restart_bootstrap`), builds its
-own Kafka clients and drops them when done, and bounds every admin answer
-itself (:mod:`~coordinator.bootstrap.clients`): a client wedged by a broker
-outage never outlives the attempt that met it.
+Every start, and every restart attempt (:func:`restart_bootstrap`), builds its own Kafka
+clients and drops them when done, and bounds every admin answer itself
+(:mod:`~coordinator.bootstrap.clients`): a client wedged by a broker outage never outlives
+the attempt that met it. Nothing runs yet when this module is done: the supervisor spawns
+workers from the :class:`ProcessPlan` afterwards.
 
-Nothing runs yet when this module is done: the supervisor spawns workers from
-the :class:`ProcessPlan` afterwards. A failed bootstrap raises one of
-``ParsleyFailClosedError`` (a refusal), :class:`StartRetryableError` (message
-ending "Retry this start."), :class:`StartError` (a missing prerequisite or a
-cluster that could not be queried) or ``ValueError`` (a wrong declaration) —
-docs/runbooks.md, "If `start` raised".
-
-The package's modules, one step each: docs/architecture.md, "The bootstrap".
+A failed bootstrap raises ``ParsleyFailClosedError`` (a refusal), :class:`StartRetryableError`
+(message ending "Retry this start."), :class:`StartError` (a missing prerequisite or a cluster
+that could not be queried) or ``ValueError`` (a wrong declaration); docs/runbooks.md,
+"If `start` raised".
 """
 
 from __future__ import annotations
@@ -169,8 +166,9 @@ def bootstrap_process(
     tasks: Collection[int] | None = None,
     lead: bool = True,
 ) -> ProcessPlan:
-    """Bootstrap steps 3-6 for one process (docs/operations.md, "Running", bootstrap step 3):
-    state, refusals, positions.
+    """Bootstrap steps 3-6 for one process: state, refusals, positions.
+
+    The steps: docs/architecture.md, "The bootstrap".
 
     Args:
         config: the configuration.

@@ -1,24 +1,18 @@
 """The consumer group at a start: wait, bounded and saying so, for previous members to leave.
 
-A process's workers are static members of group ``<prefix>-<process>``, and a
-static member sends no LeaveGroup when it stops: the workers of a run that just
-stopped stay in the group until their session times out. A live foreign
-consumer in the group, or the workers of a second coordinator running the same
-process, never leave. So every start, and every restart through the bootstrap,
-waits for the group to hold no member, up to twice the consumer
-``session.timeout.ms`` the workers run with (the Java implementation's
-bootstrap join deadline: ``StreamsRuntime.commitInitialPositions`` joins with
-``streamsSessionTimeout(...).multipliedBy(2)``), logging what it waits for.
-The window starts when the group's coordinator first answers a describe (one
-that is loading after a broker restart answers "ask again", and static members'
-sessions restart when it loads). A member still there then that is not this
-process is the group-protocol conflict of docs/runbooks.md
-(``SUBSTRATE_MISCONFIGURED``), named member by member. Members that all carry
-this process's own ``group.instance.id`` (``<group>-task-*``) are a retryable
-start error instead (:class:`StartRetryableError`, counted by the restart
-budget; docs/operations.md, "The consumer group at a start"): a previous worker
-whose session outlived the window (``session.timeout.ms`` lowered since it ran)
-leaves in time.
+A process's workers are static members of group ``<prefix>-<process>``, and a static member
+sends no LeaveGroup when it stops. So every start, and every restart through the bootstrap,
+waits for the group to hold no member, up to twice the consumer ``session.timeout.ms`` the
+workers run with, logging what it waits for. The bound is the Java implementation's bootstrap
+join deadline: ``StreamsRuntime.commitInitialPositions`` joins with
+``streamsSessionTimeout(...).multipliedBy(2)``. The window starts when the group's
+coordinator first answers a describe.
+
+A member still there then that is not this process is refused with
+``SUBSTRATE_MISCONFIGURED``, member by member (docs/runbooks.md). Members that all carry this
+process's own ``group.instance.id`` (``<group>-task-*``) raise :class:`StartRetryableError`
+instead, counted by the restart budget. The whole rule, with its log lines:
+docs/operations.md, "The consumer group at a start".
 """
 
 from __future__ import annotations

@@ -69,8 +69,7 @@ def initial_position(
 ) -> int:
     """The position the bootstrap pre-commits for a received partition without one (pure).
 
-    The rule of docs/operations.md, "Running" (bootstrap step 5, "pre-commit every missing start
-    position"), in order:
+    The rule of docs/architecture.md, "The bootstrap", step 6, in order:
 
     * prior state that covers the channel: ``covered + 1``; on the fed-to-end
       sentinel (``FED_TO_END``, 2^63-1) ``earliest`` instead, never sentinel + 1;

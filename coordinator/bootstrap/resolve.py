@@ -100,7 +100,7 @@ def resolve_topics(
     timeout_s: float = ADMIN_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, ResolvedTopic]:
-    """Resolve topic names to ids and partition counts (docs/operations.md, "Running", bootstrap
+    """Resolve topic names to ids and partition counts (docs/architecture.md, "The bootstrap",
     step 2).
 
     A name is concluded unknown only after ``answers`` consecutive "unknown"

@@ -1,24 +1,22 @@
 """``parsley-coordinator``: run declared processes, read their status, stop them, inspect state.
 
-Exit status (every command; :class:`ExitCode`):
+Exit status (every command; :class:`ExitCode`; the table with each case in full:
+docs/operations.md, "Commands"):
 
 ====  ===================================================================
 0     clean: the command did its job; ``run`` stopped because it was asked
 1     unexpected error (a bug: the traceback is logged)
 2     usage error or a wrong declaration (``ValueError``)
-3     a refusal: ``run``'s start was refused, or a process stopped with a
-      ``refusal_reason``; ``inspect`` found state it cannot trust; ``reset``
-      refused and changed nothing (a live member or coordinator)
-4     a failure: a process stopped with no reason (application or
-      substrate failure, a crashed worker), or a start prerequisite is
-      missing (a topic, connectivity, ACLs)
+3     a refusal: a start, a process, ``inspect`` or ``reset`` refused
+4     a failure: a process stopped with no reason, or a start prerequisite
+      is missing (a topic, connectivity, ACLs)
 5     the start should be retried ("Retry this start.")
 6     shutdown incomplete: a worker had to be killed or did not stop
 7     no coordinator answered on the control endpoint
 ====  ===================================================================
 
-Settings come from ``--config FILE`` (TOML), then ``PARSLEY_*`` environment
-variables, then flags (:mod:`coordinator.config`).
+Settings come from ``--config FILE`` (TOML), then ``PARSLEY_*`` environment variables, then
+flags (:mod:`coordinator.config`).
 """
 
 from __future__ import annotations

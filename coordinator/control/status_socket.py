@@ -306,11 +306,10 @@ def listening(endpoint: str, *, timeout_s: float = 0.5) -> bool | None:
 
     A ZeroMQ ``REQ`` connects lazily and waits its whole deadline for a peer that
     is not there; this asks the operating system instead, so "nothing runs" is
-    known at once: an ``ipc://`` path that is absent, or not a socket, or refuses
-    (a socket file left by a coordinator killed with SIGKILL) gives ``False``, and
-    so does an abstract ``ipc://@name`` nothing has bound; a path this user may not
-    search gives ``None``;
-    a ``tcp://`` port that refuses gives ``False``.
+    known at once. ``False``: an ``ipc://`` path that is absent, not a socket, or
+    refuses (a socket file left by a coordinator killed with SIGKILL); an abstract
+    ``ipc://@name`` nothing has bound; a ``tcp://`` port that refuses. ``None``: a
+    path this user may not search.
 
     Args:
         endpoint: an ``ipc://path`` or ``tcp://host:port`` endpoint.

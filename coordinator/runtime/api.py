@@ -80,13 +80,13 @@ def _refuse_a_second_coordinator(endpoint: str, config: ParsleyConfig) -> None:
     """Refuse to start beside a coordinator that already runs this prefix here.
 
     Asks the endpoint this start would bind and the one a running coordinator
-    recorded under the state dir (``--listen tcp`` included), and, when the state
-    dir is the default, those under the default of earlier builds, ``<tmp>/parsley``
-    (docs/operations.md, "The state dir"). Two coordinators
-    on one prefix fence each other's workers (they share the transactional ids
-    and the consumer group), so the message says how to stop the first and
-    never advises another state dir or endpoint, which would only hide the
-    first from this check (docs/operations.md, "One coordinator per prefix").
+    recorded under the state dir, ``--listen tcp`` included. When the state dir is
+    the default, it also asks those under earlier builds' default, ``<tmp>/parsley``
+    (docs/operations.md, "The state dir"). Two coordinators on one prefix share the
+    transactional ids and the consumer group, so they fence each other's workers.
+    The message therefore says how to stop the first, and never advises another
+    state dir or endpoint: that would only hide the first from this check
+    (docs/operations.md, "One coordinator per prefix").
 
     Raises:
         CoordinatorRunningError: a coordinator answers on either endpoint.

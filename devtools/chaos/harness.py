@@ -216,9 +216,9 @@ class LoadProducer(threading.Thread):
     * about 30% of acknowledged ``A`` records get a ``B`` record naming them (a cause
       in the past, possibly not yet delivered by the task);
     * about 30% of ``A`` records are followed at once by a ``B`` record naming an ``A``
-      offset up to :attr:`LEAD` ahead on the same partition, not produced yet (each
-      partition's offsets are predicted by counting: one idempotent producer, no
-      transactions), so the task holds the ``B`` record until its cause arrives.
+      offset up to :attr:`LEAD` ahead on the same partition, not produced yet, so the
+      task holds the ``B`` record until its cause arrives. One idempotent producer
+      without transactions writes every ``A`` record, so counting predicts the offsets.
 
     On :meth:`stop`, ``LEAD + 5`` more ``A`` records per partition make every named
     offset exist, then the producer flushes (bounded). Idempotent: no duplicates from

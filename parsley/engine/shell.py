@@ -262,16 +262,10 @@ class EngineShell:
     def take_deltas(self) -> tuple[Row, ...]:
         """The changelog writes since the last call, latest value per key.
 
-        Held messages still held are persisted first as ``h`` rows (docs/model.md, "The stored form"
-        held blob) and their bodies leave memory; a message received and
-        delivered since the last call never produces an ``h`` row. Then
-        tombstones for delivered persisted holds, and ``f``, ``c``, ``p``,
-        ``n`` rows for every changed coverage, frontier, delivered-past and
-        name entry (a pruned entry is a tombstone). The version entry ``v``
-        comes first in the first call over a store with no state.
-
-        Every row is also applied to the engine's store, so the store holds
-        what a changelog replay of all returned rows would hold.
+        Every row is also applied to the engine's store, so the store holds what a
+        changelog replay of all returned rows would hold. The rows, in order, and
+        when each is written: docs/architecture.md, "parsley/engine/shell.py",
+        "The deltas"; their bytes: docs/model.md, "The stored form".
 
         Returns:
             ``((key, value-or-None), ...)``; ``None`` is a tombstone. Empty

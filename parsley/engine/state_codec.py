@@ -1,9 +1,8 @@
 """Ordering-state keys and values, in the Java implementation's layout.
 
-One task's ordering state is a key/value image (the store ``__parsley.ordering``,
-logged to a compacted changelog whose records carry these exact bytes). Every
-key starts with a one-byte ASCII tag; ``channel`` below is the 20-byte flat form
-of :meth:`ChannelId.to_bytes` (topic id MSB 8, LSB 8, int32 BE partition)::
+One task's ordering state is a key/value image: the store ``__parsley.ordering``, logged to a
+compacted changelog whose records carry these exact bytes. Every key starts with a one-byte
+ASCII tag; ``channel`` is the 20-byte form of :meth:`ChannelId.to_bytes`::
 
     b"v"                          -> b"\\x01"            store format version
     b"f" + channel                -> int64 BE           covered (fedUpTo); 2^63-1 = fed to end
@@ -12,26 +11,12 @@ of :meth:`ChannelId.to_bytes` (topic id MSB 8, LSB 8, int32 BE partition)::
     b"n" + UTF-8 topic name       -> channel (20 bytes) name binding, partition 0
     b"h" + channel + int64 BE pos -> held blob          one held message
 
-Held blob (version 1)::
-
-    u8 01 | int64 timestamp_ms | u8 flags (bit0 key null, bit1 value null)
-    | [int32 keyLen, key] | [int32 valueLen, value]
-    | int32 headerCount | headerCount x (int32 keyLen, UTF-8 key, int32 valueLen (-1 = null), value)
-    | int32 causeCount | causeCount x (channel, int64 position)     -- flat, not the wire grammar
-
-Every corruption raises ``ParsleyFailClosedError(UNKNOWN_ORDERING_STATE_FORMAT,
-diagnosis)``; the engine may prefix ``process <name>: ``.
-
-Two implementations of the blob and image functions: the Rust codec in the
-extension module ``parsley._native`` (``native/src/state_codec/``) and the
-pure-Python reference here (``reference_decode_held``, ``reference_encode_held``,
-``reference_validate_held``, ``reference_load_image``), with the same values, bytes
-and refusals. ``decode_held``, ``encode_held``, ``validate_held`` and
-``load_image`` are the one :mod:`parsley.native` chose (``PARSLEY_ENGINE``).
-
-Source: docs/model.md, "The stored form" (Java ``OrderingStateCodec`` @7d0e999d,
-``ProcessEngine`` restore @88710cf5). Pure: standard library only, plus the
-extension module.
+The held blob, its examples and the checks on restore: docs/model.md, "The stored form"
+(source: Java ``OrderingStateCodec``, ``ProcessEngine`` restore). Every corruption raises
+``ParsleyFailClosedError(UNKNOWN_ORDERING_STATE_FORMAT, diagnosis)``; the engine may prefix
+``process <name>: ``. ``decode_held``, ``encode_held``, ``validate_held``, ``load_image``:
+the Rust codec (``native/src/state_codec/``) or the reference here (``reference_*``), as
+:mod:`parsley.native` chose, with the same values, bytes and refusals. Pure: stdlib + ``_native``.
 """
 
 from __future__ import annotations
@@ -293,8 +278,9 @@ class HeldMessage:
 
 
 def reference_encode_held(m: HeldMessage) -> bytes:
-    """Encode a held message as a version-1 blob (layout in the module docstring); the
-    pure-Python reference of :func:`encode_held`.
+    """Encode a held message as a version-1 blob; the pure-Python reference of :func:`encode_held`.
+
+    Layout: docs/model.md, "The stored form", "Held blob".
 
     Raises:
         ValueError: a timestamp or cause position outside int64.
@@ -564,12 +550,12 @@ def reference_load_image(items: Iterable[tuple[bytes, bytes]]) -> OrderingImage:
             id; ...``; ``restored frontier|delivered past names position P on
             <ch>, which no channel can assign; ...`` (negative or 2^63-1);
             ``held messages restored out of position order on <ch> (a before
-            b); ...``; ``held message at <ch>@P above its channel's coverage
-            (fedUpTo=F); ...``, ``... on a channel with no coverage row; ...``
-            or ``... on a channel recorded as no longer existing
-            (fedUpTo=2^63-1); ...`` (a hold not within its channel's live
-            coverage would deliver ahead of lower positions fed later); any
-            :func:`decode_held` diagnosis.
+            b); ...``; any :func:`decode_held` diagnosis. A hold not within its
+            channel's live coverage would deliver ahead of lower positions fed
+            later, so each of these refuses too: ``held message at <ch>@P above
+            its channel's coverage (fedUpTo=F); ...``, ``... on a channel with no
+            coverage row; ...``, ``... on a channel recorded as no longer existing
+            (fedUpTo=2^63-1); ...``.
 
     Source: docs/model.md, "The stored form" (version entry; "Checks when state is restored"); Java
     ``ProcessEngine`` constructor and ``OrderingStateCodec``.

@@ -61,13 +61,11 @@ class ParsleyTestDriver:
     the partition count given in ``partitions`` (default 1).
 
     :meth:`pipe` appends a record and then runs the processes (:meth:`run`) until
-    nothing more can be fed or delivered: each task in turn feeds every record
-    after its read position, delivers what the delivery rule allows through the
-    handlers and commits, and what it sent is appended to the topics (at once
-    visible to the next task). A process that refuses or whose handler raises
-    stops, with nothing of the failed step kept, and the exception is raised from
-    the call once the other processes have settled; it stays stopped until
-    :meth:`restart`.
+    nothing more can be fed or delivered, each task in turn doing one worker step
+    (docs/testing.md, "How the processes run"). A process that refuses or whose
+    handler raises stops with nothing of the failed step kept. The exception is
+    raised once the other processes have settled, and the process stays stopped
+    until :meth:`restart` (docs/testing.md, "Refusals and handler failures").
 
     Args:
         processes: a :class:`~parsley.Process` or several (e.g. an app's

@@ -60,13 +60,13 @@ def classify_exit(final: Mapping[str, Any], code: int | None
         code: its exit status (``multiprocess.Process.exitcode``).
 
     Returns:
-        ``(kind, reason, detail)``: the report's stop kind, refusal reason and
-        ``failure_detail`` when there is a report (an unreadable kind falls back
-        to the exit code's, a missing reason to the code's reason); without a
-        report the exit code's :class:`workers.protocol.ExitVerdict` and a
-        detail saying the final report was lost — ``"refusal <REASON> (final
-        report lost)"``, ``"refusal, reason unknown (final report lost)"`` for
-        exit code 10, ``None`` for a crash (the caller describes the exit).
+        ``(kind, reason, detail)``. With a report: its stop kind, refusal reason
+        and ``failure_detail``; an unreadable kind falls back to the exit code's,
+        a missing reason to the code's reason. Without one: the exit code's
+        :class:`workers.protocol.ExitVerdict` and a detail saying the final report
+        was lost: ``"refusal <REASON> (final report lost)"``, or ``"refusal, reason
+        unknown (final report lost)"`` for exit code 10. The detail is ``None`` for
+        a crash; the caller describes the exit.
     """
     verdict = exit_verdict(code)
     if not final:

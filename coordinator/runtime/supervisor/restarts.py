@@ -42,12 +42,12 @@ class Restarts(SupervisorBase):
         """Whether ``t`` has been healthy for the reset period (monotonic s ``now``).
 
         Healthy means reporting RUNNING without a break for ``restart_reset_ms``,
-        up to a fresh report: its latest report is newer than three status
-        intervals (and than the stale bound), and came ``restart_reset_ms`` or
-        more after the report that began its RUNNING stretch. A task that
-        reported RUNNING and then fell silent (a hung handler) is never healthy,
-        so its respawns keep spending the budget (docs/operations.md, "The
-        restart budget").
+        up to a fresh report. Fresh: newer than three status intervals and than the
+        stale bound. The latest report must come ``restart_reset_ms`` or more after
+        the one that began the RUNNING stretch. A task that reported RUNNING and
+        then fell silent, as a hung handler does, is never healthy, so its respawns
+        keep spending the budget (docs/operations.md, "Supervision", "The restart
+        budget").
         """
         if t.stale is not None or t.running_since is None or t.heard_at is None:
             return False
