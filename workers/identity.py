@@ -1,23 +1,20 @@
 """The identity check at task initialisation (docs/model.md, "Pruning").
 
-Every topic id the task's state names and has a name for is checked by
-describing that name (confluent-kafka describes topics by name) and comparing
-ids. An id that was never bound to a name is never judged dead (docs/model.md,
-"Pruning"). A topic that does not answer with its own id is corroborated: three
-answers 500 ms apart under one 10 s deadline; three non-alive answers mean
-dead — **recreated** if any of them resolved the name to another id, else
-**deleted**. A denied describe counts as alive (docs/model.md, "Pruning"). A check
-that cannot be made leaves the ids *pending*; the worker asks again from the
-status punctuation with :class:`Backoff` (one status interval, doubling, capped
-at one minute).
+Every topic id the task's state names and has a name for is checked by describing that
+name (confluent-kafka describes topics by name) and comparing ids. An id never bound to a
+name is never judged dead. A topic that does not answer with its own id is corroborated:
+three answers 500 ms apart under one 10 s deadline; three non-alive answers mean dead —
+**recreated** if any resolved the name to another id, else **deleted**. A denied
+describe counts as alive. A check that cannot be made leaves the ids *pending*; the
+worker asks again from the status punctuation with :class:`Backoff` (one status
+interval, doubling, capped at one minute).
 
 Names of ids bound to none are learned while alive (:meth:`IdentityChecker.learn_names`,
 as Java's ``AdminTopicIdentitySource``). While a task runs, its received topics are checked
 every :data:`RECEIVED_CHECK_INTERVAL_S` (:class:`workers.guards.DeletionGuard`;
-docs/architecture.md, "The worker", "Received-topic identity").
-
-The pure core is :func:`judge` (answers -> verdict), :class:`Backoff` and
-:func:`settled_detail`; :class:`IdentityChecker` does the I/O.
+docs/architecture.md, "The worker", "Received-topic identity"). The pure core is
+:func:`judge`, :class:`Backoff` and :func:`settled_detail`; :class:`IdentityChecker`
+judges, over the admin queries of :mod:`workers.admin`.
 """
 
 from __future__ import annotations

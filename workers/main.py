@@ -1,20 +1,13 @@
-"""The task worker process: ``run(spec)`` builds a task's clients and state and runs its loop.
+"""The task worker process: ``run(spec)`` builds a task's worker and runs its loop until a stop.
 
-The coordinator spawns one OS process per task with the ``multiprocess`` spawn context,
-targeting :func:`run` with a :class:`workers.protocol.TaskSpec`. The worker initialises
-its transactions (fencing any zombie of the task), restores its state
-(:mod:`workers.restore`), joins the group as a static member and processes only on its
-exact assignment (:mod:`workers.rebalance`), then loops: consume, feed, drain, commit,
-and every status interval the guards (:mod:`workers.guards`) and a status push. The
-steps in full: docs/architecture.md, "The worker" (and docs/operations.md, "Running").
-
-Every blocking client call runs under the watchdog (:mod:`workers.process_setup`,
-:mod:`workers.watchdog`). It stops on SIGTERM (commits what it has, exit 0), on a
-refusal (aborts, logs ERROR ``... (failing closed)``, exit ``64 + index of the reason``),
-a handler failure (exit 11), a substrate condition (exit 12) or a fenced/fatal client
-(exit 13), pushing one ``final`` message first (:mod:`workers.protocol`); the verdicts
-are :mod:`workers.verdicts`'. An abortable Kafka error aborts, rebuilds the state from
-the changelogs and rewinds to the committed offsets, then goes on.
+The coordinator spawns one OS process per task targeting :func:`run` with a
+:class:`workers.protocol.TaskSpec`. The :class:`Worker` initialises its transactions,
+restores its state (:mod:`workers.restore`), joins the group as a static member
+(:mod:`workers.rebalance`), then loops: consume, feed, drain, commit, and every status
+interval the punctuation (guards: :mod:`workers.guards`; status: :mod:`workers.task_status`).
+Its clients are :mod:`workers.clients`'; how it ends, :mod:`workers.verdicts`'. Every
+blocking client call runs under the watchdog (:mod:`workers.watchdog`). The steps and the
+exit codes in full: docs/architecture.md, "The worker" (and docs/operations.md, "Running").
 """
 
 from __future__ import annotations
@@ -31,30 +24,17 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from parsley.declarations import group_instance_id, ordering_changelog, store_changelog
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
-from parsley.frame import HandlerFailure, HandlerFrame
+from parsley.frame import HandlerFrame
 from workers.changelog import RestoreProgress
 from workers.client_log import serve_client_logs
 from workers.clients import TaskClients
+from workers.consumer_errors import consumer_error
 from workers.fetched import split_errors
 from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
 from workers.identity import Backoff, apply_received_verdicts
 from workers.kafka_config import TRANSACTION_TIMEOUT_MS
-from workers.kafka_errors import (
-    ErrorKind,
-    SubstrateError,
-    classify,
-    offset_reset,
-    partition_eof,
-    stop_kind,
-    to_exception,
-    topic_missing_or_unreadable,
-)
-from workers.offsets import (
-    Reads,
-    committed_positions,
-    positions_past_markers,
-    resolve_offset_reset,
-)
+from workers.kafka_errors import ErrorKind, SubstrateError, to_exception
+from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
 from workers.process_setup import configure_logging, in_spawned_child, start_watchdog
@@ -65,7 +45,7 @@ from workers.status import StatusReporter, cached_lag, status_fields
 from workers.step import TaskStep
 from workers.task_status import Counters, StatusClock
 from workers.transaction import TaskTransaction
-from workers.verdicts import Stop, stop_of, timed_out
+from workers.verdicts import Stop, abort_and_log, ending
 from workers.watchdog import bounded
 
 __all__ = ["Worker", "run"]
@@ -76,6 +56,12 @@ BATCH: Final = MAX_BATCH
 """Most records per ``consume`` call (fewer for a slow handler: :class:`BatchSizer`)."""
 MAX_ABORTABLE_RETRIES: Final = 5
 """Consecutive abortable failures (without a commit between) before the worker gives up."""
+
+
+def _schedule_of(guard: str) -> property:
+    """The ``next_check`` of the worker's attribute ``guard`` (monotonic s), read and set."""
+    return property(lambda self: getattr(self, guard).next_check,
+                    lambda self, when: setattr(getattr(self, guard), "next_check", when))
 
 
 class Worker:
@@ -112,7 +98,6 @@ class Worker:
         self.restorer = Restorer(spec, app_id, self.channels, self.expected, self.ordering_topic,
                                  self.store_topics, self.clients.restore_consumer,
                                  self._progress, task_state_dir(spec.state_dir, app_id, task))
-        self.restores = 0
         self.step: TaskStep | None = None
         self.needs_rebuild = False
         self.rebalance = Assignment(app_id, task, self.expected)
@@ -150,67 +135,25 @@ class Worker:
         return self.counters.delivered_before
 
     # The guards' schedules, monotonic s (tests set them to force or skip a check).
-    @property
-    def next_shape_check(self) -> float:
-        return self.shape_guard.next_check
-
-    @next_shape_check.setter
-    def next_shape_check(self, when: float) -> None:
-        self.shape_guard.next_check = when
-
-    @property
-    def next_group_check(self) -> float:
-        return self.group_guard.next_check
-
-    @next_group_check.setter
-    def next_group_check(self, when: float) -> None:
-        self.group_guard.next_check = when
-
-    @property
-    def next_received_check(self) -> float:
-        return self.deletion_guard.next_check
-
-    @next_received_check.setter
-    def next_received_check(self, when: float) -> None:
-        self.deletion_guard.next_check = when
+    next_shape_check = _schedule_of("shape_guard")
+    next_group_check = _schedule_of("group_guard")
+    next_received_check = _schedule_of("deletion_guard")
 
     # -- state -------------------------------------------------------------------
+
+    def _restoring(self) -> None:
+        self.state = TaskState.RESTORING
+        self.restore = {}
 
     def _progress(self, p: RestoreProgress) -> None:
         self.restore[p.topic] = p
         self._maybe_status()
 
     def build_state(self, attempts: int = 3) -> None:
-        """:meth:`restore_state`, retried with a fresh AdminClient on a substrate failure
-        (a stale one can answer ``FENCED_LEADER_EPOCH`` to every listing after a broker
-        restart).
-
-        Raises:
-            As :meth:`restore_state`, after ``attempts`` tries for a substrate failure.
-        """
-        for attempt in range(1, attempts + 1):
-            try:
-                self.restore_state()
-                return
-            except SubstrateError as exc:
-                if attempt == attempts or stop_kind(exc) is StopKind.FATAL:
-                    raise
-                log.warning("%s task %d: restoring failed (%s); retrying with a fresh admin "
-                            "client", self.app_id, self.task, exc.detail)
-
-    def restore_state(self) -> None:
         """Restore the state from the changelogs and build a new step over it
-        (:meth:`workers.restore.Restorer.restore`, which names what it raises)."""
-        self.state = TaskState.RESTORING
-        self.restore = {}
-        self.opened.close()
-        if self.restores:
-            # A rebuild follows a rebalance or an abort, often a broker restart: a fresh
-            # AdminClient has fresh leader metadata (see build_state).
-            self.clients.renew_admin()
-        self.restores += 1
-        found = self.restorer.restore(self.opened, self.clients.admin, self.clients.identity,
-                                      self.reads.ends, self.reads.floors)
+        (:meth:`workers.restore.Restorer.rebuild`, which names what it raises)."""
+        found = self.restorer.rebuild(self.opened, self.clients, self.reads, self._restoring,
+                                      attempts)
         if found.names_learned is not None:
             self.names_learned = found.names_learned
         self.pending_identity = found.pending
@@ -279,36 +222,19 @@ class Worker:
     # -- errors ----------------------------------------------------------------------
 
     def _consumer_error(self, err: KafkaError, msg: Any) -> None:
-        if offset_reset(err):
-            topic, partition = msg.topic(), msg.partition()
-            if topic is None or partition is None or partition < 0:
-                topic, partition = sorted(self.expected)[0]
-            assert self.consumer is not None
-            with bounded("offset reset check"):
-                refusal = resolve_offset_reset(self.consumer, topic, partition,
-                                               group_id=self.app_id, timeout_s=15.0)
-            raise refusal
-        if partition_eof(err):
-            return
-        verdict = classify(err)  # a fenced static member: _FATAL, fatal() false -> FATAL
-        if stop_kind(verdict) is StopKind.FATAL:
+        def fenced() -> None:
             self.member_fenced = True
-            raise SubstrateError(verdict.kind, f"the task's group member was fenced or failed: "
-                                 f"{verdict.name}: {verdict.text}", err.code())
-        if topic_missing_or_unreadable(err):
-            if self.engine is not None and self.step is not None:
-                self._before_blocking("deletion check")
-                self._check_received()  # a deletion is named, and refused if messages wait
-                if self.deletion_guard.settled is not None:
-                    return  # settled: the check's grace decides the stop
-            raise SubstrateError(
-                ErrorKind.SUBSTRATE_TRANSIENT,
-                f"a received topic is missing or unreadable ({err.name()}: {err.str()}); "
-                "restart the process once the topic is restored (the start re-resolves it)",
-                err.code())
-        # Transient fetch/connection errors: librdkafka retries them itself.
-        log.debug("consumer error (retried by the client): %s", err)
+        consumer_error(err, msg, consumer=self.consumer, expected=self.expected,
+                       group_id=self.app_id, on_fenced=fenced, on_missing=self._topic_missing)
 
+    def _topic_missing(self) -> bool:
+        """A received topic reported missing: the deletion check names a deletion (refused
+        if messages wait); ``True`` when it settled one."""
+        if self.engine is None or self.step is None:
+            return False
+        self._before_blocking("deletion check")
+        self._check_received()
+        return self.deletion_guard.settled is not None
 
     # -- status (workers.task_status) -------------------------------------------------
 
@@ -335,15 +261,9 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------
 
     def _punctuate(self) -> None:
-        """The status punctuation: drain, then the slow checks, then the status push.
-
-        No blocking network call runs while a transaction is open (transaction.timeout.ms
-        is 10 s; an identity describe may wait up to 15 s plus its 500 ms-spaced
-        corroboration, a shape check up to 5 s): what was fed and delivered is committed
-        first (:meth:`_before_blocking`), and the checks that may open a transaction again
-        (an identity verdict's deltas, the final drain) come after them. The lag in the
-        status reads cached watermarks only (:meth:`status_fields`).
-        """
+        """The status punctuation: drain, then the slow checks, each after a commit of the
+        open transaction (:meth:`_before_blocking`), then the status push
+        (docs/architecture.md, "The worker", "The punctuation")."""
         now = time.monotonic()
         clients = self.clients
         serve_client_logs(clients.admin, clients.producer, clients.restore_consumer)
@@ -547,18 +467,13 @@ class Worker:
 def run(spec: TaskSpec) -> int:
     """Run task ``spec.task`` until it stops; the target of the coordinator's spawned process.
 
-    SIGTERM asks for a clean stop: the worker commits what it fed and
-    delivered, closes its clients and exits 0. Every stop pushes one ``final``
-    message to ``spec.status_endpoint`` first.
-
-    Args:
-        spec: the task's spec, resolved by the bootstrap.
+    SIGTERM asks for a clean stop: the worker commits what it fed and delivered, closes its
+    clients and exits 0. Every stop pushes one ``final`` message to ``spec.status_endpoint``.
 
     Returns:
-        :func:`workers.protocol.exit_code_for` of the stop kind and refusal
-        reason (read back by :func:`workers.protocol.exit_verdict`). In a
-        process spawned by ``multiprocess`` it exits with that code instead
-        (``SystemExit``), so ``Process.exitcode`` carries it.
+        :func:`workers.protocol.exit_code_for` of the stop kind and refusal reason (read back
+        by :func:`workers.protocol.exit_verdict`); in a ``multiprocess`` child it exits with
+        that code instead (``SystemExit``), so ``Process.exitcode`` carries it.
     """
     configure_logging(spec)
     stop_asked = False
@@ -579,24 +494,8 @@ def run(spec: TaskSpec) -> int:
         worker.run()
         outcome = Stop(StopKind.CLEAN, None, None)  # pragma: no cover - run always raises
     except BaseException as exc:  # every end is classified and reported
-        outcome = stop_of(exc)
-        if outcome.kind is StopKind.FATAL and worker is not None:
-            outcome = timed_out(outcome, worker,
-                                 fenced=classify(exc).kind is ErrorKind.FENCED)
-        dog.outcome = outcome
-        if outcome.kind is not StopKind.CLEAN and worker is not None:
-            try:
-                worker.txn.abort()
-            except Exception:
-                log.debug("abort after the stop failed", exc_info=True)
-        if outcome.kind is StopKind.REFUSAL:
-            assert outcome.reason is not None
-            log.error("%s-%s task %d stopped: %s: %s (failing closed)", spec.prefix,
-                      spec.process.name, spec.task, outcome.reason.name, outcome.detail)
-        elif outcome.kind is not StopKind.CLEAN:
-            log.error("%s-%s task %d stopped (%s): %s", spec.prefix, spec.process.name,
-                      spec.task, outcome.kind.value, outcome.detail,
-                      exc_info=not isinstance(exc, Stop | SubstrateError | HandlerFailure))
+        outcome = dog.outcome = ending(exc, worker)
+        abort_and_log(outcome, exc, worker, f"{spec.prefix}-{spec.process.name}", spec.task)
     if worker is not None:
         try:
             worker._maybe_status(force=True)

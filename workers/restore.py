@@ -33,11 +33,13 @@ from workers.admin import (
     stable_committed_offsets,
 )
 from workers.changelog import RestoreProgress, read_partition
+from workers.clients import TaskClients
 from workers.identity import IdentityChecker, apply_received_verdicts
-from workers.kafka_errors import ErrorKind, SubstrateError, to_exception
+from workers.kafka_errors import ErrorKind, SubstrateError, stop_kind, to_exception
+from workers.offsets import Reads
 from workers.ordering_store import SqliteOrderingStore, store_cache_factory
 from workers.positions import lost_positions, ordering_state_lost
-from workers.protocol import TaskSpec
+from workers.protocol import StopKind, TaskSpec
 from workers.store_changelogs import check_task_store_changelogs
 from workers.watchdog import bounded
 
@@ -109,6 +111,40 @@ class Restorer:
         self.store_topics = dict(store_topics)
         self.restore_consumer = restore_consumer
         self.on_progress = on_progress
+        self.restores = 0
+        """Restores begun by this worker (every one but the first renews the admin client)."""
+
+    def rebuild(self, opened: OpenState, clients: TaskClients, reads: Reads,
+                restoring: Callable[[], None], attempts: int = 3) -> Identity:
+        """:meth:`restore` into ``opened``, retried on a substrate failure.
+
+        A rebuild (every restore but the first) follows a rebalance or an abort, often a
+        broker restart, after which an AdminClient can keep answering with stale leader
+        metadata (``FENCED_LEADER_EPOCH`` on every offset listing until its restore
+        deadline): each one, and each retry, renews the admin client first.
+
+        Args:
+            restoring: called before each attempt (the worker reports ``RESTORING``).
+            attempts: tries for a substrate failure.
+
+        Raises:
+            As :meth:`restore`, after ``attempts`` tries for a substrate failure.
+        """
+        for attempt in range(1, attempts + 1):
+            restoring()
+            opened.close()
+            if self.restores:
+                clients.renew_admin()
+            self.restores += 1
+            try:
+                return self.restore(opened, clients.admin, clients.identity, reads.ends,
+                                    reads.floors)
+            except SubstrateError as exc:
+                if attempt == attempts or stop_kind(exc) is StopKind.FATAL:
+                    raise
+                log.warning("%s task %d: restoring failed (%s); retrying with a fresh admin "
+                            "client", self.app_id, self.task, exc.detail)
+        raise AssertionError("attempts must be >= 1")
 
     def restore(self, opened: OpenState, admin: AdminClient, identity: IdentityChecker,
                 read_ends: dict[tuple[str, int], int],
