@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from workers.admin import (
     ADMIN_TIMEOUT_S,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from workers.histogram import HANDLER_BUCKETS_S, BucketCounts
 from workers.memory import HeapTrimmer, heap_trimmer
