@@ -9,32 +9,72 @@ maps them to its own errors: the worker to :class:`workers.kafka_errors.Substrat
 the bootstrap to its start errors.
 
 Group members come back as :class:`workers.positions.GroupMember`, whose describers name a
-member (id, client id, host, instance id) in every refusal and warning.
+member (id, client id, host, instance id) in every refusal and warning. The changelog
+describes and offset listings raise :class:`workers.kafka_errors.SubstrateError` themselves.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from uuid import UUID
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    OffsetSpec,
+    ResourceType,
+)
 
-from workers.kafka_errors import group_coordinator_busy, unstable_offsets
+from workers.kafka_errors import (
+    ErrorKind,
+    SubstrateError,
+    group_coordinator_busy,
+    map_kafka_errors,
+    to_exception,
+    unknown_topic,
+    unstable_offsets,
+)
 from workers.positions import GroupMember
+from workers.watchdog import bounded
 
 __all__ = [
     "ADMIN_CALL_BOUND_S",
+    "ADMIN_TIMEOUT_S",
+    "LIST_TOPICS_MARGIN_S",
     "OffsetsStayedUnstable",
     "PartitionOffsetError",
+    "TopicInfo",
+    "answer",
+    "describe_topic",
     "group_members",
+    "kafka_uuid",
+    "leaders_known",
+    "list_topics",
+    "log_starts",
+    "offset_bounds",
     "partition_count",
     "stable_committed_offsets",
+    "topic_ids",
 ]
 
 ADMIN_CALL_BOUND_S: Final = 10.0
 """Our own bound on a worker's punctuation or rebuild admin call (its future), s."""
+ADMIN_TIMEOUT_S: Final = 30.0
+"""Bound on each changelog admin call (docs/operations.md, "Running": each admin request 30 s)."""
+LIST_TOPICS_MARGIN_S: Final = 5.0
+"""The watchdog bound of a ``list_topics`` is its timeout plus this, s (docs/operations.md,
+"Bounded client calls")."""
 
 
 def group_members(admin: AdminClient, group: str, *, request_timeout_s: float,
@@ -155,3 +195,174 @@ def stable_committed_offsets(
         if time.monotonic() > deadline:
             raise OffsetsStayedUnstable(group)
         sleep(retry_s)
+
+
+def answer(future: Any, timeout_s: float, what: str) -> Any:
+    """``future.result()`` bounded by ``timeout_s`` + 5 s: a client wedged after a broker
+    outage may never answer, whatever its own request timeout.
+
+    Raises:
+        KafkaException: the answer was an error (unchanged).
+        SubstrateError: ``SUBSTRATE_TRANSIENT`` when no answer came in time.
+    """
+    try:
+        return future.result(timeout=timeout_s + 5.0)
+    except concurrent.futures.TimeoutError as exc:
+        raise SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT,
+                             f"{what}: no answer within {timeout_s + 5.0:g} s") from exc
+
+
+def offset_bounds(
+    admin: AdminClient,
+    tp: TopicPartition,
+    where: str,
+    stall_timeout_s: float,
+    now: Callable[[], float],
+) -> tuple[int, int]:
+    """(log start, high watermark) listed ``READ_UNCOMMITTED``, retrying
+    transient answers (a leader not yet elected on a new topic) until
+    ``stall_timeout_s`` has passed."""
+    deadline = now() + stall_timeout_s
+    timeout = min(ADMIN_TIMEOUT_S, stall_timeout_s)
+    while True:
+        try:
+            with map_kafka_errors(f"listing the offsets of {where}"):
+                bounds = []
+                for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
+                    futures = admin.list_offsets(
+                        {tp: spec},
+                        isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                        request_timeout=timeout,
+                    )
+                    bounds.append(int(answer(next(iter(futures.values())), timeout,
+                                             f"listing the offsets of {where}").offset))
+            return bounds[0], bounds[1]
+        except SubstrateError as exc:
+            if exc.kind not in (ErrorKind.RETRIABLE, ErrorKind.SUBSTRATE_TRANSIENT):
+                raise
+            if now() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A described topic.
+
+    Attributes:
+        name: the topic name.
+        topic_id: the Kafka topic id.
+        partitions: the partition count.
+        cleanup_policy: the topic's ``cleanup.policy`` (``"compact"`` for a changelog).
+        max_message_bytes: the topic's ``max.message.bytes``, bytes.
+    """
+
+    name: str
+    topic_id: UUID
+    partitions: int
+    cleanup_policy: str
+    max_message_bytes: int
+
+
+def kafka_uuid(raw: object) -> UUID:
+    """A Kafka ``Uuid`` as a :class:`uuid.UUID`."""
+    msb = raw.get_most_significant_bits() & (2**64 - 1)  # type: ignore[attr-defined]
+    lsb = raw.get_least_significant_bits() & (2**64 - 1)  # type: ignore[attr-defined]
+    return UUID(int=(msb << 64) | lsb)
+
+
+def describe_topic(
+    admin: AdminClient, name: str, *, timeout_s: float = ADMIN_TIMEOUT_S
+) -> TopicInfo | None:
+    """Describe ``name`` with its id, partition count and changelog-relevant configs.
+
+    Returns:
+        The :class:`TopicInfo`, or ``None`` when the broker answers that the
+        topic does not exist (one answer; callers that must be sure ask again).
+
+    Raises:
+        SubstrateError: any other failure, classified (``TOPIC_AUTHORIZATION_FAILED``
+            included).
+    """
+    futures = admin.describe_topics(
+        TopicCollection([name]), request_timeout=timeout_s
+    )
+    try:
+        desc = answer(futures[name], timeout_s, f"describing topic {name}")
+    except KafkaException as exc:
+        if unknown_topic(exc):
+            return None
+        raise to_exception(exc, f"describing topic {name}") from exc
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    with map_kafka_errors(f"describing the configs of topic {name}"):
+        configs = answer(admin.describe_configs([resource], request_timeout=timeout_s)[resource],
+                         timeout_s, f"describing the configs of topic {name}")
+    return TopicInfo(
+        name=name,
+        topic_id=kafka_uuid(desc.topic_id),
+        partitions=len(desc.partitions),
+        cleanup_policy=str(configs["cleanup.policy"].value),
+        max_message_bytes=int(configs["max.message.bytes"].value),
+    )
+
+
+def leaders_known(admin: AdminClient, name: str, timeout_s: float) -> bool:
+    """Whether every partition of ``name`` has a leader (``list_topics``, ``timeout_s``, under
+    the watchdog's bound of ``timeout_s`` + :data:`LIST_TOPICS_MARGIN_S`).
+
+    Raises:
+        SubstrateError: the metadata request failed (classified).
+    """
+    with map_kafka_errors(f"reading the metadata of topic {name}"):
+        topic = list_topics(admin, timeout_s, name).topics.get(name)
+    if topic is None or topic.error is not None or not topic.partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
+
+def list_topics(admin: AdminClient, timeout_s: float, topic: str | None = None) -> Any:
+    """The cluster's metadata (of ``topic`` alone when given): ``list_topics`` with
+    ``timeout_s``, under the watchdog's bound of ``timeout_s`` + :data:`LIST_TOPICS_MARGIN_S`
+    (librdkafka's own timeout is not trusted: docs/operations.md, "Bounded client calls").
+
+    Raises:
+        KafkaException: the metadata request failed.
+    """
+    with bounded("list_topics", timeout_s + LIST_TOPICS_MARGIN_S):
+        return admin.list_topics(topic, timeout=timeout_s)
+
+
+def topic_ids(admin: AdminClient, names: Sequence[str],
+              timeout_s: float) -> Iterator[tuple[str, UUID | KafkaException | TimeoutError]]:
+    """Describe ``names`` (one ``describe_topics`` request, ``request_timeout`` at least
+    0.5 s) and yield, name by name, its topic id or the error its answer raised; each
+    answer is waited for at most ``timeout_s`` + 5 s."""
+    futures = admin.describe_topics(TopicCollection(list(names)),
+                                    request_timeout=max(0.5, timeout_s))
+    for name in names:
+        try:
+            desc = futures[name].result(timeout=timeout_s + 5)
+        except (KafkaException, TimeoutError) as exc:
+            yield name, exc
+        else:
+            yield name, kafka_uuid(desc.topic_id)
+
+
+def log_starts(
+    admin: AdminClient, name: str, partitions: Sequence[int],
+    *, timeout_s: float = ADMIN_TIMEOUT_S,
+) -> dict[int, int]:
+    """Log start offset per partition of ``name`` (``ListOffsets`` earliest).
+
+    Raises:
+        SubstrateError: the listing failed (classified), or no answer came within
+            ``timeout_s`` + 5 s.
+    """
+    if not partitions:
+        return {}
+    spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    with map_kafka_errors(f"listing the log start of store changelog {name}"):
+        futures = admin.list_offsets(
+            {TopicPartition(name, p): spec for p in partitions},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
+        return {tp.partition: int(answer(f, timeout_s, f"listing the log start of {name}").offset)
+                for tp, f in futures.items()}

@@ -8,8 +8,9 @@
 * :func:`write_records` produces a batch to partition ``i`` explicitly, inside
   the caller's open transaction (each task's state lives in its own partition: docs/model.md, "The
   stored form").
-* :func:`describe_topic` and :func:`ensure_changelog_topic` describe or
-  create a compacted changelog topic with one partition per task.
+* :func:`ensure_changelog_topic` creates a compacted changelog topic with one
+  partition per task (a create, kept beside the changelog's other writes; the
+  describes and listings it and the reads use are :mod:`workers.admin`'s).
 
 Sources: docs/model.md, "The stored form" ("Start-time reads of the changelog":
 ``read_committed`` up to the ends listed read-uncommitted, fail loudly after
@@ -18,30 +19,23 @@ Sources: docs/model.md, "The stored form" ("Start-time reads of the changelog":
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
-from uuid import UUID
+from typing import Final
 
-from confluent_kafka import (
-    Consumer,
-    IsolationLevel,
-    KafkaException,
-    Producer,
-    TopicCollection,
-    TopicPartition,
-)
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    ConfigResource,
-    NewTopic,
-    OffsetSpec,
-    ResourceType,
-)
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from workers.admin import (
+    ADMIN_TIMEOUT_S,
+    TopicInfo,
+    answer,
+    describe_topic,
+    leaders_known,
+    offset_bounds,
+)
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -49,7 +43,6 @@ from workers.kafka_errors import (
     partition_eof,
     to_exception,
     topic_already_exists,
-    unknown_topic,
 )
 from workers.ledger import DeliveryLedger
 from workers.watchdog import bounded
@@ -57,8 +50,6 @@ from workers.watchdog import bounded
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
     "RestoreProgress",
-    "TopicInfo",
-    "describe_topic",
     "ensure_changelog_topic",
     "read_partition",
     "write_records",
@@ -70,10 +61,6 @@ DEFAULT_STALL_TIMEOUT_S: Final = 30.0
 METADATA_TIMEOUT_S: Final = 5.0
 """Timeout of the restore consumer's metadata request before a read, s (its watchdog bound,
 ``list_topics``, is 5 s more)."""
-
-ADMIN_TIMEOUT_S: Final = 30.0
-"""Bound on each admin call (docs/operations.md, "Running": each admin request 30 s)."""
-
 
 @dataclass(frozen=True, slots=True)
 class RestoreProgress:
@@ -166,7 +153,7 @@ def read_partition(
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"
     with bounded("list_offsets"):
-        start, end = _list_bounds(admin, tp, where, stall_timeout_s, now)
+        start, end = offset_bounds(admin, tp, where, stall_timeout_s, now)
     position = start
     records = 0
 
@@ -248,54 +235,6 @@ def read_partition(
             consumer.unassign()
 
 
-def _answer(future: Any, timeout_s: float, what: str) -> Any:
-    """``future.result()`` bounded by ``timeout_s`` + 5 s: a client wedged after a broker
-    outage may never answer, whatever its own request timeout.
-
-    Raises:
-        KafkaException: the answer was an error (unchanged).
-        SubstrateError: ``SUBSTRATE_TRANSIENT`` when no answer came in time.
-    """
-    try:
-        return future.result(timeout=timeout_s + 5.0)
-    except concurrent.futures.TimeoutError as exc:
-        raise SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT,
-                             f"{what}: no answer within {timeout_s + 5.0:g} s") from exc
-
-
-def _list_bounds(
-    admin: AdminClient,
-    tp: TopicPartition,
-    where: str,
-    stall_timeout_s: float,
-    now: Callable[[], float],
-) -> tuple[int, int]:
-    """(log start, high watermark) listed ``READ_UNCOMMITTED``, retrying
-    transient answers (a leader not yet elected on a new topic) until
-    ``stall_timeout_s`` has passed."""
-    deadline = now() + stall_timeout_s
-    timeout = min(ADMIN_TIMEOUT_S, stall_timeout_s)
-    while True:
-        try:
-            with map_kafka_errors(f"listing the offsets of {where}"):
-                bounds = []
-                for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
-                    futures = admin.list_offsets(
-                        {tp: spec},
-                        isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                        request_timeout=timeout,
-                    )
-                    bounds.append(int(_answer(next(iter(futures.values())), timeout,
-                                              f"listing the offsets of {where}").offset))
-            return bounds[0], bounds[1]
-        except SubstrateError as exc:
-            if exc.kind not in (ErrorKind.RETRIABLE, ErrorKind.SUBSTRATE_TRANSIENT):
-                raise
-            if now() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def write_records(
     producer: Producer,
     topic: str,
@@ -366,74 +305,6 @@ def write_records(
     return count
 
 
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """A described topic.
-
-    Attributes:
-        name: the topic name.
-        topic_id: the Kafka topic id.
-        partitions: the partition count.
-        cleanup_policy: the topic's ``cleanup.policy`` (``"compact"`` for a changelog).
-        max_message_bytes: the topic's ``max.message.bytes``, bytes.
-    """
-
-    name: str
-    topic_id: UUID
-    partitions: int
-    cleanup_policy: str
-    max_message_bytes: int
-
-
-def _uuid(kafka_uuid: object) -> UUID:
-    msb = kafka_uuid.get_most_significant_bits() & (2**64 - 1)  # type: ignore[attr-defined]
-    lsb = kafka_uuid.get_least_significant_bits() & (2**64 - 1)  # type: ignore[attr-defined]
-    return UUID(int=(msb << 64) | lsb)
-
-
-def describe_topic(
-    admin: AdminClient, name: str, *, timeout_s: float = ADMIN_TIMEOUT_S
-) -> TopicInfo | None:
-    """Describe ``name`` with its id, partition count and changelog-relevant configs.
-
-    Returns:
-        The :class:`TopicInfo`, or ``None`` when the broker answers that the
-        topic does not exist (one answer; callers that must be sure ask again).
-
-    Raises:
-        SubstrateError: any other failure, classified (``TOPIC_AUTHORIZATION_FAILED``
-            included).
-    """
-    futures = admin.describe_topics(
-        TopicCollection([name]), request_timeout=timeout_s
-    )
-    try:
-        desc = _answer(futures[name], timeout_s, f"describing topic {name}")
-    except KafkaException as exc:
-        if unknown_topic(exc):
-            return None
-        raise to_exception(exc, f"describing topic {name}") from exc
-    resource = ConfigResource(ResourceType.TOPIC, name)
-    with map_kafka_errors(f"describing the configs of topic {name}"):
-        configs = _answer(admin.describe_configs([resource], request_timeout=timeout_s)[resource],
-                          timeout_s, f"describing the configs of topic {name}")
-    return TopicInfo(
-        name=name,
-        topic_id=_uuid(desc.topic_id),
-        partitions=len(desc.partitions),
-        cleanup_policy=str(configs["cleanup.policy"].value),
-        max_message_bytes=int(configs["max.message.bytes"].value),
-    )
-
-
-def _leaders_known(admin: AdminClient, name: str, timeout_s: float) -> bool:
-    with map_kafka_errors(f"reading the metadata of topic {name}"):
-        topic = admin.list_topics(name, timeout=timeout_s).topics.get(name)
-    if topic is None or topic.error is not None or not topic.partitions:
-        return False
-    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
-
-
 def ensure_changelog_topic(
     admin: AdminClient,
     name: str,
@@ -481,8 +352,8 @@ def ensure_changelog_topic(
                    config=config)
     created = True
     try:
-        _answer(admin.create_topics([new], request_timeout=timeout_s)[name], timeout_s,
-                f"creating topic {name}")
+        answer(admin.create_topics([new], request_timeout=timeout_s)[name], timeout_s,
+               f"creating topic {name}")
     except KafkaException as exc:
         if not topic_already_exists(exc):
             raise to_exception(exc, f"creating changelog topic {name}") from exc
@@ -490,7 +361,7 @@ def ensure_changelog_topic(
     deadline = time.monotonic() + timeout_s
     while True:
         info = describe_topic(admin, name, timeout_s=timeout_s)
-        if info is not None and _leaders_known(admin, name, timeout_s):
+        if info is not None and leaders_known(admin, name, timeout_s):
             return info, created
         if time.monotonic() > deadline:
             raise SubstrateError(

@@ -2,43 +2,17 @@
 
 With the native core (``PARSLEY_ENGINE`` unset or ``native``),
 :meth:`workers.step.TaskStep.drain` hands each delivery batch to
-``parsley._native.FastFrame.run``, which does for each entry what
-:meth:`parsley.frame.HandlerFrame.run` and the step's send do, in the same order
-and with the same results, while the entry is *plain*:
+``parsley._native.FastFrame.run``, which does for each *plain* entry what
+:meth:`parsley.frame.HandlerFrame.run` and the step's send do, in the same order and
+with the same results. At the first entry that is not plain it stops and says why
+(:data:`STOP_RECORD`, :data:`STOP_EFFECTS`, :data:`STOP_RAISED`, :data:`STOP_PRODUCE`,
+with the time it spent on the entry); the step finishes that entry in Python and calls
+it again for the rest. A call that raises leaves what it handled in
+``FastFrame.partial()``.
 
-* its channel's serdes are built in (BYTES, STRING, JSON) and it has no application
-  headers, and no refusal is latched;
-* the handler returns an :class:`parsley.Effects` with no store write and at most one
-  :class:`parsley.Send`, without headers, to a declared output whose serdes are built in,
-  whose key and value serialize to ``bytes`` or ``None``;
-* ``Producer.produce`` takes the record.
-
-The ``Delivery`` is built slot by slot, the handler is called with the frame's state
-view (the refusal latch is set for the batch, :meth:`HandlerFrame.latching`), and the
-send is produced with ``parsley.causes`` = the entry's header, as the step does.
-
-At the first entry that is not plain it stops and says why (with the time it already
-spent on the entry, which the step adds to that entry's cost when it sizes the next
-batch); the step then finishes that entry in Python and calls it again for the rest:
-
-* :data:`STOP_RECORD` — the handler was not called: the frame runs the entry whole
-  (a failed decode is decoded again: built-in decoders are pure);
-* :data:`STOP_EFFECTS` — the handler returned the payload: the frame plans it
-  (:meth:`HandlerFrame.plan`: every check, refusal and serializer of the Python path;
-  built-in serializers are pure);
-* :data:`STOP_RAISED` — the handler raised the payload, an ``Exception``
-  (:meth:`HandlerFrame.handler_raised`); anything else (``KeyboardInterrupt``) is raised
-  by the call itself;
-* :data:`STOP_PRODUCE` — ``produce`` raised for the payload, the planned send
-  ``(topic, key, value, headers, timestamp_ms)``, and queued nothing: the step sends it
-  through ``TaskTransaction.send_counted`` (which waits out a full queue or classifies the
-  failure).
-
-A call that raises (a ``BaseException`` that is not an ``Exception``, or a failure of
-its own) leaves what it had handled in ``FastFrame.partial()``, which the step counts.
-
-``tests/unit/test_worker_fastpath.py`` runs the same batches through both paths and
-compares every send, count and refusal.
+What "plain" is, and what the step does at each stop: docs/architecture.md, "The
+worker", "The native fast path". ``tests/unit/test_worker_fastpath.py`` runs the same
+batches through both paths and compares every send, count and refusal.
 """
 
 from __future__ import annotations

@@ -1,23 +1,20 @@
 """The identity check at task initialisation (docs/model.md, "Pruning").
 
-Every topic id the task's state names and has a name for is checked by
-describing that name (confluent-kafka describes topics by name) and comparing
-ids. An id that was never bound to a name is never judged dead (docs/model.md,
-"Pruning"). A topic that does not answer with its own id is corroborated: three
-answers 500 ms apart under one 10 s deadline; three non-alive answers mean
-dead — **recreated** if any of them resolved the name to another id, else
-**deleted**. A denied describe counts as alive (docs/model.md, "Pruning"). A check
-that cannot be made leaves the ids *pending*; the worker asks again from the
-status punctuation with :class:`Backoff` (one status interval, doubling, capped
-at one minute).
+Every topic id the task's state names and has a name for is checked by describing that
+name (confluent-kafka describes topics by name) and comparing ids. An id never bound to a
+name is never judged dead. A topic that does not answer with its own id is corroborated:
+three answers 500 ms apart under one 10 s deadline; three non-alive answers mean dead —
+**recreated** if any resolved the name to another id, else **deleted**. A denied
+describe counts as alive. A check that cannot be made leaves the ids *pending*; the
+worker asks again from the status punctuation with :class:`Backoff` (one status
+interval, doubling, capped at one minute).
 
 Names of ids bound to none are learned while alive (:meth:`IdentityChecker.learn_names`,
 as Java's ``AdminTopicIdentitySource``). While a task runs, its received topics are checked
 every :data:`RECEIVED_CHECK_INTERVAL_S` (:class:`workers.guards.DeletionGuard`;
-docs/architecture.md, "The worker", "Received-topic identity").
-
-The pure core is :func:`judge` (answers -> verdict), :class:`Backoff` and
-:func:`settled_detail`; :class:`IdentityChecker` does the I/O.
+docs/architecture.md, "The worker", "Received-topic identity"). The pure core is
+:func:`judge`, :class:`Backoff` and :func:`settled_detail`; :class:`IdentityChecker`
+judges, over the admin queries of :mod:`workers.admin`.
 """
 
 from __future__ import annotations
@@ -30,19 +27,18 @@ from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.engine.identity import DELETION_REMEDY
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.admin import list_topics, topic_ids
 from workers.kafka_errors import topic_authorization_failed, unknown_topic
-from workers.watchdog import bounded
 
 __all__ = [
     "ANSWERS_NEEDED",
-    "LIST_TOPICS_MARGIN_S",
     "RECEIVED_CHECK_INTERVAL_S",
     "Answer",
     "Backoff",
@@ -62,9 +58,6 @@ ANSWER_SPACING_S: Final = 0.5
 """Seconds between corroborating answers (docs/model.md, "Pruning")."""
 CHECK_DEADLINE_S: Final = 10.0
 """One deadline for a topic's corroboration, s (docs/model.md, "Pruning")."""
-LIST_TOPICS_MARGIN_S: Final = 5.0
-"""The watchdog bound of :meth:`IdentityChecker.learn_names`' topic listing is its
-deadline plus this, s (docs/operations.md, "Bounded client calls")."""
 RETRY_CAP_S: Final = 60.0
 """Identity retry backoff cap, s (docs/model.md, "Pruning"; Java's ``IDENTITY_RETRY_CAP``)."""
 DESCRIBE_BATCH: Final = 500
@@ -281,32 +274,25 @@ class IdentityChecker:
         self._now = now
 
     def _describe(self, names: Sequence[str], timeout_s: float) -> dict[str, UUID | Answer]:
-        """One answer per name: the id it resolves to, UNKNOWN or DENIED.
+        """One answer per name (:func:`workers.admin.topic_ids`): the id it resolves to,
+        UNKNOWN or DENIED.
 
         Raises:
             _Unanswered: any other failure (no answer for these names).
         """
-        futures = self._admin.describe_topics(
-            TopicCollection(list(names)), request_timeout=max(0.5, timeout_s)
-        )
         out: dict[str, UUID | Answer] = {}
-        for name in names:
-            try:
-                desc = futures[name].result(timeout=timeout_s + 5)
-            except (KafkaException, TimeoutError) as exc:
-                err = exc.args[0] if exc.args else None
-                kafka_err = err if isinstance(err, KafkaError) else None  # not a timeout's text
-                if unknown_topic(kafka_err):
-                    out[name] = Answer.UNKNOWN
-                elif topic_authorization_failed(kafka_err):
-                    out[name] = Answer.DENIED
-                else:
-                    raise _Unanswered(str(err if err is not None else exc)) from exc
+        for name, found in topic_ids(self._admin, names, timeout_s):
+            if isinstance(found, UUID):
+                out[name] = found
+                continue
+            err = found.args[0] if found.args else None
+            kafka_err = err if isinstance(err, KafkaError) else None  # not a timeout's text
+            if unknown_topic(kafka_err):
+                out[name] = Answer.UNKNOWN
+            elif topic_authorization_failed(kafka_err):
+                out[name] = Answer.DENIED
             else:
-                raw = desc.topic_id
-                msb = raw.get_most_significant_bits() & (2**64 - 1)
-                lsb = raw.get_least_significant_bits() & (2**64 - 1)
-                out[name] = UUID(int=(msb << 64) | lsb)
+                raise _Unanswered(str(err if err is not None else found)) from found
         return out
 
     def learn_names(self, topic_ids: Collection[UUID],
@@ -331,10 +317,7 @@ class IdentityChecker:
             return {}
         deadline = self._now() + self._deadline_s
         try:
-            # librdkafka's own timeout is not trusted (docs/operations.md, "Bounded
-            # client calls"): the watchdog bounds the call at the deadline plus 5 s.
-            with bounded("list_topics", self._deadline_s + LIST_TOPICS_MARGIN_S):
-                listed = self._admin.list_topics(timeout=self._deadline_s)
+            listed = list_topics(self._admin, self._deadline_s)
         except KafkaException as exc:
             log.info("topic names of %d upstream topic id(s) could not be learned (%s); "
                      "looking again at the next initialisation", len(wanted), exc)

@@ -8,7 +8,8 @@ the exception, :func:`resolve_offset_reset` looks the numbers up. Verified on
 a real broker in ``tests/integration/test_worker_kafka.py``.
 :func:`positions_past_markers` moves a fully consumed partition's committed
 position past its trailing transaction markers, so that retention emptying a
-quiet partition is not mistaken for positions discarded unread.
+quiet partition is not mistaken for positions discarded unread. :class:`Reads` keeps
+a task's read positions, :func:`committed_positions` reads the group's.
 
 Source: docs/failing-closed.md, "Read positions" and ``POSITIONS_DISCARDED_UNREAD``.
 """
@@ -16,15 +17,19 @@ Source: docs/failing-closed.md, "Read positions" and ``POSITIONS_DISCARDED_UNREA
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
+from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.watchdog import bounded
 
 __all__ = [
     "OffsetResetVerdict",
+    "Reads",
+    "committed_positions",
     "offset_reset_refusal",
     "offset_reset_verdict",
     "positions_past_markers",
@@ -201,3 +206,51 @@ def positions_past_markers(
         if before is not None and pos > before:
             out[key] = pos
     return out
+
+
+Positions = dict[tuple[str, int], int]
+"""Offsets by ``(topic, partition)``."""
+
+
+@dataclass(slots=True)
+class Reads:
+    """A task's read positions over the process's life, offsets by ``(topic, partition)``.
+
+    Attributes:
+        start: the group's committed positions at the last start (``-1001``: none).
+        read: the committed read positions, advanced by each commit.
+        ends: past the last record fed, over the process's life (``TaskStep.read_ends``):
+            what an aborted read reached, for the deletion check
+            (``workers.identity.unread_on_deleted``). Shared, never replaced.
+        floors: the highest committed read position seen at a start in this life: nothing
+            below it was read uncommitted by this process. Shared, never replaced.
+    """
+
+    start: Positions = field(default_factory=dict)
+    read: Positions = field(default_factory=dict)
+    ends: Positions = field(default_factory=dict)
+    floors: Positions = field(default_factory=dict)
+
+    def started(self, committed: Positions) -> Positions:
+        """A start from ``committed`` (the group's positions); returns them."""
+        self.start = dict(committed)
+        for key, off in committed.items():
+            if off > self.floors.get(key, -1):
+                self.floors[key] = off
+        self.read = {k: v for k, v in committed.items() if v >= 0}
+        return committed
+
+
+def committed_positions(consumer: Consumer, partitions: Iterable[tuple[str, int]]) -> Positions:
+    """The group's committed offsets of ``partitions`` (``Consumer.committed``, 30 s).
+
+    Raises:
+        SubstrateError: the request failed (classified).
+    """
+    tps = [TopicPartition(t, p) for t, p in sorted(partitions)]
+    try:
+        with bounded("committed"):
+            got = consumer.committed(tps, timeout=30)
+    except KafkaException as exc:
+        raise to_exception(exc, "reading the group's committed offsets") from exc
+    return {(tp.topic, tp.partition): tp.offset for tp in got}

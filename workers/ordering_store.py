@@ -28,16 +28,11 @@ from parsley.engine.state_codec import TAG_HELD, VALIDATED_HELD, validate_held
 from parsley.refusals import ParsleyFailClosedError
 
 __all__ = [
-    "IN_MEMORY",
     "SqliteOrderingStore",
     "prefix_upper_bound",
     "store_cache_factory",
     "task_state_dir",
 ]
-
-IN_MEMORY: Final = ":memory:"
-"""The path of a store kept in a private in-memory sqlite database, no file
-(:meth:`SqliteOrderingStore.in_memory`)."""
 
 _SCAN_PAGE: Final = 256
 _LOAD_CHUNK: Final = 4096
@@ -95,11 +90,9 @@ class SqliteOrderingStore:
     """
 
     def __init__(self, path: str | Path) -> None:
-        """Open (or create) the sqlite file at ``path`` as is, or a private in-memory
-        database for :data:`IN_MEMORY`. Prefer :meth:`create` or :meth:`in_memory`."""
+        """Open (or create) the sqlite file at ``path`` as is. Prefer :meth:`create`."""
         self.path = Path(path)
-        if str(path) != IN_MEMORY:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=True)
         self._db.execute("PRAGMA journal_mode=MEMORY")
         self._db.execute("PRAGMA synchronous=OFF")
@@ -123,12 +116,6 @@ class SqliteOrderingStore:
         for suffix in ("", "-journal", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         return cls(path)
-
-    @classmethod
-    def in_memory(cls) -> SqliteOrderingStore:
-        """A fresh, empty store in a private in-memory sqlite database (no file): the
-        same store, for a host that keeps no local state."""
-        return cls(IN_MEMORY)
 
     # -- the OrderingStore protocol -------------------------------------------
 

@@ -1,25 +1,20 @@
 """Committed read positions against the ordering state and the group: the pure rules.
 
 Parsley's read positions are written only by the bootstrap (commit metadata
-``parsley.bootstrap``) and by a task's transaction, which commits them together
-with the ordering state they belong to. These rules judge what the cluster
-shows against that, and name the refusal when it does not fit:
+``parsley.bootstrap``) and by a task's transaction, which commits them with the
+ordering state they belong to. These rules judge what the cluster shows against that:
 
-* :func:`lost_positions` / :func:`ordering_state_lost`: committed positions
-  with no ordering records behind them (``ORDERING_STATE_LOST``), applied by
-  the bootstrap at start and by the worker at every rebuild of its engine;
-* :func:`unaccounted_positions` / :func:`skipped_positions_refusal`: a
-  committed position beyond the channel's coverage + 1 with records between
-  them that Parsley never read (``SUBSTRATE_MISCONFIGURED``: a consumer
-  outside Parsley committed in the application's group);
-* :func:`foreign_members` / :func:`foreign_member_refusal`: a member of the
-  application's group that is not one of the process's own tasks
-  (``SUBSTRATE_MISCONFIGURED``); :class:`GroupMember` is how every refusal and
-  warning, the worker's and the coordinator's, describes a group member.
+* :func:`lost_positions` / :func:`ordering_state_lost`: committed positions with no
+  ordering records behind them (``ORDERING_STATE_LOST``), at the bootstrap and at every
+  rebuild of a worker's engine;
+* :func:`unaccounted_positions` / :func:`skipped_positions_refusal`: a position beyond
+  the channel's coverage + 1 over records Parsley never read (``SUBSTRATE_MISCONFIGURED``);
+* :func:`foreign_members` / :func:`foreign_member_refusal`: a group member that is not
+  one of the process's tasks (``SUBSTRATE_MISCONFIGURED``); :class:`GroupMember` is how
+  every refusal and warning describes a member.
 
-Pure: no Kafka calls; the callers at the edge (``coordinator.bootstrap``,
-``workers.admin``) look the numbers up. Rules and remedies: docs/failing-closed.md
-and docs/runbooks.md (``SUBSTRATE_MISCONFIGURED``, ``ORDERING_STATE_LOST``).
+Pure: the callers at the edge (``coordinator.bootstrap``, ``workers.admin``) look the
+numbers up. Rules and remedies: docs/failing-closed.md and docs/runbooks.md.
 """
 
 from __future__ import annotations

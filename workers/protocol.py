@@ -1,55 +1,20 @@
 """The seam between the coordinator and a task worker: what a worker is given and what it reports.
 
-The coordinator resolves everything at bootstrap (topic ids, partition
-counts, start positions) and hands one :class:`TaskSpec` to each worker OS
-process it spawns (``multiprocess`` spawn context; the spec pickles with
-dill, so handlers may be closures). The worker reports over ZeroMQ: it
-connects a ``PUSH`` socket to ``spec.status_endpoint`` and sends orjson
-messages, a ``"status"`` message every status interval from its own loop and
-one ``"final"`` message when it stops. The coordinator never reads message
-text to decide anything: it branches on :class:`StopKind` and the refusal
-reason (docs/operations.md, "Supervision": keyed on the stop kind, never on message text).
+The coordinator resolves everything at bootstrap (topic ids, partition counts, start
+positions) and hands one :class:`TaskSpec` to each worker OS process it spawns
+(``multiprocess`` spawn context; the spec pickles with dill, so handlers may be closures).
+The worker connects a ZeroMQ ``PUSH`` socket to ``spec.status_endpoint`` and sends orjson
+messages: a :data:`STATUS` message every status interval from its own loop and one
+:data:`FINAL` message when it stops (their shapes: those constants; times in ms since the
+epoch, sizes in bytes). The coordinator never reads message text to decide anything: it
+branches on :class:`StopKind` and the refusal reason (docs/operations.md, "Supervision").
 
-Message shapes (JSON objects; times in ms since the epoch, sizes in bytes):
-
-``status`` — sent every ``status_interval_ms`` from the task's own loop, so a
-stalled loop shows as an ageing entry (docs/failing-closed.md, "Diagnosis")::
-
-    {"kind": "status", "process": str, "task": int, "pid": int, "sent_ms": int,
-     "state": "STARTING" | "RESTORING" | "RUNNING" | "REBALANCING",
-     "held": [ {"topic", "partition", "count", "head",
-                "blockers": [{"topic", "partition", "required", "settled"}]} ],
-     "held_total": int, "frontier_channels": int, "frontier_bytes": int, "budget_bytes": int,
-     "lag": int | None,                       # sum over owned partitions, offsets
-     "restore": {"records": int, "position": int, "end": int, "done": bool} | None,
-     "delivered": int, "commits": int, "commit_latency_ms": float | None,
-     "metrics": METRICS,
-     "rss_bytes": int, "cpu_percent": float}
-
-``final`` — exactly one, as the worker's last message::
-
-    {"kind": "final", "process": str, "task": int, "pid": int, "sent_ms": int,
-     "stop_kind": StopKind value, "refusal_reason": Reason name | None,
-     "failure_detail": str | None, "metrics": METRICS}   # metrics: absent if none
-
-``METRICS`` — the worker's counters since it started, never decreasing within one
-worker (the coordinator adds up a task's successive workers; docs/operations.md,
-"Metrics")::
-
-    {"received": int, "delivered": int,      # in transactions that committed
-     "commits": int, "aborts": int,          # transactions
-     "transaction_seconds": {"counts": [int, ...], "sum": float},
-     "handler_seconds": {"counts": [int, ...], "sum": float}}
-
-with per-bucket (not cumulative) counts over :mod:`workers.histogram`'s bounds.
-
-Exit codes mirror the stop kind (:data:`EXIT_CODES`), so a worker whose final
-message was lost is still classified; a refusal's exit code also carries its
-reason (:func:`exit_code_for`: ``64 + index`` of the reason in
-:class:`parsley.refusals.Reason`; 10 stays "refusal, reason unknown"). An
-exit by signal or any other code is a crash (:attr:`StopKind.CRASHED`),
-whose detail the coordinator builds from the exit code or signal.
-:func:`exit_verdict` reads an exit status back into ``(kind, reason)``.
+Exit codes mirror the stop kind (:data:`EXIT_CODES`), so a worker whose final message was
+lost is still classified; a refusal's exit code also carries its reason
+(:func:`exit_code_for`: ``64 + index`` of the reason in :class:`parsley.refusals.Reason`;
+10 stays "refusal, reason unknown"). Any other exit is :attr:`StopKind.CRASHED`;
+:func:`exit_verdict` reads an exit status back (docs/architecture.md, "The worker",
+"Stop verdicts").
 """
 
 from __future__ import annotations
@@ -78,7 +43,38 @@ __all__ = [
 ]
 
 STATUS: Final = "status"
+"""``status`` — sent every ``status_interval_ms`` from the task's own loop, so a
+stalled loop shows as an ageing entry (docs/failing-closed.md, "Diagnosis")::
+
+    {"kind": "status", "process": str, "task": int, "pid": int, "sent_ms": int,
+     "state": "STARTING" | "RESTORING" | "RUNNING" | "REBALANCING",
+     "held": [ {"topic", "partition", "count", "head",
+                "blockers": [{"topic", "partition", "required", "settled"}]} ],
+     "held_total": int, "frontier_channels": int, "frontier_bytes": int, "budget_bytes": int,
+     "lag": int | None,                       # sum over owned partitions, offsets
+     "restore": {"records": int, "position": int, "end": int, "done": bool} | None,
+     "delivered": int, "commits": int, "commit_latency_ms": float | None,
+     "metrics": METRICS,
+     "rss_bytes": int, "cpu_percent": float}
+"""
 FINAL: Final = "final"
+"""``final`` — exactly one, as the worker's last message::
+
+    {"kind": "final", "process": str, "task": int, "pid": int, "sent_ms": int,
+     "stop_kind": StopKind value, "refusal_reason": Reason name | None,
+     "failure_detail": str | None, "metrics": METRICS}   # metrics: absent if none
+
+``METRICS`` — the worker's counters since it started, never decreasing within one
+worker (the coordinator adds up a task's successive workers; docs/operations.md,
+"Metrics")::
+
+    {"received": int, "delivered": int,      # in transactions that committed
+     "commits": int, "aborts": int,          # transactions
+     "transaction_seconds": {"counts": [int, ...], "sum": float},
+     "handler_seconds": {"counts": [int, ...], "sum": float}}
+
+with per-bucket (not cumulative) counts over :mod:`workers.histogram`'s bounds.
+"""
 
 
 class TaskState(enum.StrEnum):

@@ -1,13 +1,13 @@
 """Restoring a task's state from its changelogs: the ordering store, the engine, the stores.
 
-:class:`Restorer` does each step of a restore (docs/architecture.md, "The worker",
-"Restore"): read partition ``i`` of the ordering changelog into a fresh
-:class:`workers.ordering_store.SqliteOrderingStore`, refusing ``ORDERING_STATE_LOST`` when
-it held no records while the group has positions the bootstrap did not write; build the
-engine over it; judge the store changelogs (:mod:`workers.store_changelogs`) and read
-each declared store; bind the received topic names and run the identity check. The
-worker calls the steps in order and keeps what each returns, so that what was opened is
-closed even when a later step fails.
+:class:`Restorer` does each step of a restore, in order in :meth:`Restorer.restore`
+(docs/architecture.md, "The worker", "Restore"): read partition ``i`` of the ordering
+changelog into a fresh :class:`workers.ordering_store.SqliteOrderingStore`, refusing
+``ORDERING_STATE_LOST`` when it held no records while the group has positions the
+bootstrap did not write; build the engine over it; judge the store changelogs
+(:mod:`workers.store_changelogs`) and read each declared store; bind the received topic
+names and run the identity check. What was opened is kept in an :class:`OpenState`, so
+that it is closed even when a later step fails.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -32,15 +33,17 @@ from workers.admin import (
     stable_committed_offsets,
 )
 from workers.changelog import RestoreProgress, read_partition
+from workers.clients import TaskClients
 from workers.identity import IdentityChecker, apply_received_verdicts
-from workers.kafka_errors import ErrorKind, SubstrateError, to_exception
-from workers.ordering_store import SqliteOrderingStore
+from workers.kafka_errors import ErrorKind, SubstrateError, stop_kind, to_exception
+from workers.offsets import Reads
+from workers.ordering_store import SqliteOrderingStore, store_cache_factory
 from workers.positions import lost_positions, ordering_state_lost
-from workers.protocol import TaskSpec
+from workers.protocol import StopKind, TaskSpec
 from workers.store_changelogs import check_task_store_changelogs
 from workers.watchdog import bounded
 
-__all__ = ["STABLE_OFFSETS_DEADLINE_S", "Identity", "Restorer"]
+__all__ = ["STABLE_OFFSETS_DEADLINE_S", "Identity", "OpenState", "Restorer"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -58,6 +61,27 @@ class Identity:
     pending: dict[str, Any]
 
 
+@dataclass(slots=True)
+class OpenState:
+    """What a restore opened: the ordering store, the declared stores' caches and the engine
+    over them (``None`` until built). Each store is kept as soon as it is opened, so that
+    :meth:`close` closes it even when a later step of the restore failed."""
+
+    store: SqliteOrderingStore | None = None
+    stores: TaskStores | None = None
+    engine: ProcessEngine | None = None
+
+    def close(self) -> None:
+        """Close the stores and drop the engine."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.stores is not None:
+            self.stores.close()
+            self.stores = None
+        self.engine = None
+
+
 class Restorer:
     """The steps of one task's restore, over the worker's clients and topics.
 
@@ -70,13 +94,15 @@ class Restorer:
         store_topics: each declared store's changelog.
         restore_consumer: the ``read_committed`` consumer the changelogs are read with.
         on_progress: called with each changelog read's progress.
+        state_dir: the task's local state directory (:func:`workers.ordering_store.task_state_dir`).
     """
 
     def __init__(self, spec: TaskSpec, app_id: str, channels: Mapping[str, ChannelId],
                  expected: frozenset[tuple[str, int]], ordering_topic: str,
                  store_topics: Mapping[str, str], restore_consumer: Consumer,
-                 on_progress: Callable[[RestoreProgress], None]) -> None:
+                 on_progress: Callable[[RestoreProgress], None], state_dir: Path) -> None:
         self.spec = spec
+        self.dir = state_dir
         self.task = spec.task
         self.app_id = app_id
         self.channels = channels
@@ -85,6 +111,63 @@ class Restorer:
         self.store_topics = dict(store_topics)
         self.restore_consumer = restore_consumer
         self.on_progress = on_progress
+        self.restores = 0
+        """Restores begun by this worker (every one but the first renews the admin client)."""
+
+    def rebuild(self, opened: OpenState, clients: TaskClients, reads: Reads,
+                restoring: Callable[[], None], attempts: int = 3) -> Identity:
+        """:meth:`restore` into ``opened``, retried on a substrate failure.
+
+        A rebuild (every restore but the first) follows a rebalance or an abort, often a
+        broker restart, after which an AdminClient can keep answering with stale leader
+        metadata (``FENCED_LEADER_EPOCH`` on every offset listing until its restore
+        deadline): each one, and each retry, renews the admin client first.
+
+        Args:
+            restoring: called before each attempt (the worker reports ``RESTORING``).
+            attempts: tries for a substrate failure.
+
+        Raises:
+            As :meth:`restore`, after ``attempts`` tries for a substrate failure.
+        """
+        for attempt in range(1, attempts + 1):
+            restoring()
+            opened.close()
+            if self.restores:
+                clients.renew_admin()
+            self.restores += 1
+            try:
+                return self.restore(opened, clients.admin, clients.identity, reads.ends,
+                                    reads.floors)
+            except SubstrateError as exc:
+                if attempt == attempts or stop_kind(exc) is StopKind.FATAL:
+                    raise
+                log.warning("%s task %d: restoring failed (%s); retrying with a fresh admin "
+                            "client", self.app_id, self.task, exc.detail)
+        raise AssertionError("attempts must be >= 1")
+
+    def restore(self, opened: OpenState, admin: AdminClient, identity: IdentityChecker,
+                read_ends: dict[tuple[str, int], int],
+                read_floors: dict[tuple[str, int], int]) -> Identity:
+        """Every step in order, into ``opened`` (closed first); ``opened.engine`` is set
+        once the last step succeeded (docs/architecture.md, "The worker", "Restore").
+
+        Raises:
+            ParsleyFailClosedError: the engine's restore refusals, CHANNEL_IDENTITY_CHANGED,
+                CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES; ORDERING_STATE_LOST or
+                TASK_WIDTH_CHANGED for a store changelog (workers.store_changelogs).
+            SubstrateError: a changelog read failed or stalled.
+        """
+        opened.close()
+        opened.store = SqliteOrderingStore.create(self.dir)
+        self.read_ordering(opened.store, admin)
+        engine = self.engine(opened.store)
+        store_ids = self.store_ids(admin, engine)
+        opened.stores = TaskStores(store_cache_factory(self.dir), self.store_topics)
+        self.read_stores(opened.stores, admin)
+        found = self.bind(engine, identity, store_ids, read_ends, read_floors)
+        opened.engine = engine
+        return found
 
     def read_ordering(self, store: SqliteOrderingStore, admin: AdminClient) -> None:
         """Rebuild ``store`` from the task's ordering-changelog partition.

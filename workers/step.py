@@ -1,27 +1,14 @@
 """One task's step: feed a polled batch to the engine, deliver, frame, write, commit.
 
-:class:`TaskStep` owns the per-execution state of a running task — the
-engine, the handler frame, the stores and the open transaction's account —
-and does the exactly-once step (docs/model.md, "Restart"):
-
-1. :meth:`TaskStep.feed` hands the fetched records to the engine in one call
-   (``ProcessEngine.feed_records``) and remembers each channel's committed read
-   position, last fed offset + 1, held messages included (they live in the
-   ordering changelog);
-2. :meth:`TaskStep.drain` takes deliverable heads from the engine in batches
-   (``ProcessEngine.deliver_batch``, sized by :func:`workers.pacing.delivery_batches`),
-   runs each through the :class:`parsley.frame.HandlerFrame`, applies their store writes
-   to the open transaction, and sends their emissions carrying ``parsley.causes`` = the
-   header the batch entry carries (the frontier right after that delivery); one pass
-   lasts at most ``pass_s`` and ends after a mid-drain commit, leaving :attr:`TaskStep.more`
-   set, so the worker's loop keeps consuming and reporting during a long drain;
-3. :meth:`TaskStep.commit` writes the engine's deltas (merged latest value per
-   key, to partition ``i`` of the ordering changelog) and the stores' merged
-   writes (to partition ``i`` of each store changelog), then sends the read
-   positions and commits, all in the one transaction.
-
-A transaction is opened lazily by the first record fed (or the first
-delivery) and none exists while idle.
+:class:`TaskStep` owns the per-execution state of a running task — the engine, the
+handler frame, the stores and the open transaction's account — and does the
+exactly-once step (docs/model.md, "Restart"): :meth:`TaskStep.feed` hands the fetched
+records to the engine; :meth:`TaskStep.drain` delivers deliverable heads in batches
+through the handler frame (a pass lasts at most ``pass_s``, leaving :attr:`TaskStep.more`
+set); :meth:`TaskStep.commit` writes the engine's deltas, the stores' writes and the read
+positions in the one transaction. A transaction is opened lazily by the first record fed
+(or the first delivery) and none exists while idle. The step in full:
+docs/architecture.md, "The worker", "The step".
 """
 
 from __future__ import annotations

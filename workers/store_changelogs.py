@@ -12,7 +12,7 @@ its state. The rule, judged at the bootstrap and at every rebuild of a task's st
 :func:`judge_store_changelog`'s (docs/architecture.md, "The worker", "Store changelogs").
 
 :func:`judge_store_changelog` is the pure rule; :func:`describe_store_changelog` and
-:func:`log_starts` are the admin calls that feed it.
+:func:`workers.admin.log_starts` are the admin calls that feed it.
 """
 
 from __future__ import annotations
@@ -22,20 +22,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 from uuid import UUID
 
-from confluent_kafka import IsolationLevel, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.changelog import ADMIN_TIMEOUT_S, TopicInfo, _answer, describe_topic
-from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
+from workers.admin import ADMIN_TIMEOUT_S, TopicInfo, describe_topic, log_starts
+from workers.kafka_errors import ErrorKind, SubstrateError
 
 __all__ = [
     "ABSENT_ANSWERS",
     "check_task_store_changelogs",
     "describe_store_changelog",
     "judge_store_changelog",
-    "log_starts",
 ]
 
 ABSENT_ANSWERS: Final = 3
@@ -126,27 +124,6 @@ def describe_store_changelog(
         if info is not None:
             return info
     return None
-
-
-def log_starts(
-    admin: AdminClient, name: str, partitions: Sequence[int],
-    *, timeout_s: float = ADMIN_TIMEOUT_S,
-) -> dict[int, int]:
-    """Log start offset per partition of ``name`` (``ListOffsets`` earliest).
-
-    Raises:
-        SubstrateError: the listing failed (classified), or no answer came within
-            ``timeout_s`` + 5 s.
-    """
-    if not partitions:
-        return {}
-    spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-    with map_kafka_errors(f"listing the log start of store changelog {name}"):
-        futures = admin.list_offsets(
-            {TopicPartition(name, p): spec for p in partitions},
-            isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
-        return {tp.partition: int(_answer(f, timeout_s, f"listing the log start of {name}").offset)
-                for tp, f in futures.items()}
 
 
 def check_task_store_changelogs(

@@ -21,12 +21,20 @@ from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_members
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
-from workers.kafka_errors import SubstrateError, kafka_error_of, stop_kind, to_exception
+from workers.kafka_errors import (
+    ErrorKind,
+    SubstrateError,
+    classify,
+    kafka_error_of,
+    stop_kind,
+    to_exception,
+)
 from workers.protocol import StopKind
 from workers.transaction import TaskTransaction
 from workers.watchdog import bounded
 
-__all__ = ["SUCCESSOR_WAIT_S", "Stop", "live_successor", "stop_of", "timed_out"]
+__all__ = ["SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending", "live_successor", "stop_of",
+           "timed_out"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -184,3 +192,34 @@ def _member_fenced(outcome: Stop, worker: Fenced) -> Stop:
         f"the task's static group member was fenced, but no other live member holds its "
         f"group.instance.id (the broker re-registered it, as after a broker restart); "
         f"nothing more was committed; restart: {outcome.detail}")
+
+
+def ending(exc: BaseException, worker: Fenced | None) -> Stop:
+    """The verdict on what ended a worker: :func:`stop_of`, and a FATAL one weighed by
+    :func:`timed_out` when there is a worker to ask (``None``: it was never built)."""
+    outcome = stop_of(exc)
+    if outcome.kind is StopKind.FATAL and worker is not None:
+        outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)
+    return outcome
+
+
+def abort_and_log(outcome: Stop, exc: BaseException, worker: Fenced | None, app_id: str,
+                  task: int) -> None:
+    """After any but a clean stop: abort the worker's open transaction (best effort) and log
+    the stop at ERROR, a refusal as ``<app-id> task <i> stopped: <REASON>: <detail> (failing
+    closed)``; the traceback only for an exception no verdict names."""
+    if outcome.kind is StopKind.CLEAN:
+        return
+    if worker is not None:
+        try:
+            worker.txn.abort()
+        except Exception:
+            log.debug("abort after the stop failed", exc_info=True)
+    if outcome.kind is StopKind.REFUSAL:
+        assert outcome.reason is not None
+        log.error("%s task %d stopped: %s: %s (failing closed)", app_id, task,
+                  outcome.reason.name, outcome.detail)
+    else:
+        log.error("%s task %d stopped (%s): %s", app_id, task, outcome.kind.value,
+                  outcome.detail,
+                  exc_info=not isinstance(exc, Stop | SubstrateError | HandlerFailure))

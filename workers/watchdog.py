@@ -1,46 +1,21 @@
 """The worker's watchdog: bounds every blocking client call; outlives no stop or coordinator.
 
-librdkafka's own ``timeout`` arguments are not a bound the worker can rely on:
-after a broker restart a ``send_offsets_to_transaction(timeout=30)`` was seen
-blocked for minutes, and a worker blocked in C never runs its Python SIGTERM
-handler. So the worker bounds its calls itself (docs/operations.md, "Bounded
-client calls"):
+librdkafka's own ``timeout`` arguments are not a bound the worker can rely on (a
+``send_offsets_to_transaction(timeout=30)`` was seen blocked for minutes after a broker
+restart, and a worker blocked in C never runs its SIGTERM handler), so the main thread
+wraps each blocking call in :func:`bounded` (a call name and a bound, s; calls may nest)
+and a daemon thread (:class:`Watchdog`) acts on the pure :func:`decide` every
+:data:`TICK_S` and on every signal:
 
-* the main thread wraps each blocking call in :func:`bounded` (a call name and a
-  bound, s); calls may nest (a rebalance callback's abort runs inside
-  ``consume``);
-* a daemon thread (:class:`Watchdog`) wakes every :data:`TICK_S` and on every
-  signal, and acts on the pure :func:`decide`:
+* a call past its bound, or blocked :data:`STOP_GRACE_S` after a stop was asked: the
+  final report (``SUBSTRATE``, naming the call, how long it was blocked and its bound) is
+  pushed on the watchdog's own socket and the process hard-exits with the SUBSTRATE exit
+  code, committing nothing more;
+* the coordinator gone (the parent changed, :data:`PARENT_DEATH_SIGNAL`): exit at once,
+  with no report and no commit.
 
-  - a call past its bound → the task's final report (``SUBSTRATE``, naming the
-    call, how long it was blocked and its bound) is pushed on the watchdog's
-    own ZeroMQ socket (sockets are not shared between threads) and the process
-    hard-exits (``os._exit``) with the SUBSTRATE exit code, committing nothing
-    more: the coordinator restarts it under ``--restart transient`` and stops
-    with that detail under ``never``;
-  - a stop asked (SIGTERM) while the main thread is blocked in a bounded call
-    for :data:`STOP_GRACE_S` (counted from the later of the stop and the call's
-    start: a call begun after the stop, such as a clean stop's final commit, has
-    its own grace) → the same, naming the call: the stop is never held hostage by
-    a client call;
-  - the coordinator gone (the parent process changed) → exit at once, without
-    a report and without committing the open transaction; the next owner of
-    the task re-reads from the last commit (docs/runbooks.md).
-
-How the thread learns of signals while the main thread is blocked in C:
-:func:`signal.set_wakeup_fd`. CPython's C-level handler writes the signal
-number to that fd the moment the signal arrives, whatever the main thread is
-doing; the Python-level handler (the clean-stop flag) still runs once the main
-thread returns to Python. ``pthread_sigmask`` + ``sigwait`` in the watchdog
-thread would also see it, but only if every other thread (librdkafka's among
-them) blocked the signal, and the main thread's clean-stop path would then need
-a relay; the wakeup fd needs neither.
-
-Parent death: Linux ``prctl(PR_SET_PDEATHSIG)`` (via ctypes) sends
-:data:`PARENT_DEATH_SIGNAL` when the *thread* that spawned the worker ends — a
-coordinator helper thread that respawned a task ends at once — so the signal
-is only a wake-up: the watchdog then compares :func:`os.getppid` with the
-coordinator's pid, which is also polled every tick where ``prctl`` is missing.
+How it learns of signals and of the parent's death, and why: docs/architecture.md, "The
+worker", "The watchdog"; the rule: docs/operations.md, "Bounded client calls".
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from confluent_kafka.admin import AdminClient
 from coordinator.bootstrap.changelog import TaskState
 from coordinator.bootstrap.common import StartError
 from parsley.declarations import Process, application_id, store_changelog
+from workers.admin import log_starts
 from workers.kafka_errors import SubstrateError
-from workers.store_changelogs import describe_store_changelog, judge_store_changelog, log_starts
+from workers.store_changelogs import describe_store_changelog, judge_store_changelog
 
 __all__ = ["check_store_changelogs"]
 

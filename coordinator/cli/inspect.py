@@ -45,7 +45,7 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     from coordinator.bootstrap.group import group_members
     from parsley.declarations import ordering_changelog
     from parsley.naming import application_id
-    from workers.changelog import describe_topic
+    from workers.admin import describe_topic
     from workers.kafka_config import admin_config, restore_consumer_config
 
     name = ordering_changelog(config.application_id_prefix, process)

@@ -204,7 +204,7 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
         ResetRefused: the target cannot be applied (:func:`choose_positions`).
         StartError: a received topic does not exist, or the cluster could not be queried.
     """
-    from workers.changelog import describe_topic
+    from workers.admin import describe_topic
     from workers.kafka_errors import SubstrateError
 
     prefix = config.application_id_prefix
@@ -266,7 +266,7 @@ def _delete_topics(admin: AdminClient, names: Sequence[str], timeout_s: float) -
     Raises:
         StartError: a deletion refused (ACLs: Delete on the topic) or not done in time.
     """
-    from workers.changelog import describe_topic
+    from workers.admin import describe_topic
 
     if not names:
         return

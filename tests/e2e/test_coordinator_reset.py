@@ -31,7 +31,7 @@ from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley.declarations import ordering_changelog
 from tests.cli_support import CLI
-from workers.changelog import describe_topic
+from workers.admin import describe_topic
 
 DEVBROKER_TOOL = [sys.executable, "-c", "from devtools.devbroker_cli import main; main()", "tool"]
 APP = '''

@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 from devtools.kafka_support import QUIET
 from parsley.declarations import ordering_changelog
 from parsley.refusals import Reason
-from workers.changelog import describe_topic
+from workers.admin import describe_topic
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
 CLI = [sys.executable, "-m", "coordinator.cli"]

@@ -33,7 +33,7 @@ from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES
-from workers.changelog import describe_topic as describe_changelog
+from workers.admin import describe_topic as describe_changelog
 from workers.changelog import ensure_changelog_topic
 
 

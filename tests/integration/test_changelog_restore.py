@@ -22,9 +22,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from devtools.kafka_support import QUIET
+from workers.admin import describe_topic
 from workers.changelog import (
     RestoreProgress,
-    describe_topic,
     ensure_changelog_topic,
     read_partition,
     write_records,

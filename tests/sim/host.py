@@ -64,7 +64,7 @@ from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError
 from parsley.wire import CAUSES_HEADER, decode_causes
-from workers.changelog import TopicInfo
+from workers.admin import TopicInfo
 from workers.identity import apply_received_verdicts
 from workers.offsets import offset_reset_refusal, positions_past_markers
 from workers.positions import (

@@ -6,7 +6,7 @@ import uuid
 
 from parsley.engine.channel import kafka_topic_id
 from parsley.refusals import Reason
-from workers.changelog import TopicInfo
+from workers.admin import TopicInfo
 from workers.store_changelogs import judge_store_changelog
 
 NAME = "shop-counter-counts-changelog"

@@ -141,7 +141,8 @@ def test_learning_upstream_names_lists_topics_under_the_watchdog(
     # A real client on an address nobody answers: list_topics blocks its full timeout.
     from confluent_kafka.admin import AdminClient
 
-    from workers import identity, watchdog
+    from workers import admin as admin_queries
+    from workers import watchdog
     from workers.identity import IdentityChecker
 
     admin = AdminClient({"bootstrap.servers": "127.0.0.1:9", "log_level": 0})
@@ -158,7 +159,7 @@ def test_learning_upstream_names_lists_topics_under_the_watchdog(
 
     monkeypatch.setattr(watchdog, "decide", watching)
     # A bound shorter than the call (deadline 1.5 s - 1 s): the watchdog must fire.
-    monkeypatch.setattr(identity, "LIST_TOPICS_MARGIN_S", -1.0)
+    monkeypatch.setattr(admin_queries, "LIST_TOPICS_MARGIN_S", -1.0)
     watchdog.install(dog)
     try:
         dog.start(signals=False)

@@ -1,0 +1,104 @@
+"""A task's Kafka clients: built from its spec, the admin client renewed, closed at the end.
+
+:class:`TaskClients` holds the admin client (with the identity checker over it), the
+transactional producer, the restore consumer and the main consumer's configuration (the
+main consumer itself is built when the loop starts). It imports nothing of
+:mod:`workers.main`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from parsley.declarations import application_id
+from workers.client_log import with_task_logger
+from workers.identity import IdentityChecker
+from workers.kafka_config import (
+    DEFAULT_SESSION_TIMEOUT_MS,
+    admin_config,
+    consumer_config,
+    producer_config,
+    restore_consumer_config,
+)
+from workers.protocol import TaskSpec
+from workers.verdicts import live_successor
+from workers.watchdog import bounded
+
+__all__ = ["TaskClients"]
+
+log = logging.getLogger("parsley.worker")
+
+
+class TaskClients:
+    """The Kafka clients of task ``spec.task``, configured from ``spec``."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        process, task, w = spec.process, spec.task, spec.task_count
+        self.app_id = application_id(spec.prefix, process.name)
+        # librdkafka's lines through logging, naming the task (workers.client_log).
+        self.props: dict[str, Any] = with_task_logger(spec.kafka_properties, self.app_id, task)
+        servers, props = spec.bootstrap_servers, self.props
+        self.admin = AdminClient(admin_config(servers, props))
+        self.producer = Producer(producer_config(
+            servers, spec.prefix, process.name, task, props, task_count=w))
+        self.restore_consumer = Consumer(restore_consumer_config(
+            servers, spec.prefix, process.name, task, props, task_count=w))
+        self.consumer_conf = consumer_config(
+            servers, spec.prefix, process.name, task, props, task_count=w)
+        self.consumer: Consumer | None = None
+        self.identity = IdentityChecker(self.admin)
+
+    def new_admin(self) -> AdminClient:
+        """A new AdminClient of the task's configuration."""
+        return AdminClient(admin_config(self.spec.bootstrap_servers, self.props))
+
+    def renew_admin(self) -> None:
+        """Replace the admin client (and the identity checker over it) with a new one: after
+        a broker restart an old one can keep answering with stale leader metadata."""
+        self.admin = self.new_admin()
+        self.identity = IdentityChecker(self.admin)
+
+    def successor_member(self, wait_s: float) -> str | None:
+        """Another live member of the group with this task's ``group.instance.id``, if any
+        (:func:`workers.verdicts.live_successor`, asked through a fresh AdminClient: after
+        a fence the old one may be stale).
+
+        Args:
+            wait_s: how long to look for a candidate, s.
+
+        Returns:
+            That member's id, or ``None`` when none proved live.
+        """
+        instance = self.consumer_conf["group.instance.id"]
+        session_s = int(self.consumer_conf.get("session.timeout.ms",
+                                               DEFAULT_SESSION_TIMEOUT_MS)) / 1000.0
+        mine: str | None = None
+        if self.consumer is not None:
+            try:
+                mine = self.consumer.memberid()
+            except (KafkaException, RuntimeError):
+                mine = None
+        return live_successor(self.new_admin(), self.app_id, instance, mine, session_s, wait_s)
+
+    def close(self, clean: bool) -> None:
+        """Close the consumer (static: it stays a member until its session times out), the
+        restore consumer, and flush the producer when ``clean``."""
+        if self.consumer is not None:
+            try:
+                with bounded("close"):
+                    self.consumer.close()
+            except Exception:  # best effort: the worker is ending
+                log.debug("consumer close failed", exc_info=True)
+        try:
+            with bounded("close"):
+                self.restore_consumer.close()
+        except Exception:
+            log.debug("restore consumer close failed", exc_info=True)
+        if clean:
+            with bounded("close"):
+                self.producer.flush(5)
