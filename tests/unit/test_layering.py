@@ -13,6 +13,7 @@ does a product module over :data:`MAX_LINES` lines unless a line at its top star
 :data:`LONG_REASON` and says why.
 
 ``tests/unit/test_purity.py`` judges the pure core's standard-library imports more closely.
+The module map of docs/architecture.md names every module, and only modules that exist.
 """
 
 from __future__ import annotations
@@ -222,3 +223,14 @@ def test_the_check_names_each_kind_of_offence(
     monkeypatch.setattr(Path, "read_text", read_text)
     offences = _offences(sources)
     assert any(expected in o for o in offences), offences
+
+
+def test_the_module_map_names_every_module_and_only_modules_that_exist() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split("`")[1] for line in section.splitlines() if line.startswith("- `")}
+    present = {str(p.relative_to(ROOT)) for top in (*PRODUCT, "perf", "examples")
+               for p in (ROOT / top).rglob("*.py") if p.stat().st_size}
+    missing, stale = sorted(present - listed), sorted(listed - present)
+    assert not missing, f"docs/architecture.md's module map lacks {missing}"
+    assert not stale, f"docs/architecture.md's module map names no such module: {stale}"
