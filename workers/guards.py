@@ -24,7 +24,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId
-from parsley.engine.engine import ProcessEngine, TopicVerdict
+from parsley.engine.engine import ProcessEngine
+from parsley.engine.identity import TopicVerdict
 from workers.admin import ADMIN_CALL_BOUND_S, group_members, partition_count
 from workers.identity import (
     RECEIVED_CHECK_INTERVAL_S,

@@ -31,8 +31,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from parsley.engine.channel import ChannelId, describe_channel
-from parsley.engine.engine import ProcessEngine, TopicVerdict
-from parsley.engine.identity import DELETION_REMEDY
+from parsley.engine.engine import ProcessEngine
+from parsley.engine.identity import DELETION_REMEDY, TopicVerdict
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import list_topics, topic_ids
 from workers.kafka_errors import topic_authorization_failed, unknown_topic

@@ -8,7 +8,7 @@ from typing import Any, Final
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.client_log import RepeatFilter
 from workers.kafka_config import TRANSACTION_TIMEOUT_MS
-from workers.kafka_errors import unreachable
+from workers.kafka_errors import kafka_error_of, unreachable
 
 __all__ = [
     "ADMIN_TIMEOUT_S",
@@ -111,7 +111,9 @@ def check_reachable(admin: Any, bootstrap_servers: str,
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         if unreachable(exc):
-            raise StartError(unreachable_message(bootstrap_servers, exc.args[0].name())) from exc
+            err = kafka_error_of(exc)
+            said = err.name() if err is not None else str(exc)
+            raise StartError(unreachable_message(bootstrap_servers, said)) from exc
         raise StartError(f"could not read the cluster's metadata at {bootstrap_servers} "
                          f"({exc}); check the address and the ACLs, then retry") from exc
     finally:

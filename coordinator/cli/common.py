@@ -156,28 +156,49 @@ def start_local_broker() -> str:
 
     The dev broker is a developer tool that the product does not import
     (docs/architecture.md, "Layers"): ``--local-broker`` runs it as its own program,
-    ``parsley-devbroker`` (``python -m devtools.devbroker_cli``), ``status`` then ``up``.
+    ``parsley-devbroker status`` then ``up`` (:func:`_devbroker_command`).
 
     Raises:
-        click.ClickException: it could not be started (its own message, exit status 1).
+        click.ClickException: it could not be run or started (its own message, exit 1).
     """
-    tool = [sys.executable, "-m", "devtools.devbroker_cli"]
-    status = subprocess.run([*tool, "status"], capture_output=True, text=True, check=False,
-                            timeout=60)
-    found = _bootstrap_of(status.stdout)
-    if status.returncode == 0 and found:
+    found = _bootstrap_of(_devbroker("status", timeout_s=60))
+    if found:
         return found
     click.echo("starting the local dev broker (parsley-devbroker up) ...", err=True)
     # The first start fetches the Kafka jars with Maven, bounded there by 30 minutes.
-    up = subprocess.run([*tool, "up"], capture_output=True, text=True, check=False,
-                        timeout=2100)
-    found = _bootstrap_of(up.stdout)
-    if up.returncode != 0 or not found:
-        said = up.stderr.strip().splitlines()
+    found = _bootstrap_of(_devbroker("up", timeout_s=2100, must=True))
+    if not found:
+        raise click.ClickException("parsley-devbroker up printed no bootstrap.servers line")
+    return found
+
+
+def _devbroker_command() -> list[str]:
+    """The installed ``parsley-devbroker`` beside this interpreter (a console script puts no
+    working directory on ``sys.path``), else the same module run by this interpreter."""
+    beside = Path(sys.executable).with_name("parsley-devbroker")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    return [sys.executable, "-m", "devtools.devbroker_cli"]
+
+
+def _devbroker(verb: str, *, timeout_s: float, must: bool = False) -> str:
+    """Run ``parsley-devbroker VERB``, bounded by ``timeout_s`` s; its stdout. With ``must``,
+    a non-zero exit raises naming its last stderr line; otherwise it only means no broker."""
+    argv = [*_devbroker_command(), verb]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise click.ClickException(
+            f"parsley-devbroker {verb} did not finish within {timeout_s:g} s") from exc
+    except OSError as exc:
+        raise click.ClickException(f"could not run {' '.join(argv)}: {exc}") from exc
+    if must and done.returncode != 0:
+        said = done.stderr.strip().splitlines()
         raise click.ClickException(
             said[-1].removeprefix("parsley-devbroker: ") if said
-            else f"parsley-devbroker up exited {up.returncode} and printed no bootstrap.servers")
-    return found
+            else f"parsley-devbroker {verb} exited {done.returncode}")
+    return done.stdout if done.returncode == 0 else ""
 
 
 def _bootstrap_of(stdout: str) -> str | None:

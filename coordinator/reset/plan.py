@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.bootstrap.common import BOOTSTRAP_METADATA
-from coordinator.bootstrap.group import GroupMember
 from parsley.declarations import application_id
 from parsley.engine.channel import FED_TO_END
+from workers.positions import GroupMember
 
 __all__ = [
     "PartitionBoundary",

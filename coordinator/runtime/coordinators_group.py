@@ -18,17 +18,13 @@ from coordinator.bootstrap import (
 )
 from coordinator.bootstrap.clients import new_admin
 from coordinator.bootstrap.common import check_reachable, refuse
-from coordinator.bootstrap.group import (
-    GroupMember,
-    group_members,
-    is_own_member,
-    session_timeout_ms,
-)
+from coordinator.bootstrap.group import group_members, is_own_member, session_timeout_ms
 from coordinator.config import ParsleyConfig
 from parsley.declarations import Process, application_id, task_width
 from parsley.refusals import Reason
 from workers.changelog import ensure_changelog_topic
 from workers.kafka_errors import SubstrateError
+from workers.positions import GroupMember
 
 __all__ = [
     "COORDINATORS_SUFFIX",
