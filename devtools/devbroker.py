@@ -39,7 +39,6 @@ from devtools.kafka_jars import (
     fetch_jars,
     require_java,
 )
-from workers.kafka_errors import retriable
 
 ENV_DATA_DIR = "PARSLEY_DEVBROKER_DIR"
 STATE_FILE = "devbroker.json"
@@ -361,7 +360,11 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     Raises:
         DevBrokerError: a coordinator did not become available in time.
     """
+    # Imported here, so parsley-devbroker's other commands start without Kafka's client
+    # and the product loaded (--local-broker runs two of them).
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    from workers.kafka_errors import retriable
 
     deadline = time.monotonic() + timeout_s
     consumer = Consumer(

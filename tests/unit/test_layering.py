@@ -19,6 +19,7 @@ The module map of docs/architecture.md names every module, and only modules that
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,11 +68,17 @@ def _resolve(module: str, importer: str, is_package: bool, level: int) -> str:
     return ".".join([*base, module] if module else base)
 
 
+@functools.cache
+def _nodes(text: str, filename: str) -> tuple[ast.AST, ...]:
+    """Every node of a module's source, parsed once per text (each planted case re-judges
+    the whole tree)."""
+    return tuple(ast.walk(ast.parse(text, filename=filename)))
+
+
 def _imports(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
     """(imported module, line) for each import in ``path``, a ``from`` name resolved to the
     submodule it names when there is one, else to the module it is taken from."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):
+    for node in _nodes(path.read_text(), str(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
