@@ -25,6 +25,7 @@ from typing import Any, Final
 from coordinator.state_dir import default_state_dir as _per_user_state_dir
 from parsley.engine.cross_partition import CROSS_PARTITION_SETTINGS
 from workers.kafka_config import OWNED_PROPERTIES
+from workers.protocol import DEFAULT_TASK_TIMEOUT_MS as DEFAULT_WORKER_TASK_TIMEOUT_MS
 
 __all__ = [
     "CLI_FLAGS",
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_RESTART_RESET_MS",
     "DEFAULT_STALE_TASK_MS",
     "DEFAULT_STATUS_INTERVAL_MS",
+    "DEFAULT_TASK_TIMEOUT_MS",
     "ENV_PREFIX",
     "OWNED_KAFKA_PROPERTIES",
     "ParsleyConfig",
@@ -53,6 +55,11 @@ DEFAULT_STALE_TASK_MS: Final = 60_000
 """How long a worker may send no report (status or final) before the coordinator
 kills it by PID as stale, ms (docs/operations.md, "Supervision"). Well above the
 worker's own bound on a blocked client call, so the worker names the call first."""
+DEFAULT_TASK_TIMEOUT_MS: Final = DEFAULT_WORKER_TASK_TIMEOUT_MS
+"""How long a task recovers in place from faults a restart would cure (a client call past
+its bound, an unreachable cluster) without progress before it stops SUBSTRATE and the
+restart policy applies, ms: Kafka Streams' ``task.timeout.ms`` default, 5 min (KIP-572;
+docs/operations.md, "The task timeout")."""
 DEFAULT_MAX_RESTARTS: Final = 5
 """Restarts of one process (substrate failures) or respawns of one task (crashes,
 stale workers) under ``--restart transient`` before the coordinator gives up."""
@@ -84,7 +91,7 @@ CLI_FLAGS: Final = MappingProxyType({
 tell the user where to give it (the flag names are not the field names)."""
 
 _POSITIVE_INTS: Final = ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms",
-                          "stale_task_ms", "restart_reset_ms")
+                          "stale_task_ms", "restart_reset_ms", "task_timeout_ms")
 _NON_NEGATIVE_INTS: Final = ("max_restarts", "restart_backoff_ms")
 _OPTIONAL_INTS: Final = ("metrics_port",)
 
@@ -169,6 +176,8 @@ class ParsleyConfig:
             ``cross_partition_causes = "refuse"``; ``False`` changes nothing.
         stale_task_ms: a worker that sends no report for this long is killed
             by PID (SIGKILL) and treated as a transient stop, ms, >= 1.
+        task_timeout_ms: how long a task recovers in place without progress before
+            it stops SUBSTRATE and the restart policy applies, ms, >= 1.
         max_restarts: the restart budget under ``transient``, >= 0.
         restart_backoff_ms: the first restart delay, ms, >= 0 (doubles per
             attempt, capped at 30 s).
@@ -206,6 +215,7 @@ class ParsleyConfig:
     cross_partition_causes: str = "auto"
     refuse_cross_partition_causes: bool = False
     stale_task_ms: int = DEFAULT_STALE_TASK_MS
+    task_timeout_ms: int = DEFAULT_TASK_TIMEOUT_MS
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restart_backoff_ms: int = DEFAULT_RESTART_BACKOFF_MS
     restart_reset_ms: int = DEFAULT_RESTART_RESET_MS

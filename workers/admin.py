@@ -36,6 +36,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from workers.calls import CallStalled, call
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -46,7 +47,6 @@ from workers.kafka_errors import (
     unstable_offsets,
 )
 from workers.positions import GroupMember
-from workers.watchdog import bounded
 
 __all__ = [
     "ADMIN_CALL_BOUND_S",
@@ -56,6 +56,7 @@ __all__ = [
     "PartitionOffsetError",
     "TopicInfo",
     "answer",
+    "cluster_answers",
     "describe_topic",
     "group_members",
     "kafka_uuid",
@@ -106,8 +107,9 @@ def partition_count(admin: AdminClient, topic: str, *, timeout_s: float = 5.0) -
 
     Raises:
         KafkaException: the metadata request failed (an unreachable cluster).
+        CallStalled: it did not return within ``timeout_s`` + :data:`LIST_TOPICS_MARGIN_S`.
     """
-    meta = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+    meta = list_topics(admin, timeout_s, topic).topics.get(topic)
     if meta is None or meta.error is not None:
         return None
     return len(meta.partitions)
@@ -327,8 +329,28 @@ def list_topics(admin: AdminClient, timeout_s: float, topic: str | None = None) 
     Raises:
         KafkaException: the metadata request failed.
     """
-    with bounded("list_topics", timeout_s + LIST_TOPICS_MARGIN_S):
-        return admin.list_topics(topic, timeout=timeout_s)
+    return call("list_topics", admin.list_topics, topic, timeout=timeout_s,
+                bound_s=timeout_s + LIST_TOPICS_MARGIN_S)
+
+
+def cluster_answers(admin: AdminClient, topic: str | None = None,
+                    timeout_s: float = 5.0) -> str | None:
+    """``None`` when the cluster answers a metadata request (of ``topic`` alone when given)
+    naming its brokers and its controller; else why not.
+
+    A worker asks this before any admin request that waits for the controller or a group
+    coordinator (describes, committed-offset listings): such a request that times out
+    while the cluster is unreachable can abort the process inside librdkafka
+    (docs/operations.md, "A librdkafka abort during broker outages"). A metadata request
+    is not one of them.
+    """
+    try:
+        meta = list_topics(admin, timeout_s, topic)
+    except (KafkaException, CallStalled) as exc:
+        return f"the cluster did not answer a metadata request ({exc})"
+    if not meta.brokers or meta.controller_id < 0:
+        return "the cluster answered a metadata request without a controller"
+    return None
 
 
 def topic_ids(admin: AdminClient, names: Sequence[str],

@@ -36,6 +36,7 @@ from workers.admin import (
     leaders_known,
     offset_bounds,
 )
+from workers.calls import call
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -170,8 +171,8 @@ def read_partition(
     # each partition read began about half a second late. The warm-up is only that: its
     # failure leaves the read to the stall deadline, as before. A start that moved since
     # the listing is an out-of-range error (auto.offset.reset=error), never a skip.
-    with contextlib.suppress(KafkaException), bounded("list_topics"):
-        consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    with contextlib.suppress(KafkaException):
+        call("list_topics", consumer.list_topics, topic, timeout=METADATA_TIMEOUT_S)
     with map_kafka_errors(f"assigning {where}"):
         consumer.assign([TopicPartition(topic, partition, start)])
     try:
@@ -183,8 +184,9 @@ def read_partition(
             # event), instead of after poll_timeout_s; aborted records among them (never
             # delivered) still leave it to the timeout.
             wanted = max(1, min(batch_size, end - position))
-            with map_kafka_errors(f"reading {where}"), bounded("restore consume"):
-                messages = consumer.consume(num_messages=wanted, timeout=poll_timeout_s)
+            with map_kafka_errors(f"reading {where}"):
+                messages = call("restore consume", consumer.consume, num_messages=wanted,
+                                timeout=poll_timeout_s)
             before = position
             for msg in messages:
                 err = msg.error()

@@ -9,6 +9,7 @@ main consumer itself is built when the loop starts). It imports nothing of
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -28,9 +29,29 @@ from workers.protocol import TaskSpec
 from workers.verdicts import live_successor
 from workers.watchdog import bounded
 
-__all__ = ["TaskClients"]
+__all__ = ["TaskClients", "retire"]
 
 log = logging.getLogger("parsley.worker")
+
+
+def retire(clients: list[Any]) -> None:
+    """Close and drop ``clients`` on a daemon thread of their own: a consumer's ``close`` or
+    a client's destruction may block on the same wedge that made the worker replace it.
+    The list is emptied, so the caller holds no reference to them afterwards."""
+    doomed = list(clients)
+    clients.clear()
+
+    def close_all() -> None:
+        while doomed:
+            client = doomed.pop()
+            if isinstance(client, Consumer):
+                try:
+                    client.close()
+                except Exception:  # already closed or unusable: dropping it is enough
+                    log.debug("closing a retired consumer failed", exc_info=True)
+            del client
+
+    threading.Thread(target=close_all, name="parsley-retire-clients", daemon=True).start()
 
 
 class TaskClients:
@@ -44,14 +65,47 @@ class TaskClients:
         self.props: dict[str, Any] = with_task_logger(spec.kafka_properties, self.app_id, task)
         servers, props = spec.bootstrap_servers, self.props
         self.admin = AdminClient(admin_config(servers, props))
-        self.producer = Producer(producer_config(
-            servers, spec.prefix, process.name, task, props, task_count=w))
-        self.restore_consumer = Consumer(restore_consumer_config(
-            servers, spec.prefix, process.name, task, props, task_count=w))
+        self.producer = self.new_producer()
+        self.restore_consumer = self.new_restore_consumer()
         self.consumer_conf = consumer_config(
             servers, spec.prefix, process.name, task, props, task_count=w)
         self.consumer: Consumer | None = None
         self.identity = IdentityChecker(self.admin)
+        self.renewals = 0
+        """How many times :meth:`renew` replaced the clients."""
+
+    def new_producer(self) -> Producer:
+        """A transactional producer with the task's ``transactional.id``."""
+        spec = self.spec
+        return Producer(producer_config(spec.bootstrap_servers, spec.prefix, spec.process.name,
+                                        spec.task, self.props, task_count=spec.task_count))
+
+    def new_restore_consumer(self) -> Consumer:
+        """A ``read_committed`` consumer for the changelog reads (no group)."""
+        spec = self.spec
+        return Consumer(restore_consumer_config(
+            spec.bootstrap_servers, spec.prefix, spec.process.name, spec.task, self.props,
+            task_count=spec.task_count))
+
+    def renew(self, *, consumer: bool) -> None:
+        """Replace the producer, the restore consumer and the admin client with fresh ones of
+        the same configuration, and the main consumer too when ``consumer`` (the loop then
+        builds and subscribes a new one: :attr:`consumer` is ``None``).
+
+        The old clients are closed and dropped off the main thread (:func:`retire`): one
+        may be wedged in a call that never returns (docs/operations.md, "The task timeout").
+        The caller renews the transaction over the new producer and initialises it, which
+        fences the old one.
+        """
+        old: list[Any] = [self.producer, self.restore_consumer, self.admin]
+        if consumer and self.consumer is not None:
+            old.append(self.consumer)
+            self.consumer = None
+        retire(old)
+        self.producer = self.new_producer()
+        self.restore_consumer = self.new_restore_consumer()
+        self.renew_admin()
+        self.renewals += 1
 
     def new_admin(self) -> AdminClient:
         """A new AdminClient of the task's configuration."""

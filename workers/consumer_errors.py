@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError
 
+from workers.calls import call
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -27,7 +28,6 @@ from workers.kafka_errors import (
 )
 from workers.offsets import resolve_offset_reset
 from workers.protocol import StopKind
-from workers.watchdog import bounded
 
 __all__ = ["consumer_error"]
 
@@ -57,9 +57,8 @@ def consumer_error(err: KafkaError, msg: Any, *, consumer: Consumer | None,
         if topic is None or partition is None or partition < 0:
             topic, partition = sorted(expected)[0]
         assert consumer is not None
-        with bounded("offset reset check"):
-            refusal = resolve_offset_reset(consumer, topic, partition,
-                                           group_id=group_id, timeout_s=15.0)
+        refusal = call("offset reset check", resolve_offset_reset, consumer, topic, partition,
+                       group_id=group_id, timeout_s=15.0)
         raise refusal
     if partition_eof(err):
         return

@@ -27,6 +27,7 @@ from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.engine.identity import TopicVerdict
 from workers.admin import ADMIN_CALL_BOUND_S, group_members, partition_count
+from workers.calls import CallStalled
 from workers.identity import (
     RECEIVED_CHECK_INTERVAL_S,
     IdentityChecker,
@@ -97,9 +98,8 @@ class ShapeGuard:
         """
         for topic, before in self.partitions.items():
             try:
-                with bounded("list_topics"):
-                    now = partition_count(admin, topic, timeout_s=5)
-            except KafkaException:
+                now = partition_count(admin, topic, timeout_s=5)
+            except (KafkaException, CallStalled):
                 return  # an unreachable cluster is not a shape change
             if now is None:
                 continue

@@ -35,6 +35,7 @@ from parsley.engine.engine import ProcessEngine
 from parsley.engine.identity import DELETION_REMEDY, TopicVerdict
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import list_topics, topic_ids
+from workers.calls import CallStalled
 from workers.kafka_errors import topic_authorization_failed, unknown_topic
 
 __all__ = [
@@ -318,7 +319,7 @@ class IdentityChecker:
         deadline = self._now() + self._deadline_s
         try:
             listed = list_topics(self._admin, self._deadline_s)
-        except KafkaException as exc:
+        except (KafkaException, CallStalled) as exc:
             log.info("topic names of %d upstream topic id(s) could not be learned (%s); "
                      "looking again at the next initialisation", len(wanted), exc)
             return {}

@@ -19,12 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 
 from parsley.declarations import group_instance_id, ordering_changelog, store_changelog
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.frame import HandlerFrame
+from workers.admin import cluster_answers
+from workers.calls import CallStalled, set_heartbeat
 from workers.changelog import RestoreProgress
 from workers.client_log import serve_client_logs
 from workers.clients import TaskClients
@@ -33,7 +35,7 @@ from workers.fetched import split_errors
 from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
 from workers.identity import Backoff, apply_received_verdicts
 from workers.kafka_config import TRANSACTION_TIMEOUT_MS
-from workers.kafka_errors import ErrorKind, SubstrateError, to_exception
+from workers.kafka_errors import ErrorKind, SubstrateError, classify
 from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
@@ -44,8 +46,9 @@ from workers.restore import OpenState, Restorer
 from workers.status import StatusReporter, cached_lag, status_fields
 from workers.step import TaskStep
 from workers.task_status import Counters, StatusClock
+from workers.task_timeout import TaskTimedOut, TaskTimeout
 from workers.transaction import TaskTransaction
-from workers.verdicts import Stop, abort_and_log, ending
+from workers.verdicts import Stop, abort_and_log, ending, stop_of
 from workers.watchdog import bounded
 
 __all__ = ["Worker", "run"]
@@ -55,7 +58,13 @@ log = logging.getLogger("parsley.worker")
 BATCH: Final = MAX_BATCH
 """Most records per ``consume`` call (fewer for a slow handler: :class:`BatchSizer`)."""
 MAX_ABORTABLE_RETRIES: Final = 5
-"""Consecutive abortable failures (without a commit between) before the worker gives up."""
+"""Consecutive abortable failures (without a commit between) met with an abort and a rebuild
+over the same producer; past them the recovery renews the clients."""
+_RECOVERABLE: Final = frozenset({ErrorKind.RETRIABLE, ErrorKind.ABORTABLE,
+                                 ErrorKind.SUBSTRATE_TRANSIENT})
+"""Error kinds a worker recovers from in place, within the task timeout."""
+_CONSUMER_CALLS: Final = frozenset({"committed", "offset reset check"})
+"""Calls of the main consumer: when one stalls, the consumer is renewed too."""
 
 
 def _schedule_of(guard: str) -> property:
@@ -118,6 +127,13 @@ class Worker:
         """Whether the consumer reported its static member fenced or failed (see
         :func:`workers.verdicts.timed_out`)."""
         self.sizer = BatchSizer(close_after_s(TRANSACTION_TIMEOUT_MS) * BATCH_TARGET_FRACTION)
+        self.task_timeout = TaskTimeout(spec.task_timeout_ms / 1000.0)
+        self.unreachable_since: float | None = None
+        """When the periodic checks last found the cluster not answering (monotonic s)."""
+        self.came_back_after: float | None = None
+        """How long the cluster had not answered, once it answers again (s), until the
+        clients are renewed."""
+        """The stall clock of the in-place recovery (docs/operations.md, "The task timeout")."""
 
     @property
     def consumer(self) -> Consumer | None:
@@ -252,7 +268,10 @@ class Worker:
             engine=self.engine, budget_bytes=self.spec.metadata_budget_bytes,
             restore=self.restore, delivered=self.counters.delivered(self.step), lag=lag,
             commits=self.txn.commits,
-            commit_latency_ms=self.txn.last_commit_ms) | {"metrics": self.metric_fields()}
+            commit_latency_ms=self.txn.last_commit_ms) | {
+                "metrics": self.metric_fields(),
+                "recovery": self.task_timeout.status(time.monotonic()),
+                "recoveries": self.task_timeout.recoveries}
 
     def metric_fields(self) -> dict[str, Any]:
         """The ``metrics`` field (:meth:`workers.task_status.Counters.metric_fields`)."""
@@ -273,16 +292,22 @@ class Worker:
         if running:
             assert step is not None
             self._drain()
-        if self.consumer is not None and self.shape_guard.due(now, status_s):
+        shape = self.consumer is not None and self.shape_guard.due(now, status_s)
+        group = self.consumer is not None and self.group_guard.due(now, status_s)
+        deletion = step is not None and self.engine is not None and self.deletion_guard.due(now)
+        identity = running and bool(self.pending_identity) and self.backoff.due(now)
+        if (shape or group or deletion or identity) and not self._cluster_answers():
+            shape = group = deletion = identity = False
+        if shape:
             self._before_blocking("shape check")
             self.shape_guard.check(clients.admin)
-        if self.consumer is not None and self.group_guard.due(now, status_s):
+        if group:
             self._before_blocking("group check")
             self.group_guard.check(clients.admin, now)
-        if step is not None and self.engine is not None and self.deletion_guard.due(now):
+        if deletion:
             self._before_blocking("deletion check")
             self._check_received()
-        if running and self.pending_identity and self.backoff.due(now):
+        if identity:
             assert self.engine is not None and step is not None
             self._before_blocking("identity check")
             with bounded("describe_topics"):
@@ -303,7 +328,35 @@ class Worker:
                 self.deletion_guard.settle(gone)
         if running:
             self._commit_past_markers()
+        if self.came_back_after is not None and not self.txn.open:
+            # After a broker restart the transactional producer keeps a stale coordinator and
+            # its next send_offsets_to_transaction blocks past any timeout (librdkafka issues
+            # 5456, 5511): renew the clients now, while nothing is open, rather than wait for
+            # the next commit to stall on its bound.
+            away, self.came_back_after = self.came_back_after, None
+            self._recover(SubstrateError(
+                ErrorKind.SUBSTRATE_TRANSIENT,
+                f"the cluster answers again after {away:.1f} s without: renewing the task's "
+                "clients before its next transaction"))
         self._maybe_status()
+
+    def _cluster_answers(self) -> bool:
+        """Whether the cluster answers a metadata request with a controller: the periodic
+        checks' describes wait for the controller or the group coordinator, and one that
+        times out while the cluster is unreachable can abort the process inside librdkafka
+        (docs/operations.md, "A librdkafka abort during broker outages"), so they are
+        skipped until it answers."""
+        why = cluster_answers(self.clients.admin, self.received[0])
+        if why is None:
+            if self.unreachable_since is not None:
+                self.came_back_after = time.monotonic() - self.unreachable_since
+                self.unreachable_since = None
+            return True
+        if self.unreachable_since is None:
+            self.unreachable_since = time.monotonic()
+            log.info("%s task %d: %s; the periodic checks wait until it answers", self.app_id,
+                     self.task, why)
+        return False
 
     def _check_received(self) -> None:
         """The running task's identity check of its received topics
@@ -346,6 +399,7 @@ class Worker:
             sent = dict(step.pending_positions)
             if step.commit(self.consumer.consumer_group_metadata()):
                 self.abortable_in_a_row = 0
+                self.task_timeout.progressed()
                 self.reads.read.update(sent)
                 self.counters.committed(step)
         finally:
@@ -375,42 +429,149 @@ class Worker:
         known = {**self.reads.read, **self.step.pending_positions}
         return positions_past_markers({(tp.topic, tp.partition): tp.offset for tp in got}, known)
 
-    def _recover(self, exc: SubstrateError) -> None:
-        """Abort, rebuild the state from the changelogs, rewind to the committed offsets."""
-        self.abortable_in_a_row += 1
-        if self.abortable_in_a_row > MAX_ABORTABLE_RETRIES:
-            raise exc
-        log.warning("%s task %d: aborting and rebuilding after an abortable error: %s",
-                    self.app_id, self.task, exc.detail)
-        self.txn.abort()
+    # -- recovery in place (docs/operations.md, "The task timeout") -------------------
+
+    def _open(self) -> None:
+        """Initialise the transactions (fencing the task's previous producer and aborting
+        its open transaction), restore the state, and subscribe a consumer if none is."""
+        self.txn.init()
+        self.build_state()
+        if self.clients.consumer is None:
+            self._open_consumer()
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """Run ``step``; on a fault a restart would cure, recover in place (:meth:`_recover`)."""
+        try:
+            step()
+        except Exception as exc:
+            self._recover(exc)
+
+    def _stop_verdict(self, exc: Exception) -> Stop | None:
+        """``None`` when ``exc`` is a fault to recover from in place; else the stop it ends
+        the worker with. Kafka's retriable, abortable and transient errors and a call past
+        its bound are recovered; a fence or a fatal client error only when no successor
+        owns the task (:func:`workers.verdicts.ending`); a refusal, an unresolved offset
+        reset, an application failure or a worker bug never."""
+        if isinstance(exc, Stop):
+            return exc
+        kind = classify(exc).kind
+        if kind in _RECOVERABLE:
+            return None
+        if kind in (ErrorKind.FENCED, ErrorKind.FATAL):
+            verdict = ending(exc, self)
+            return None if verdict.kind is StopKind.SUBSTRATE else verdict
+        return stop_of(exc)
+
+    def _recover(self, exc: Exception) -> None:
+        """Recover in place from ``exc``, retrying with backoff until the task timeout.
+
+        An abortable error is first met with an abort, a rebuild and a rewind over the same
+        producer (at most :data:`MAX_ABORTABLE_RETRIES` in a row without a commit). Any
+        other recoverable fault, or a light recovery that failed, drops the task's clients
+        for fresh ones (the main consumer too when it was fenced or wedged), initialises
+        the transactions (fencing the old producer, aborting its open transaction),
+        rebuilds the state from the changelogs and rewinds to the committed offsets.
+
+        Raises:
+            Stop: a stop was asked while recovering (clean: nothing was open), or the
+                verdict on an error not recovered (:meth:`_stop_verdict`).
+            TaskTimedOut: no progress for the task timeout (a SUBSTRATE stop).
+        """
+        light = True
+        while True:
+            verdict = self._stop_verdict(exc)
+            if verdict is not None:
+                if verdict is exc:
+                    raise exc
+                raise verdict from exc
+            detail = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
+            if light and classify(exc).kind is ErrorKind.ABORTABLE \
+                    and self.abortable_in_a_row < MAX_ABORTABLE_RETRIES:
+                self.abortable_in_a_row += 1
+                log.warning("%s task %d: aborting and rebuilding after an abortable error: %s",
+                            self.app_id, self.task, detail)
+                try:
+                    self.txn.abort()
+                    self._rebuild_and_rewind()
+                    return
+                except Exception as again:
+                    exc = again
+                    continue
+            light = False
+            try:
+                delay = self.task_timeout.failed(time.monotonic(), detail)
+            except TaskTimedOut as out:
+                raise out from exc
+            self.state = TaskState.RECOVERING
+            log.warning("%s task %d: recovering in place (attempt %d, %.1f s of the %g s task "
+                        "timeout): %s", self.app_id, self.task, self.task_timeout.attempts,
+                        time.monotonic() - (self.task_timeout.since or 0.0),
+                        self.task_timeout.timeout_s, detail)
+            self._pause(delay)
+            try:
+                self._renew(consumer=self.member_fenced or (
+                    isinstance(exc, CallStalled) and exc.call in _CONSUMER_CALLS))
+                self.task_timeout.recovered()
+                log.info("%s task %d: recovered in place (fresh clients, state rebuilt from the "
+                         "changelogs, rewound to the committed offsets)", self.app_id, self.task)
+                return
+            except Exception as again:
+                exc = again
+
+    def _pause(self, delay_s: float) -> None:
+        """Wait ``delay_s`` before a recovery attempt, reporting status.
+
+        Raises:
+            Stop: a clean stop was asked (nothing is open while the task recovers).
+        """
+        until = time.monotonic() + delay_s
+        while True:
+            if self.should_stop():
+                raise Stop(StopKind.CLEAN, None, None)
+            self._maybe_status()
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(0.1, left))
+
+    def _renew(self, *, consumer: bool) -> None:
+        """Fresh clients, transactions initialised, state rebuilt, positions rewound."""
+        if self.opened.stores is not None:
+            self.opened.stores.discard()
+        self.clients.renew(consumer=consumer)
+        self.txn = self.txn.renewed(self.clients.producer)
+        self.restorer.restore_consumer = self.clients.restore_consumer
+        if consumer:
+            self.member_fenced = False
+            self.rebalance = Assignment(self.app_id, self.task, self.expected)
+        self._maybe_status(force=True)
+        self.txn.init()
+        self._rebuild_and_rewind()
+        if self.clients.consumer is None:
+            self._open_consumer()
+
+    def _rebuild_and_rewind(self) -> None:
+        """Rebuild the state from the changelogs; with the exact assignment, start the engine
+        at the committed offsets and seek the consumer to them."""
         if self.opened.stores is not None:
             self.opened.stores.discard()
         self.build_state()
-        if self.rebalance.exact:
+        if self.rebalance.exact and self.clients.consumer is not None:
             self.start_engine(seek=True)
+
+    def _open_consumer(self) -> None:
+        consumer = self.clients.consumer = Consumer(self.clients.consumer_conf)
+        consumer.subscribe(self.received, on_assign=self._on_assign,
+                           on_revoke=self._on_revoke, on_lost=self._on_revoke)
 
     def run(self) -> None:
         """Initialise and loop until a stop; raises :class:`Stop` or the error that ended it."""
         self._maybe_status(force=True)
-        self.txn.init()
-        self.build_state()
-        consumer = self.clients.consumer = Consumer(self.clients.consumer_conf)
-        consumer.subscribe(self.received, on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        set_heartbeat(self._heartbeat)
+        self._guarded(self._open)
         interval = self.spec.commit_interval_ms / 1000.0
         while not self.should_stop():
-            try:
-                self._iterate(consumer, interval)
-            except SubstrateError as exc:
-                if exc.kind is not ErrorKind.ABORTABLE:
-                    raise
-                self._recover(exc)
-            except KafkaException as exc:
-                mapped = to_exception(exc, "in the task's loop")
-                if isinstance(mapped, SubstrateError) and mapped.kind is ErrorKind.ABORTABLE:
-                    self._recover(mapped)
-                else:
-                    raise mapped from exc
+            self._guarded(lambda: self._iterate(interval))
         # Clean stop: commit what was fed and delivered, and positions past markers.
         if self.state is TaskState.RUNNING and self.step is not None:
             self._drain()
@@ -418,7 +579,13 @@ class Worker:
             self._commit_past_markers()
         raise Stop(StopKind.CLEAN, None, None)
 
-    def _iterate(self, consumer: Consumer, interval: float) -> None:
+    def _heartbeat(self) -> None:
+        """While a client call waits (:func:`workers.calls.call`): status when due."""
+        self._maybe_status()
+
+    def _iterate(self, interval: float) -> None:
+        consumer = self.clients.consumer
+        assert consumer is not None
         txn = self.txn
         step = self.step
         draining = step is not None and step.more and self.state is TaskState.RUNNING
@@ -435,6 +602,9 @@ class Worker:
             self._handle_assignment()
         elif self.state is TaskState.REBALANCING:
             self.rebalance.warn_if_overdue()
+        if not messages and not txn.open and self.task_timeout.stalled \
+                and self.state is TaskState.RUNNING:
+            self.task_timeout.progressed()  # idle and healthy again after a recovery
         if messages:
             good, errors = split_errors(messages)
             for msg in errors:

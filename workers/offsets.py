@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.calls import call
 from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
-from workers.watchdog import bounded
 
 __all__ = [
     "OffsetResetVerdict",
@@ -249,8 +249,7 @@ def committed_positions(consumer: Consumer, partitions: Iterable[tuple[str, int]
     """
     tps = [TopicPartition(t, p) for t, p in sorted(partitions)]
     try:
-        with bounded("committed"):
-            got = consumer.committed(tps, timeout=30)
+        got = call("committed", consumer.committed, tps, timeout=30)
     except KafkaException as exc:
         raise to_exception(exc, "reading the group's committed offsets") from exc
     return {(tp.topic, tp.partition): tp.offset for tp in got}

@@ -29,6 +29,7 @@ from parsley.declarations import Process
 from parsley.refusals import Reason
 
 __all__ = [
+    "DEFAULT_TASK_TIMEOUT_MS",
     "EXIT_CODES",
     "FINAL",
     "REFUSAL_EXIT_BASE",
@@ -92,6 +93,10 @@ class TaskState(enum.StrEnum):
     """Consuming, delivering and committing."""
     REBALANCING = "REBALANCING"
     """Its consumer's assignment is not exactly partition ``task`` of each received topic."""
+    RECOVERING = "RECOVERING"
+    """A client call stalled or the cluster was unreachable: it renews its clients, rebuilds
+    its state and rewinds, in place, within the task timeout (docs/operations.md, "The task
+    timeout")."""
 
 
 class StopKind(enum.Enum):
@@ -215,6 +220,10 @@ def stop_kind_of_exit(exitcode: int | None) -> StopKind:
     return exit_verdict(exitcode).kind
 
 
+DEFAULT_TASK_TIMEOUT_MS: Final = 300_000
+"""The task timeout's default, ms: Kafka Streams' ``task.timeout.ms`` (5 min, KIP-572)."""
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything a worker needs for task ``task`` of one process, resolved by the bootstrap.
@@ -237,6 +246,8 @@ class TaskSpec:
         cross_partition_causes: what a cause on another task's partition of a received
             topic does: ``auto``, ``refuse`` or ``warn`` (docs/failing-closed.md,
             "Cross-partition causes").
+        task_timeout_ms: how long the task may recover in place without progress before
+            it stops SUBSTRATE, ms (docs/operations.md, "The task timeout").
     """
 
     process: Process
@@ -253,3 +264,4 @@ class TaskSpec:
     commit_interval_ms: int = 100
     status_interval_ms: int = 1000
     cross_partition_causes: str = "auto"
+    task_timeout_ms: int = DEFAULT_TASK_TIMEOUT_MS

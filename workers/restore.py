@@ -30,6 +30,7 @@ from workers.admin import (
     ADMIN_CALL_BOUND_S,
     OffsetsStayedUnstable,
     PartitionOffsetError,
+    cluster_answers,
     stable_committed_offsets,
 )
 from workers.changelog import RestoreProgress, read_partition
@@ -136,6 +137,13 @@ class Restorer:
             if self.restores:
                 clients.renew_admin()
             self.restores += 1
+            # The restore's describes and offset listings wait for the controller or the
+            # group coordinator: none is asked of a cluster that does not answer
+            # (workers.admin.cluster_answers); the caller's recovery backs off instead.
+            why = cluster_answers(clients.admin, self.ordering_topic)
+            if why is not None:
+                raise SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT,
+                                     f"restoring {self.ordering_topic}[{self.task}]: {why}")
             try:
                 return self.restore(opened, clients.admin, clients.identity, reads.ends,
                                     reads.floors)

@@ -23,12 +23,12 @@ from typing import Any, cast
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from parsley.engine.channel import Header
+from workers.calls import call
 from workers.changelog import write_records
 from workers.histogram import TRANSACTION_BUCKETS_S, BucketCounts
 from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
 from workers.ledger import DeliveryLedger
 from workers.positions import TASK_METADATA
-from workers.watchdog import bounded
 
 __all__ = ["TaskTransaction"]
 
@@ -46,7 +46,7 @@ class TaskTransaction:
             same ``transactional.id``).
         timeout_s: the client's timeout argument on ``send_offsets``/``flush``/``commit``/
             ``abort``, s; ``init_transactions`` gets ``init_timeout_s``. Each call is also
-            bounded by the worker's watchdog (:mod:`workers.watchdog`), which does not
+            bounded by the worker itself (:func:`workers.calls.call`), which does not
             trust the client to honour these (docs/operations.md, "Bounded client calls").
         init_timeout_s: the client's timeout argument on ``init_transactions``, s.
 
@@ -74,6 +74,18 @@ class TaskTransaction:
         self.durations = BucketCounts(TRANSACTION_BUCKETS_S)
         self.opened_at = 0.0
 
+    def renewed(self, producer: Producer) -> TaskTransaction:
+        """An account over ``producer``, a fresh client with the same ``transactional.id``,
+        carrying this one's counters (an open transaction counts as aborted: the fresh
+        producer's :meth:`init` fences this one and aborts it). This one is not used again.
+        """
+        new = TaskTransaction(producer, timeout_s=self.timeout_s,
+                              init_timeout_s=self.init_timeout_s)
+        new.commits, new.last_commit_ms, new.durations = (
+            self.commits, self.last_commit_ms, self.durations)
+        new.aborts = self.aborts + (1 if self.open else 0)
+        return new
+
     def init(self) -> None:
         """``init_transactions``: fences the previous producer of this task, aborting its
         open transaction (docs/operations.md, "Fenced: a successor or a timeout").
@@ -81,9 +93,8 @@ class TaskTransaction:
         Raises:
             SubstrateError: classified failure.
         """
-        with map_kafka_errors("initialising the task's transactions"), \
-                bounded("init_transactions"):
-            self.producer.init_transactions(self.init_timeout_s)
+        with map_kafka_errors("initialising the task's transactions"):
+            call("init_transactions", self.producer.init_transactions, self.init_timeout_s)
 
     def begin(self) -> None:
         """Open a transaction unless one is open (lazy: none while idle)."""
@@ -216,12 +227,12 @@ class TaskTransaction:
         try:
             with map_kafka_errors("sending the read positions to the transaction"):
                 if tps:
-                    with bounded("send_offsets_to_transaction"):
-                        self.producer.send_offsets_to_transaction(tps, group_metadata,
-                                                                  self.timeout_s)
-            with map_kafka_errors("flushing the transaction's records"), bounded("flush"):
+                    call("send_offsets_to_transaction",
+                         self.producer.send_offsets_to_transaction, tps, group_metadata,
+                         self.timeout_s)
+            with map_kafka_errors("flushing the transaction's records"):
                 try:
-                    remaining = self.producer.flush(self.timeout_s)
+                    remaining = call("flush", self.producer.flush, self.timeout_s)
                 except SystemError as exc:
                     # confluent-kafka can lose the exception of a callback it served in
                     # flush ("returned NULL without setting an exception", seen once as a
@@ -242,9 +253,8 @@ class TaskTransaction:
             )
         self.ledger.check("committing the task's transaction", queue_empty=True)
         try:
-            with map_kafka_errors("committing the task's transaction"), \
-                    bounded("commit_transaction"):
-                self.producer.commit_transaction(self.timeout_s)
+            with map_kafka_errors("committing the task's transaction"):
+                call("commit_transaction", self.producer.commit_transaction, self.timeout_s)
         except SubstrateError:
             self._delivery_failure_first()
             raise
@@ -264,9 +274,8 @@ class TaskTransaction:
         """
         if not self.open:
             return
-        with map_kafka_errors("aborting the task's transaction"), \
-                bounded("abort_transaction"):
-            self.producer.abort_transaction(self.timeout_s)
+        with map_kafka_errors("aborting the task's transaction"):
+            call("abort_transaction", self.producer.abort_transaction, self.timeout_s)
         self.open = False
         self.aborts += 1
         self.ledger.reset()

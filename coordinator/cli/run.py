@@ -29,6 +29,7 @@ from coordinator.config import (
     DEFAULT_RESTART_BACKOFF_MS,
     DEFAULT_RESTART_RESET_MS,
     DEFAULT_STALE_TASK_MS,
+    DEFAULT_TASK_TIMEOUT_MS,
 )
 
 log = logging.getLogger("parsley.coordinator")
@@ -81,6 +82,14 @@ log = logging.getLogger("parsley.coordinator")
                    "stale: respawned under transient, its process stopped under never. Also "
                    "stale_task_ms / PARSLEY_STALE_TASK_MS (milliseconds).",
                    cls=PlainDefaultOption)
+@click.option("--task-timeout", type=click.FloatRange(min=0.001), default=None,
+              show_default=f"{DEFAULT_TASK_TIMEOUT_MS / 1000:g}",
+              help="Seconds a task may go without progress while it recovers in place from a "
+                   "fault a restart would cure (a client call past its bound, an unreachable "
+                   "cluster: fresh clients, state rebuilt, positions rewound) before it stops "
+                   "SUBSTRATE and --restart applies; as Kafka Streams' task.timeout.ms. Also "
+                   "task_timeout_ms / PARSLEY_TASK_TIMEOUT_MS (milliseconds).",
+                   cls=PlainDefaultOption)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus /metrics on this TCP port (0: any free port, logged); "
                    "default: none. Also metrics_port / PARSLEY_METRICS_PORT.")
@@ -98,7 +107,7 @@ def command(app: str, bootstrap_servers: str | None, local_broker: bool, config_
             prefix: str | None, state_dir: str | None, restart: str, listen: str,
             stop_deadline: float, log_status_every: float, max_restarts: int | None,
             restart_backoff: float | None, restart_reset: float | None,
-            stale_after: float | None, metrics_port: int | None,
+            stale_after: float | None, task_timeout: float | None, metrics_port: int | None,
             metrics_host: str | None, join: bool = False) -> None:
     """Start the processes APP (module:attribute, required) and supervise them until they stop.
 
@@ -127,6 +136,7 @@ def command(app: str, bootstrap_servers: str | None, local_broker: bool, config_
                           restart_backoff_ms=_ms(restart_backoff),
                           restart_reset_ms=_ms(restart_reset),
                           stale_task_ms=_ms(stale_after),
+                          task_timeout_ms=_ms(task_timeout),
                           metrics_port=metrics_port, metrics_host=metrics_host)
     # A start's failure is kept as the last report only once its bootstrap began: one
     # refused before (a usage or configuration error) leaves the previous run's report,

@@ -25,6 +25,7 @@ __all__ = [
     "STALE_INTERVALS",
     "ProcessState",
     "ProcessStatus",
+    "RecoveryStatus",
     "RestoreStatus",
     "TaskState",
     "TaskStatus",
@@ -57,6 +58,28 @@ class ProcessState(enum.StrEnum):
     STOPPED = "STOPPED"
     """Stopped: by a refusal (``refusal_reason``), a failure (``failure_detail`` only),
     or closed by the application (neither)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStatus:
+    """A task recovering in place (docs/operations.md, "The task timeout").
+
+    Attributes:
+        stalled_s: s since the first failure not followed by progress.
+        attempts: recoveries begun since then.
+        timeout_s: the task timeout, s: past it the task stops SUBSTRATE.
+        cause: the last failure's detail.
+    """
+
+    stalled_s: float
+    attempts: int
+    timeout_s: float
+    cause: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"stalled_s", "attempts", "timeout_s", "cause"}``."""
+        return {"stalled_s": self.stalled_s, "attempts": self.attempts,
+                "timeout_s": self.timeout_s, "cause": self.cause}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +129,9 @@ class TaskStatus:
             ``CROSS_PARTITION_CAUSE``).
         waited: heads the task's current execution found waiting for a cause not
             delivered yet, each counted once (:class:`parsley.status.TaskDiagnosis`).
+        recovery: while the task recovers in place from a fault, how long and why, else
+            ``None`` (docs/operations.md, "The task timeout").
+        recoveries: in-place recoveries its worker completed.
     """
 
     task: int
@@ -123,6 +149,8 @@ class TaskStatus:
     stale: bool
     cross_partition_causes: int = 0
     waited: int = 0
+    recovery: RecoveryStatus | None = None
+    recoveries: int = 0
 
     @property
     def held_count(self) -> int:
@@ -153,6 +181,8 @@ class TaskStatus:
             "stale": self.stale,
             "cross_partition_causes": self.cross_partition_causes,
             "waited": self.waited,
+            "recovery": None if self.recovery is None else self.recovery.to_json(),
+            "recoveries": self.recoveries,
             "caught_up": self.caught_up,
         }
 
@@ -180,6 +210,8 @@ class TaskStatus:
             stale=bool(obj.get("stale", False)),
             cross_partition_causes=int(obj.get("cross_partition_causes", 0)),
             waited=int(obj.get("waited", 0)),
+            recovery=_recovery(obj.get("recovery")),
+            recoveries=int(obj.get("recoveries", 0)),
         )
 
 
@@ -196,6 +228,14 @@ def _held(items: Iterable[Mapping[str, Any]]) -> tuple[HeldChannel, ...]:
         )
         for h in items
     )
+
+
+def _recovery(obj: Mapping[str, Any] | None) -> RecoveryStatus | None:
+    if not obj:
+        return None
+    cause = obj.get("cause")
+    return RecoveryStatus(float(obj.get("stalled_s", 0.0)), int(obj.get("attempts", 0)),
+                          float(obj.get("timeout_s", 0.0)), None if cause is None else str(cause))
 
 
 def _restore(obj: Mapping[str, Any] | None) -> RestoreStatus | None:

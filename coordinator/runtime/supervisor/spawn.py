@@ -68,6 +68,7 @@ class Spawning(SupervisorBase):
             metadata_budget_bytes=c.metadata_budget_bytes,
             commit_interval_ms=c.commit_interval_ms, status_interval_ms=c.status_interval_ms,
             cross_partition_causes=c.cross_partition_causes,
+            task_timeout_ms=c.task_timeout_ms,
         )
 
     def _spawn(self, plan: ProcessPlan, task: int) -> Task:

@@ -1,0 +1,151 @@
+"""Blocking client calls off the main thread, each bounded by the worker itself.
+
+librdkafka's own timeout arguments are not a bound (docs/operations.md, "Bounded client
+calls"): after a broker restart a transactional producer keeps a stale group-coordinator
+entry and ``send_offsets_to_transaction`` blocks past its timeout (librdkafka issues 5456
+and 5511). The main thread hands each such call to :func:`call`, which runs it on a
+helper thread and waits at most the call's bound. Past the bound it raises
+:class:`CallStalled` and abandons the helper, which stays blocked in C holding the wedged
+client: the worker drops that client and recovers in place (docs/operations.md, "The task
+timeout"). While it waits, the main thread still serves the heartbeat (status pushes) and
+the watchdog's stop grace (:func:`workers.watchdog.bounded`, with a margin over the bound).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+from workers.kafka_errors import ErrorKind, SubstrateError
+from workers.watchdog import bound_of, bounded
+
+__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "call", "set_heartbeat"]
+
+T = TypeVar("T")
+
+WATCHDOG_MARGIN_S: Final = 10.0
+"""How far past a call's bound the watchdog's own bound lies, s: the watchdog only acts
+when the main thread itself is stuck, never for a call this module gives up on."""
+HEARTBEAT_S: Final = 0.5
+"""How often a waiting main thread calls the heartbeat, s at most."""
+
+
+class CallStalled(SubstrateError):
+    """A client call did not return within its bound; the client that made it is wedged.
+
+    A ``SUBSTRATE_TRANSIENT`` :class:`~workers.kafka_errors.SubstrateError`: the worker
+    drops the client and recovers in place (docs/operations.md, "The task timeout").
+
+    Attributes:
+        call: the call's name (a key of :data:`workers.watchdog.CALL_BOUNDS_S`).
+        bound_s: its bound, s.
+    """
+
+    def __init__(self, call: str, bound_s: float) -> None:
+        super().__init__(
+            ErrorKind.SUBSTRATE_TRANSIENT,
+            f"{call} did not return within {bound_s:g} s (broker unreachable or restarted, "
+            "or the client wedged)")
+        self.call = call
+        self.bound_s = bound_s
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.call, self.bound_s))
+
+
+class _Job:
+    __slots__ = ("args", "done", "error", "fn", "kwargs", "result")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn(*self.args, **self.kwargs)
+        except BaseException as exc:  # handed to the waiting thread as it is
+            self.error = exc
+        finally:
+            self.fn = self.args = self.kwargs = None  # type: ignore[assignment]
+            self.done.set()
+
+
+class _Runner:
+    """One daemon thread running jobs in turn; abandoned (it ends after its job) once a
+    job outlived its bound. Daemon: a thread blocked in C never holds up the exit."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self.abandoned = False
+        self.thread = threading.Thread(target=self._loop, name="parsley-client-call",
+                                       daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.abandoned:
+            job = self.jobs.get()
+            job.run()
+            del job  # the client goes with the job, not with the idle thread
+
+
+_runner: _Runner | None = None
+_heartbeat: Callable[[], None] | None = None
+_in_heartbeat = False
+
+
+def set_heartbeat(fn: Callable[[], None] | None) -> None:
+    """Call ``fn`` (on the main thread) at most every :data:`HEARTBEAT_S` while a call waits:
+    the worker pushes its status from it, so a long call never looks like a stalled task."""
+    global _heartbeat
+    _heartbeat = fn
+
+
+def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = None,
+         **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on the helper thread, waited for at most ``bound_s``.
+
+    Args:
+        name: the call's name, as the watchdog and the errors give it (a key of
+            :data:`workers.watchdog.CALL_BOUNDS_S` unless ``bound_s`` is given).
+        fn: the blocking client call.
+        bound_s: the bound, s; default :func:`workers.watchdog.bound_of` ``(name)``.
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        CallStalled: ``fn`` did not return within the bound; its client must not be
+            used again.
+        BaseException: whatever ``fn`` raised, as it raised it.
+    """
+    global _runner, _in_heartbeat
+    bound = bound_of(name) if bound_s is None else bound_s
+    job = _Job(fn, args, kwargs)
+    runner = _runner
+    if runner is None or runner.abandoned or not runner.thread.is_alive():
+        runner = _runner = _Runner()
+    runner.jobs.put(job)
+    deadline = time.monotonic() + bound
+    with bounded(name, bound + WATCHDOG_MARGIN_S):
+        while not job.done.wait(min(HEARTBEAT_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                runner.abandoned = True
+                _runner = None
+                raise CallStalled(name, bound)
+            beat = _heartbeat
+            if beat is not None and not _in_heartbeat:
+                _in_heartbeat = True
+                try:
+                    beat()
+                finally:
+                    _in_heartbeat = False
+    if job.error is not None:
+        error, job.error = job.error, None
+        raise error
+    return job.result  # type: ignore[no-any-return]
