@@ -77,8 +77,9 @@ class _Job:
 
 
 class _Runner:
-    """One daemon thread running jobs in turn; abandoned (it ends after its job) once a
-    job outlived its bound. Daemon: a thread blocked in C never holds up the exit."""
+    """One daemon thread running one calling thread's jobs in turn; abandoned (it ends after
+    its job) once a job outlived its bound. Daemon: a thread blocked in C never holds up
+    the exit."""
 
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
@@ -94,16 +95,23 @@ class _Runner:
             del job  # the client goes with the job, not with the idle thread
 
 
-_runner: _Runner | None = None
-_heartbeat: Callable[[], None] | None = None
-_in_heartbeat = False
+class _Caller(threading.local):
+    """What each calling thread keeps: its runner and its heartbeat (calls from several
+    threads never queue behind one another's wedged call)."""
+
+    runner: _Runner | None = None
+    heartbeat: Callable[[], None] | None = None
+    beating = False
+
+
+_caller = _Caller()
 
 
 def set_heartbeat(fn: Callable[[], None] | None) -> None:
-    """Call ``fn`` (on the main thread) at most every :data:`HEARTBEAT_S` while a call waits:
-    the worker pushes its status from it, so a long call never looks like a stalled task."""
-    global _heartbeat
-    _heartbeat = fn
+    """Call ``fn`` on this thread at most every :data:`HEARTBEAT_S` while one of its calls
+    waits: the worker pushes its status from it, so a long call never looks like a
+    stalled task."""
+    _caller.heartbeat = fn
 
 
 def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = None,
@@ -124,27 +132,27 @@ def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = No
             used again.
         BaseException: whatever ``fn`` raised, as it raised it.
     """
-    global _runner, _in_heartbeat
     bound = bound_of(name) if bound_s is None else bound_s
     job = _Job(fn, args, kwargs)
-    runner = _runner
+    caller = _caller
+    runner = caller.runner
     if runner is None or runner.abandoned or not runner.thread.is_alive():
-        runner = _runner = _Runner()
+        runner = caller.runner = _Runner()
     runner.jobs.put(job)
     deadline = time.monotonic() + bound
     with bounded(name, bound + WATCHDOG_MARGIN_S):
         while not job.done.wait(min(HEARTBEAT_S, max(0.0, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
                 runner.abandoned = True
-                _runner = None
+                caller.runner = None
                 raise CallStalled(name, bound)
-            beat = _heartbeat
-            if beat is not None and not _in_heartbeat:
-                _in_heartbeat = True
+            beat = caller.heartbeat
+            if beat is not None and not caller.beating:
+                caller.beating = True
                 try:
                     beat()
                 finally:
-                    _in_heartbeat = False
+                    caller.beating = False
     if job.error is not None:
         error, job.error = job.error, None
         raise error

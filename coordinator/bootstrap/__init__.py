@@ -43,6 +43,7 @@ from coordinator.bootstrap.common import (
     refuse,
     with_client_logger,
 )
+from coordinator.bootstrap.fence import fence_tasks
 from coordinator.bootstrap.group import (
     await_foreign_members_gone,
     await_group_vacated,
@@ -165,6 +166,7 @@ def bootstrap_process(
     sleep: Callable[[float], None] = time.sleep,
     tasks: Collection[int] | None = None,
     lead: bool = True,
+    fence: bool = False,
 ) -> ProcessPlan:
     """Bootstrap steps 3-6 for one process: state, refusals, positions.
 
@@ -188,6 +190,9 @@ def bootstrap_process(
             the position checks judge only these tasks' partitions.
         lead: with ``tasks``, whether this coordinator owns task 0, and so creates the
             changelogs and pre-commits missing start positions; the others wait for it.
+        fence: a restart, once every previous worker of these tasks was seen to exit:
+            fence their transactional ids first, so that a dead worker's open transaction
+            does not hold up the reads (:mod:`~coordinator.bootstrap.fence`).
 
     Returns:
         The :class:`ProcessPlan`.
@@ -214,6 +219,9 @@ def bootstrap_process(
     changelog_name = ordering_changelog(prefix, process.name)
     received = {t: topics[t] for t in process.received_topics}
     width = task_width({t: r.partitions for t, r in received.items()})
+
+    if fence:
+        fence_tasks(config, process, range(width) if tasks is None else tasks, width)
 
     # Step 3.1-3.3: describe and read the ordering changelog.
     changelog = describe_changelog(admin, changelog_name, answers=answers,
@@ -454,10 +462,12 @@ def restart_bootstrap(
 ) -> ProcessPlan:
     """One restart attempt of one process through its bootstrap, on clients of its own.
 
-    The supervisor's restart under ``transient`` calls this once per attempt. A
-    new AdminClient (and new consumers) are built for the attempt and dropped
-    when it ends, so a client wedged by a broker outage never answers for a
-    later attempt (docs/operations.md, "Broker outage").
+    The supervisor's restart under ``transient`` calls this once per attempt, once every
+    worker of the process was seen to exit; the tasks' transactional ids are fenced before
+    the changelog is read (:mod:`~coordinator.bootstrap.fence`). A new AdminClient (and
+    new consumers) are built for the attempt and dropped when it ends, so a client wedged
+    by a broker outage never answers for a later attempt (docs/operations.md, "Broker
+    outage").
 
     Args:
         config: the configuration.
@@ -481,6 +491,6 @@ def restart_bootstrap(
         topics = resolve_topics(admin, names, sleep=sleep)
         return bootstrap_process(config, process, topics, admin,
                                  on_progress=on_progress or progress_logger(),
-                                 group_window_s=group_window_s, sleep=sleep)
+                                 group_window_s=group_window_s, sleep=sleep, fence=True)
     finally:
         del admin

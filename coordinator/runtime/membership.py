@@ -290,9 +290,9 @@ class _ProcessMembership:
             log.error("%s: %s (failing closed)", self.group, detail)
             self.supervisor.fail_process(self.process.name, None, detail)
 
-    def _bootstrap(self, tasks: set[int], lead: bool) -> ProcessPlan:
+    def _bootstrap(self, tasks: set[int], lead: bool, fence: bool = False) -> ProcessPlan:
         """Bootstrap ``tasks`` on clients of this attempt's own (StartRetryableError is a
-        StartError)."""
+        StartError); ``fence``: a restart, their transactional ids fenced first."""
         admin = new_admin(self.config)
         try:
             check_reachable(admin, self.config.bootstrap_servers)
@@ -302,7 +302,7 @@ class _ProcessMembership:
             return bootstrap_process(self.config, self.process, topics, admin,
                                      on_progress=progress_logger(),
                                      group_window_s=self.group_window_s,
-                                     tasks=tasks, lead=lead)
+                                     tasks=tasks, lead=lead, fence=fence)
         finally:
             del admin
 
@@ -337,7 +337,7 @@ class _ProcessMembership:
         """The bootstrap of every task owned now (a restart through the bootstrap)."""
         with self.lock:
             tasks, lead = set(self.owned), 0 in self.owned
-        return self._bootstrap(tasks, lead)
+        return self._bootstrap(tasks, lead, fence=True)
 
 
 class Membership:

@@ -78,3 +78,25 @@ def test_a_call_stalled_pickles_with_its_call_and_bound() -> None:
     again = pickle.loads(pickle.dumps(CallStalled("commit_transaction", 25.0)))
     assert (again.call, again.bound_s) == ("commit_transaction", 25.0)
     assert calls.WATCHDOG_MARGIN_S > 0
+
+
+def test_calls_from_two_threads_never_queue_behind_each_other() -> None:
+    release = threading.Event()
+    results: dict[str, object] = {}
+
+    def wedged() -> None:
+        try:
+            call("flush", release.wait, 10, bound_s=0.5)
+        except CallStalled as exc:
+            results["wedged"] = exc
+
+    other = threading.Thread(target=wedged)
+    other.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    results["quick"] = call("committed", lambda: "answered", bound_s=0.4)
+    assert time.monotonic() - began < 0.3
+    other.join(5)
+    release.set()
+    assert results["quick"] == "answered"
+    assert isinstance(results["wedged"], CallStalled)
