@@ -11,7 +11,7 @@ a damaged token is refused, never salvaged into a weaker one.
 received set: a channel the past never recorded is a gap, so coverage fails closed where
 the delivery gate would skip the cause. Source: Java Parsley's ``session/CausalPast.java``.
 
-Pure: standard library and :mod:`parsley.wire` only.
+Pure: standard library and :mod:`parsley.wire` only (``tests/unit/test_purity.py``).
 """
 
 from __future__ import annotations

@@ -11,21 +11,39 @@ admin client (docs/session.md, "The write path" and "The read path").
   coordinate, never from the frontier; a read serves only when that past's
   :meth:`~parsley.session.past.CausalPast.coverage_of` the client's token covers.
 
-Pure: no Kafka client here; the caller produces and consumes.
+Pure (``tests/unit/test_purity.py``): no Kafka client here; the caller produces and consumes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Protocol
 from uuid import UUID
 
-from parsley.effects import Delivery
 from parsley.engine.channel import ChannelId, Header
 from parsley.session.past import CausalPast
 from parsley.wire import CAUSES_HEADER, RESERVED_PREFIX
 
-__all__ = ["ReadTier", "WriteTier"]
+__all__ = ["Delivered", "ReadTier", "WriteTier"]
+
+
+class Delivered(Protocol):
+    """What :meth:`ReadTier.record` reads of a delivery: a :class:`parsley.Delivery` is one."""
+
+    @property
+    def topic(self) -> str:
+        """The received topic's name."""
+        ...
+
+    @property
+    def partition(self) -> int:
+        """Its partition."""
+        ...
+
+    @property
+    def offset(self) -> int:
+        """The record's own offset (inclusive)."""
+        ...
 
 
 class _Tier:
@@ -155,7 +173,7 @@ class ReadTier(_Tier):
 
     __slots__ = ()
 
-    def record(self, past: CausalPast, delivery: Delivery[Any, Any]) -> CausalPast:
+    def record(self, past: CausalPast, delivery: Delivered) -> CausalPast:
         """``past`` with ``delivery``'s own coordinate merged in.
 
         Args:
