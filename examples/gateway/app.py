@@ -3,7 +3,8 @@
 * ``POST /threads/{thread}/comments``, JSON ``{"author", "text"}``: produces the comment
   to the comments topic, stamped with the client's session token as its
   ``parsley.causes``, waits for the acknowledgement, and answers ``201`` with the comment,
-  its coordinate and the token with that coordinate merged in.
+  its coordinate and the token with that coordinate merged in (``503`` when the broker
+  did not acknowledge it).
 * ``GET /threads/{thread}``: serves the thread only once the view's recorded past covers
   the client's token, waiting up to ``wait_s``; then ``503`` with ``Retry-After`` and
   what it waits for. Serving merges the view's past into the token.
@@ -26,6 +27,7 @@ from typing import Any, Final
 from uuid import UUID
 
 import orjson
+from confluent_kafka import KafkaException
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -149,9 +151,12 @@ def create_app(gateway: Gateway) -> Starlette:
             token = opened
         comment = {"id": uuid.uuid4().hex, "author": author, "text": text}
         assert gateway.producer is not None
-        topic, partition, offset = await gateway.producer.produce(
-            gateway.topics.comments, thread.encode(), orjson.dumps(comment),
-            gateway.write.stamp(token))
+        try:
+            topic, partition, offset = await gateway.producer.produce(
+                gateway.topics.comments, thread.encode(), orjson.dumps(comment),
+                gateway.write.stamp(token))
+        except (KafkaException, RuntimeError) as exc:  # not written: the token stays as it was
+            return _problem(503, "the comment could not be written", detail=str(exc))
         token = gateway.write.acknowledged(token, topic, partition, offset)
         return with_token(JSONResponse({
             "thread": thread, "comment": comment,
@@ -171,8 +176,8 @@ def create_app(gateway: Gateway) -> Starlette:
             return opened
         token = opened
         started = time.monotonic()
-        coverage = await view.covering(token, gateway.wait_s)
-        if view.failure is not None:
+        coverage = None if view.failure else await view.covering(token, gateway.wait_s)
+        if coverage is None or view.failure is not None:
             return _problem(503, "the read model's replica stopped",
                             detail=repr(view.failure))
         if not coverage.covers:
