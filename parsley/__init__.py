@@ -3,7 +3,7 @@
 Public names are listed in ``__all__``; everything else is internal.
 """
 
-from parsley import serdes, wire
+from parsley import serdes, session, wire
 from parsley.declarations import (
     EARLIEST,
     LATEST,
@@ -38,6 +38,7 @@ __all__ = [
     "State",
     "Store",
     "serdes",
+    "session",
     "validate_declarations",
     "wire",
 ]

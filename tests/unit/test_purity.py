@@ -1,7 +1,8 @@
 """The pure core imports only computation: no I/O, clocks, randomness or Kafka.
 
 An allowlist, not a blocklist. The pure modules are every module under
-``parsley/engine``, ``parsley/wire.py``, and every ``parsley`` module they
+``parsley/engine``, ``parsley/wire.py``, the session past and tiers
+(``parsley/session/past.py``, ``tiers.py``), and every ``parsley`` module they
 import, followed transitively (today ``parsley/refusals.py`` and
 ``parsley/status.py``). Each may import only
 
@@ -55,7 +56,8 @@ ALLOWED_STDLIB = frozenset(sys.stdlib_module_names) - BANNED
 ADMITTED = frozenset({"parsley._native", "parsley.native"})
 """Modules the core may import without their own imports being judged (docstring)."""
 
-ROOTS = [*sorted((PARSLEY / "engine").glob("*.py")), PARSLEY / "wire.py"]
+ROOTS = [*sorted((PARSLEY / "engine").glob("*.py")), PARSLEY / "wire.py",
+         PARSLEY / "session" / "past.py", PARSLEY / "session" / "tiers.py"]
 
 
 def _module_name(path: Path) -> str:
