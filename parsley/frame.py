@@ -221,13 +221,13 @@ class _FrameState:
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                shapes.application_payload_unserializable(store=declared.name, site="read key")
+                shapes.state_read_key_unserializable(declared.name)
                 + _context(name, _describe(exc)) + APPLICATION_REMEDY,
             )) from exc
         if key_bytes is None:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                shapes.application_payload_unserializable(store=declared.name, site="read key")
+                shapes.state_read_key_unserializable(declared.name)
                 + _context(name, "it serialized to null") + APPLICATION_REMEDY,
             ))
         value_bytes = frame.stores.get(declared.name, key_bytes)
@@ -238,7 +238,7 @@ class _FrameState:
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                shapes.application_payload_undecodable(store=declared.name)
+                shapes.stored_value_undecodable(declared.name)
                 + _context(name, _describe(exc)) + APPLICATION_REMEDY,
             )) from exc
 
@@ -398,7 +398,7 @@ class HandlerFrame:
             self._rethrow()  # a latched state refusal keeps its own reason
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                shapes.application_payload_unserializable(store=site)
+                shapes.application_payload_unserializable(site)
                 + _context(self.process.name, part, _describe(exc)) + APPLICATION_REMEDY,
             ) from exc
 
@@ -408,7 +408,7 @@ class HandlerFrame:
         if key_bytes is None:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                shapes.application_payload_unserializable(store=name, site="write key null")
+                shapes.state_write_key_null(name)
                 + _context(self.process.name) + APPLICATION_REMEDY,
             )
         value_bytes = None if value is None else self._serialize(
@@ -419,7 +419,7 @@ class HandlerFrame:
         self._rethrow()  # a latched state refusal keeps its own reason
         return ParsleyFailClosedError(
             Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-            shapes.application_payload_unserializable(topic=topic)
+            shapes.application_payload_unserializable(topic)
             + _context(self.process.name, part, _describe(exc)) + APPLICATION_REMEDY,
         )
 
@@ -488,7 +488,7 @@ class HandlerFrame:
                             or not isinstance(header[1], bytes | None)):
                         raise ParsleyFailClosedError(
                             Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                            shapes.application_payload_unserializable(topic=topic)
+                            shapes.application_payload_unserializable(topic)
                             + _context(self.process.name, "a serializer added a header that "
                                        f"is not a str and bytes-or-None pair: {header!r}")
                             + APPLICATION_REMEDY,
@@ -536,7 +536,7 @@ class HandlerFrame:
             self._rethrow()
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{shapes.application_payload_undecodable(topic=topic, position=offset)} "
+                f"{shapes.application_payload_undecodable(topic, offset)} "
                 f"{part} could not be decoded by the declared serde"
                 + _context(self.process.name, f"partition {partition}", _describe(exc))
                 + APPLICATION_REMEDY,

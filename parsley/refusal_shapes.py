@@ -43,6 +43,9 @@ __all__ = [
     "positions_discarded_unread",
     "reserved_header_used",
     "state_access_to_undeclared_store",
+    "state_read_key_unserializable",
+    "state_write_key_null",
+    "stored_value_undecodable",
     "substrate_group_conflict",
     "substrate_no_topic_id",
     "substrate_record_too_large",
@@ -277,43 +280,33 @@ def reserved_header_used(topic: str, header: str) -> str:
     return f"serializer for {topic} wrote reserved header '{header}'"
 
 
-def application_payload_unserializable(*, topic: str | None = None, store: str | None = None,
-                                       site: str = "payload") -> str:
-    """``APPLICATION_PAYLOAD_UNSERIALIZABLE``, one of three sites: ``<topic> payload could
-    not be serialized by the declared serde`` (an emission, or a state write's key or
-    value with ``store``), ``<store> state write key serialized to null; the declared key
-    serde could not encode it`` (``site="write key null"``), or ``<store> state read key
-    could not be serialized by the declared serde`` (``site="read key"``).
-
-    Raises:
-        ValueError: an unknown ``site``, or neither ``topic`` nor ``store``.
-    """
-    if site == "payload":
-        where = topic if topic is not None else store
-        if where is None:
-            raise ValueError("a payload site names a topic or a store")
-        return f"{where} payload could not be serialized by the declared serde"
-    if store is None:
-        raise ValueError(f"site {site!r} names a store")
-    if site == "write key null":
-        return (f"{store} state write key serialized to null; the declared key serde could "
-                "not encode it")
-    if site == "read key":
-        return f"{store} state read key could not be serialized by the declared serde"
-    raise ValueError(f"unknown site {site!r}")
+def application_payload_unserializable(name: str) -> str:
+    """``APPLICATION_PAYLOAD_UNSERIALIZABLE`` for a payload: ``<topic> payload could not be
+    serialized by the declared serde`` (an emission; a state write's key or value names
+    its store instead)."""
+    return f"{name} payload could not be serialized by the declared serde"
 
 
-def application_payload_undecodable(*, topic: str | None = None, position: int | None = None,
-                                    store: str | None = None) -> str:
-    """``APPLICATION_PAYLOAD_UNDECODABLE``: ``<topic>@<position>`` for a delivered message's
-    payload, or ``<store> stored value could not be decoded by the declared serde`` for a
-    state read.
+def state_write_key_null(store: str) -> str:
+    """``APPLICATION_PAYLOAD_UNSERIALIZABLE`` for a state write's key: ``<store> state write
+    key serialized to null; the declared key serde could not encode it``."""
+    return (f"{store} state write key serialized to null; the declared key serde could not "
+            "encode it")
 
-    Raises:
-        ValueError: neither a topic and position nor a store.
-    """
-    if topic is not None and position is not None:
-        return f"{topic}@{position}"
-    if store is not None:
-        return f"{store} stored value could not be decoded by the declared serde"
-    raise ValueError("a delivered payload names a topic and position; a stored value a store")
+
+def state_read_key_unserializable(store: str) -> str:
+    """``APPLICATION_PAYLOAD_UNSERIALIZABLE`` for a state read's key: ``<store> state read
+    key could not be serialized by the declared serde``."""
+    return f"{store} state read key could not be serialized by the declared serde"
+
+
+def application_payload_undecodable(topic: str, position: int) -> str:
+    """``APPLICATION_PAYLOAD_UNDECODABLE`` for a delivered message's payload:
+    ``<topic>@<position>``."""
+    return f"{topic}@{position}"
+
+
+def stored_value_undecodable(store: str) -> str:
+    """``APPLICATION_PAYLOAD_UNDECODABLE`` for a state read: ``<store> stored value could
+    not be decoded by the declared serde``."""
+    return f"{store} stored value could not be decoded by the declared serde"
