@@ -50,7 +50,7 @@ def consumer_error(err: KafkaError, msg: Any, *, consumer: Consumer | None,
     Raises:
         ParsleyFailClosedError: the offset reset's refusal; the deletion check's.
         SubstrateError: the member fenced or failed (FATAL), a received topic missing or
-            unreadable (``SUBSTRATE_TRANSIENT``).
+            unreadable (``RESTART_REQUIRED``: only a restart re-resolves it).
     """
     if offset_reset(err):
         topic, partition = msg.topic(), msg.partition()
@@ -71,7 +71,7 @@ def consumer_error(err: KafkaError, msg: Any, *, consumer: Consumer | None,
         if on_missing():
             return  # settled: the check's grace decides the stop
         raise SubstrateError(
-            ErrorKind.SUBSTRATE_TRANSIENT,
+            ErrorKind.RESTART_REQUIRED,
             f"a received topic is missing or unreadable ({err.name()}: {err.str()}); "
             "restart the process once the topic is restored (the start re-resolves it)",
             err.code())

@@ -107,13 +107,20 @@ class ErrorKind(enum.Enum):
     """Abort the transaction, rebuild state from the changelogs, rewind to
     the committed offsets and go on (``txn_requires_abort()``)."""
     FENCED = "fenced"
-    """A newer worker owns this task (producer epoch or static member fenced): stop."""
+    """The producer epoch or the static member was fenced: a stop when a live successor
+    holds the task's ``group.instance.id`` (another worker owns the task), else recovered
+    in place (docs/operations.md, "Fenced: a successor or a timeout")."""
     FATAL = "fatal"
     """The client is unusable (``KafkaError.fatal()``): stop with a failure detail."""
     SUBSTRATE_TRANSIENT = "substrate_transient"
-    """Any other broker, timeout, topic or partition condition: stop with no
-    reason; a restart once the cluster is healthy resumes (docs/runbooks.md,
-    "The cluster was unreachable")."""
+    """Any other broker, timeout, topic or partition condition: the worker recovers in
+    place (fresh clients, state rebuilt, positions rewound) until its task timeout, then
+    stops with no reason (docs/operations.md, "The task timeout"; docs/runbooks.md, "The
+    cluster was unreachable")."""
+    RESTART_REQUIRED = "restart_required"
+    """A condition only a restart through the bootstrap resolves (a received topic
+    re-resolved, a missing start position pre-committed): stop with no reason, never
+    recovered in place."""
     UNCLASSIFIED = "unclassified"
     """Not a Kafka error and not a refusal."""
 
@@ -270,6 +277,7 @@ _STOP_KINDS: Final = {
     ErrorKind.RETRIABLE: StopKind.SUBSTRATE,
     ErrorKind.ABORTABLE: StopKind.SUBSTRATE,
     ErrorKind.SUBSTRATE_TRANSIENT: StopKind.SUBSTRATE,
+    ErrorKind.RESTART_REQUIRED: StopKind.SUBSTRATE,
 }
 
 

@@ -10,8 +10,9 @@ delivered (:class:`workers.ledger.DeliveryLedger`), and commits.
 Every Kafka error is classified by :mod:`workers.kafka_errors` and re-raised as a
 :class:`~parsley.refusals.ParsleyFailClosedError` (a record over a size limit:
 ``SUBSTRATE_MISCONFIGURED``) or a :class:`workers.kafka_errors.SubstrateError` whose
-``kind`` tells the caller what to do (``ABORTABLE``: abort and rebuild;
-``FENCED``/``FATAL``: stop).
+``kind`` tells the caller what to do (``ABORTABLE``: abort and rebuild; ``FENCED``/``FATAL``:
+a fresh producer unless a successor owns the task: :func:`workers.verdicts.in_place_verdict`).
+A call past its bound raises :class:`workers.calls.CallStalled` (:mod:`workers.calls`).
 """
 
 from __future__ import annotations

@@ -30,11 +30,12 @@ from workers.kafka_errors import (
     to_exception,
 )
 from workers.protocol import StopKind
+from workers.task_timeout import TaskTimedOut
 from workers.transaction import TaskTransaction
 from workers.watchdog import bounded
 
-__all__ = ["SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending", "live_successor", "stop_of",
-           "timed_out"]
+__all__ = ["RECOVERABLE", "SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending",
+           "in_place_verdict", "live_successor", "stop_of", "successor_stop", "timed_out"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -143,8 +144,8 @@ def timed_out(outcome: Stop, worker: Fenced, fenced: bool = False) -> Stop:
     txn = worker.txn
     age_s = time.monotonic() - txn.opened_at if txn.open else 0.0
     if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
-        return (_successor_stop(outcome, worker, "") if fenced else None) or outcome
-    fatal = _successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
+        return (successor_stop(outcome, worker, "") if fenced else None) or outcome
+    fatal = successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
     if fatal is not None:
         return fatal
     return Stop(
@@ -155,7 +156,7 @@ def timed_out(outcome: Stop, worker: Fenced, fenced: bool = False) -> Stop:
         f"restart: {outcome.detail}")
 
 
-def _successor_stop(outcome: Stop, worker: Fenced, context: str) -> Stop | None:
+def successor_stop(outcome: Stop, worker: Fenced, context: str) -> Stop | None:
     """FATAL naming the live successor that holds this task's ``group.instance.id``
     (asked for up to :data:`SUCCESSOR_WAIT_S`), or ``None`` when there is none.
 
@@ -184,7 +185,7 @@ def _member_fenced(outcome: Stop, worker: Fenced) -> Stop:
     other live member holds the id within :data:`SUCCESSOR_WAIT_S`, a restart resolves
     it (docs/operations.md, "Fenced: a successor or a timeout").
     """
-    fatal = _successor_stop(outcome, worker, "")
+    fatal = successor_stop(outcome, worker, "")
     if fatal is not None:
         return fatal
     return Stop(
@@ -194,9 +195,39 @@ def _member_fenced(outcome: Stop, worker: Fenced) -> Stop:
         f"nothing more was committed; restart: {outcome.detail}")
 
 
+RECOVERABLE: Final = frozenset({ErrorKind.RETRIABLE, ErrorKind.ABORTABLE,
+                                ErrorKind.SUBSTRATE_TRANSIENT})
+"""Error kinds a worker recovers from in place, within its task timeout."""
+
+
+def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
+    """``None`` when ``exc`` is a fault the worker recovers from in place; else the stop it
+    ends the worker with (docs/operations.md, "The task timeout").
+
+    :func:`stop_of` first, so that a :class:`Stop`, a refusal, an application failure
+    (whatever Kafka error its cause chain holds) and a worker bug stop as they are; then a
+    substrate error is recovered when its kind is in :data:`RECOVERABLE` (never
+    ``OFFSET_RESET`` or ``RESTART_REQUIRED``); a fence or a fatal client is recovered
+    unless a live successor holds the task's ``group.instance.id``
+    (:func:`successor_stop`), whatever the transaction's age: a late ``InitProducerId`` of
+    an abandoned client fences the fresh one as a successor's would.
+    """
+    if isinstance(exc, TaskTimedOut):
+        return Stop(StopKind.SUBSTRATE, None, exc.detail)  # the recovery's own end
+    verdict = stop_of(exc)
+    if verdict.kind is StopKind.SUBSTRATE:
+        return None if classify(exc).kind in RECOVERABLE else verdict
+    if verdict.kind is StopKind.FATAL and classify(exc).kind in (ErrorKind.FENCED,
+                                                                 ErrorKind.FATAL):
+        return successor_stop(verdict, worker, "")
+    return verdict
+
+
 def ending(exc: BaseException, worker: Fenced | None) -> Stop:
     """The verdict on what ended a worker: :func:`stop_of`, and a FATAL one weighed by
     :func:`timed_out` when there is a worker to ask (``None``: it was never built)."""
+    if isinstance(exc, Stop):
+        return exc  # already weighed (the worker's own verdict, or a clean stop)
     outcome = stop_of(exc)
     if outcome.kind is StopKind.FATAL and worker is not None:
         outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)

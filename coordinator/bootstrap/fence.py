@@ -7,7 +7,8 @@ through the bootstrap, which runs only once every worker of the process was seen
 (docs/operations.md, "Supervision"), calls ``init_transactions`` with each task's
 transactional id first: that fences the dead worker's producer and aborts its transaction
 at once (KIP-98), as a worker's own start does before its restore (docs/operations.md,
-"The task timeout"). Never at a first start: a live worker of another coordinator may own
+"The task timeout"). Never at a first start, nor with ``--join``: a live worker of
+another coordinator, or one of this coordinator's spawned for a task just gained, may own
 the ids.
 """
 

@@ -144,9 +144,11 @@ def test_offset_reset_refusal_detail_names_the_gap() -> None:
     assert isinstance(exc, ParsleyFailClosedError)
     assert exc.reason is Reason.POSITIONS_DISCARDED_UNREAD
     assert "orders-2" in exc.detail and "3..6" in exc.detail and "app-p" in exc.detail
-    transient = offset_reset_refusal("orders", 2, None, 7, 12)
-    assert isinstance(transient, SubstrateError)
-    assert transient.kind is ErrorKind.SUBSTRATE_TRANSIENT
+    missing = offset_reset_refusal("orders", 2, None, 7, 12)
+    assert isinstance(missing, SubstrateError)
+    # Only a restart's bootstrap pre-commits a missing position: never recovered in place.
+    assert missing.kind is ErrorKind.RESTART_REQUIRED
+    assert stop_kind(missing) is StopKind.SUBSTRATE
 
 
 # -- delivery ledger --------------------------------------------------------------
