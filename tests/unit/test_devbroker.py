@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from devtools import devbroker, devbroker_cli, kafka_jars
+from devtools import devbroker, devbroker_cli, devbroker_security, kafka_jars
 
 
 def _props(text: str) -> dict[str, str]:
@@ -16,7 +17,7 @@ def _props(text: str) -> dict[str, str]:
 
 
 def test_one_node_settings(tmp_path: Path) -> None:
-    props = _props(devbroker._server_properties(tmp_path, 19092, 19093))
+    props = _props(devbroker.server_properties(tmp_path, 19092, 19093))
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
     assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19092"
     assert props["controller.quorum.voters"] == "1@127.0.0.1:19093"
@@ -91,3 +92,46 @@ def test_lib_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         kafka_jars.fetch_jars()
     (tmp_path / "kafka_2.13-4.3.1.jar").write_bytes(b"")
     assert kafka_jars.fetch_jars() == tmp_path
+
+
+def test_cluster_node_settings(tmp_path: Path) -> None:
+    voters = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3"
+    props = _props(devbroker.server_properties(tmp_path, 19094, 19095, node_id=2,
+                                               voters=voters, replicas=3))
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == voters
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                "default.replication.factor"):
+        assert props[key] == "3", key
+    for key in ("transaction.state.log.min.isr", "min.insync.replicas"):
+        assert props[key] == "2", key
+    two = _props(devbroker.server_properties(tmp_path, 1, 2, replicas=2))
+    assert two["min.insync.replicas"] == "1", "RF 2 keeps writing with one broker down"
+
+
+def test_sasl_ssl_settings_and_files(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    security = devbroker_security.ensure_security(tmp_path)
+    props = _props(devbroker.server_properties(tmp_path, 19092, 19093, security=security))
+    assert props["listeners"] == "SASL_SSL://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["authorizer.class.name"] == devbroker_security.AUTHORIZER
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:admin"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    # The broker's certificate is the CA's and names the loopback address.
+    chain = x509.load_pem_x509_certificates(security.keystore_path.read_bytes())
+    ca = x509.load_pem_x509_certificate(security.ca_path.read_bytes())
+    assert chain[0].issuer == ca.subject
+    chain[0].verify_directly_issued_by(ca)
+    sans = chain[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    for private in (security.keystore_path, tmp_path / "security" / "ca.key",
+                    tmp_path / "admin.properties", tmp_path / "admin.client.json"):
+        assert private.stat().st_mode & 0o077 == 0, private
+    client = json.loads((tmp_path / "admin.client.json").read_text())
+    assert client["sasl.username"] == "admin" and "bootstrap.servers" not in client
+    assert f"ssl.truststore.location={security.ca_path}" in \
+        (tmp_path / "admin.properties").read_text()
+    again = devbroker_security.ensure_security(tmp_path)
+    assert again.admin_password == security.admin_password, "made once per data dir"
