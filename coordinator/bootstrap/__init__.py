@@ -362,7 +362,11 @@ def bootstrap_process(
             # With --join, only the owner of task 0 creates them (the others found the
             # ordering changelog, checked above).
             if lead:
-                info, _created = ensure_changelog_topic(admin, changelog_name, width)
+                replicas = config.changelog_replication_factor
+                min_isr = config.changelog_min_insync_replicas
+                info, _created = ensure_changelog_topic(
+                    admin, changelog_name, width, replication_factor=replicas,
+                    min_insync_replicas=min_isr)
                 if info.cleanup_policy != "compact":
                     log.warning(
                         "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
@@ -371,7 +375,9 @@ def bootstrap_process(
                         app_id, changelog_name, info.cleanup_policy)
                 for store in process.declared_stores:
                     name = store_changelog(prefix, process.name, store.name)
-                    store_info, _created = ensure_changelog_topic(admin, name, width)
+                    store_info, _created = ensure_changelog_topic(
+                        admin, name, width, replication_factor=replicas,
+                        min_insync_replicas=min_isr)
                     if store_info.cleanup_policy != "compact":
                         log.warning(
                             "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
