@@ -36,6 +36,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from workers.authorization import Grant
 from workers.calls import CallStalled, call
 from workers.kafka_errors import (
     ErrorKind,
@@ -283,8 +284,9 @@ def describe_topic(
         topic does not exist (one answer; callers that must be sure ask again).
 
     Raises:
-        SubstrateError: any other failure, classified (``TOPIC_AUTHORIZATION_FAILED``
-            included).
+        SubstrateError: any other failure, classified.
+        NotAuthorized: ``TOPIC_AUTHORIZATION_FAILED``, naming Describe or
+            DescribeConfigs on the topic (:mod:`workers.authorization`).
     """
     futures = admin.describe_topics(
         TopicCollection([name]), request_timeout=timeout_s
@@ -294,9 +296,11 @@ def describe_topic(
     except KafkaException as exc:
         if unknown_topic(exc):
             return None
-        raise to_exception(exc, f"describing topic {name}") from exc
+        raise to_exception(exc, f"describing topic {name}",
+                           grant=Grant("Topic", name, ("Describe",))) from exc
     resource = ConfigResource(ResourceType.TOPIC, name)
-    with map_kafka_errors(f"describing the configs of topic {name}"):
+    with map_kafka_errors(f"describing the configs of topic {name}",
+                          Grant("Topic", name, ("DescribeConfigs",))):
         configs = answer(admin.describe_configs([resource], request_timeout=timeout_s)[resource],
                          timeout_s, f"describing the configs of topic {name}")
     return TopicInfo(

@@ -38,6 +38,7 @@ from workers.admin import (
     leaders_known,
     offset_bounds,
 )
+from workers.authorization import Grant
 from workers.calls import call
 from workers.kafka_errors import (
     ErrorKind,
@@ -153,9 +154,12 @@ def read_partition(
             (``SUBSTRATE_TRANSIENT``, naming position and end), a record
             without a key, or a consumer error (classified by
             :mod:`workers.kafka_errors`; a vanished position is ``OFFSET_RESET``).
+        NotAuthorized: the principal may not read the changelog (``SUBSTRATE_MISCONFIGURED``,
+            naming Read on it: :mod:`workers.authorization`).
     """
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"
+    readable = Grant("Topic", topic, ("Read",))  # what an ACL refusal lacks
     with bounded("list_offsets"):
         start, end = offset_bounds(admin, tp, where, stall_timeout_s, now)
     position = start
@@ -187,7 +191,7 @@ def read_partition(
             # event), instead of after poll_timeout_s; aborted records among them (never
             # delivered) still leave it to the timeout.
             wanted = max(1, min(batch_size, end - position))
-            with map_kafka_errors(f"reading {where}"):
+            with map_kafka_errors(f"reading {where}", readable):
                 messages = call("restore consume", consumer.consume, num_messages=wanted,
                                 timeout=poll_timeout_s)
             before = position
@@ -198,7 +202,8 @@ def read_partition(
                         if msg.partition() == partition and msg.topic() == topic:
                             position = max(position, msg.offset() or 0)
                         continue
-                    raise to_exception(err, f"reading {where}") from KafkaException(err)
+                    raise to_exception(err, f"reading {where}",
+                                       grant=readable) from KafkaException(err)
                 if msg.partition() != partition or msg.topic() != topic:
                     continue
                 offset = msg.offset()
@@ -386,6 +391,8 @@ def ensure_changelog_topic(
         SubstrateError: an admin failure (classified; a replication factor above the
             broker count is ``INVALID_REPLICATION_FACTOR``), or a topic that is
             still unknown or leaderless ``timeout_s`` after its creation.
+        NotAuthorized: the principal may not describe it, read its configs or create it
+            (``SUBSTRATE_MISCONFIGURED`` naming the operation: :mod:`workers.authorization`).
     """
     if partitions < 1:
         raise ValueError(f"a changelog needs at least one partition, got {partitions}")
@@ -411,7 +418,8 @@ def ensure_changelog_topic(
                f"creating topic {name}")
     except KafkaException as exc:
         if not topic_already_exists(exc):
-            raise to_exception(exc, f"creating changelog topic {name}") from exc
+            raise to_exception(exc, f"creating changelog topic {name}",
+                               grant=Grant("Topic", name, ("Create",))) from exc
         created = False  # another creator won the race
     deadline = time.monotonic() + timeout_s
     while True:
