@@ -295,13 +295,13 @@ def up_cluster(
     if spec is None and (data_dir / devbroker.STATE_FILE).exists():
         raise DevBrokerError(f"{data_dir} holds a single broker, not a cluster: run down "
                              "(removes its data) or give another --dir")
+    if spec is not None and brokers is not None and brokers != len(spec.nodes):
+        raise DevBrokerError(f"{data_dir} holds a {len(spec.nodes)}-broker cluster, not "
+                             f"{brokers}: run down (removes its data) or give another --dir")
     if brokers is not None and not 2 <= brokers <= MAX_BROKERS:
         raise DevBrokerError(f"a cluster has 2 to {MAX_BROKERS} brokers, not {brokers}")
     fresh = spec is None or not all(
         (spec.node_dir(n.id) / "data" / "meta.properties").exists() for n in spec.nodes)
-    if spec is not None and brokers is not None and brokers != len(spec.nodes):
-        raise DevBrokerError(f"{data_dir} holds a {len(spec.nodes)}-broker cluster, not "
-                             f"{brokers}: run down (removes its data) or give another --dir")
     mode = devbroker.check_security(data_dir, security, not fresh)
     if fresh:
         count = brokers or (3 if spec is None else len(spec.nodes))

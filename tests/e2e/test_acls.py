@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBinding,
     AclBindingFilter,
@@ -119,7 +119,7 @@ class World:
         for future in futures.values():
             result = future.result(timeout=20)
             assert add or result, f"no ACL {binding} to revoke"
-        time.sleep(0.5)  # the authorizer applies it from the metadata log
+        time.sleep(0.3)  # the authorizer applies it from the metadata log
 
     def relayed(self, out: str | None = None) -> list[bytes]:
         return [r.value for r in read_committed(self.broker.bootstrap, out or self.out,
@@ -198,13 +198,18 @@ def world(secured_broker: DevCluster, tmp_path_factory: pytest.TempPathFactory,
     assert printed.exit_code == 0, printed.output
     lines = [line for line in printed.output.splitlines() if line.startswith("kafka-acls ")]
     assert len(lines) == 5, printed.output
+    _run_printed(lines)
+    yield w
+
+
+def _run_printed(lines: list[str]) -> None:
+    """Run printed ``kafka-acls`` command lines with the pinned jars, all at once."""
     runs = [subprocess.Popen([sys.executable, "-m", "devtools.devbroker_cli", "tool",
                               *shlex.split(line)], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True) for line in lines]
     for line, run in zip(lines, runs, strict=True):
         output, _ = run.communicate(timeout=120)
         assert run.returncode == 0, f"{line}\n{output}"
-    yield w
 
 
 @pytest.fixture(scope="module")
@@ -299,3 +304,30 @@ def test_without_create_the_first_start_refuses_naming_each_changelog(
     world.acl(store, "Create", add=True)
     _run_until_relayed(world, out, fresh, process)
     _assert_exactly_once(world.relayed(out), world.produced)
+
+
+def test_a_reset_runs_with_the_process_rights_and_the_listed_reset_rights(
+    world: World, clean_run: float, tmp_path: Path
+) -> None:
+    """``acls --reset`` prints what a reset needs besides the process's rights: granted by
+    running it, ``parsley-coordinator reset`` of the stopped relay runs as that user."""
+    printed = CliRunner().invoke(cli, [
+        "acls", "tests.acl_app:processes", "--prefix", world.prefix, "--reset",
+        "--principal", world.principal, "--bootstrap-servers", world.broker.bootstrap,
+        "--command-config", str(world.broker.data_dir / "admin.properties")])
+    assert printed.exit_code == 0, printed.output
+    _run_printed([line for line in printed.output.splitlines() if line.startswith("kafka-")])
+    settings = tmp_path / "reset.toml"
+    settings.write_text("[kafka_properties]\n" + "".join(
+        f'"{k}" = "{v}"\n' for k, v in world.client.items()))
+    reset = CliRunner().invoke(cli, [
+        "reset", "tests.acl_app:processes", "--to-latest", "--yes", "--config", str(settings),
+        "--bootstrap-servers", world.broker.bootstrap, "--prefix", world.prefix,
+        "--state-dir", str(world.state_dir)])
+    assert reset.exit_code == 0, reset.output
+    assert f"reset {acl_app.NAME}: boundary recorded" in reset.output
+    admin = world.broker.admin()
+    gone = admin.describe_topics(TopicCollection([ordering_changelog(world.prefix,
+                                                                     acl_app.NAME)]))
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC"):
+        next(iter(gone.values())).result(timeout=20)
