@@ -135,3 +135,38 @@ def test_sasl_ssl_settings_and_files(tmp_path: Path) -> None:
         (tmp_path / "admin.properties").read_text()
     again = devbroker_security.ensure_security(tmp_path)
     assert again.admin_password == security.admin_password, "made once per data dir"
+
+
+def test_status_json_of_an_empty_dir_lists_no_broker(tmp_path: Path) -> None:
+    result = CliRunner().invoke(devbroker_cli.main, ["status", "--dir", str(tmp_path), "--json"])
+    assert result.exit_code == 3
+    status = json.loads(result.output)
+    assert status["brokers"] == [] and status["security"] == "plaintext"
+
+
+def test_cluster_file_round_trip_and_one_broker_by_id(tmp_path: Path) -> None:
+    from devtools import devbroker_cluster
+
+    spec = devbroker_cluster.ClusterSpec(
+        tmp_path, (devbroker_cluster.NodeSpec(1, 9001, 9101),
+                   devbroker_cluster.NodeSpec(2, 9002, 9102)), "plaintext", "abc")
+    (tmp_path / devbroker_cluster.CLUSTER_FILE).write_text(spec.to_json())
+    assert devbroker_cluster.read_cluster(tmp_path) == spec
+    assert spec.bootstrap == "127.0.0.1:9001,127.0.0.1:9002"
+    assert spec.voters == "1@127.0.0.1:9101,2@127.0.0.1:9102"
+    assert spec.replicas == 2
+    statuses = devbroker_cluster.broker_status(tmp_path)
+    assert [(b.id, b.port, b.running) for b in statuses] == [(1, 9001, False), (2, 9002, False)]
+    assert devbroker_cluster.stop_broker(tmp_path, 2) is None, "not running: nothing to stop"
+    with pytest.raises(devbroker.DevBrokerError, match="no broker 7"):
+        devbroker_cluster.stop_broker(tmp_path, 7)
+    with pytest.raises(devbroker.DevBrokerError, match="is not running"):
+        devbroker_cluster.freeze_broker(tmp_path, 1)
+    with pytest.raises(devbroker.DevBrokerError, match="holds a 2-broker cluster, not 3"):
+        devbroker_cluster.up_cluster(tmp_path, 3)
+
+
+def test_a_cluster_has_no_single_port(tmp_path: Path) -> None:
+    result = CliRunner().invoke(devbroker_cli.main,
+                                ["up", "--dir", str(tmp_path), "--brokers", "3", "--port", "1"])
+    assert result.exit_code == 1 and "--port is for a single broker" in result.output
