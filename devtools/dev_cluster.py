@@ -25,7 +25,7 @@ from devtools.devbroker import BOOTSTRAP_PREFIX, BrokerState
 from devtools.devbroker_security import PLAINTEXT, create_user, load_security
 from devtools.kafka_jars import DevBrokerError
 
-__all__ = ["DevCluster", "dev_cluster"]
+__all__ = ["DevCluster", "dev_cluster", "java_string_hash"]
 
 ENV_KEEP = "PARSLEY_KEEP_BROKER"
 
@@ -90,6 +90,35 @@ class DevCluster:
                     self.thaw(status.id)
             self.start(1)
 
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        """The id of the broker leading ``topic[partition]`` now.
+
+        Raises:
+            KafkaException: the topic could not be described.
+        """
+        from confluent_kafka import TopicCollection
+
+        admin = self.admin()
+        desc = admin.describe_topics(TopicCollection([topic]), request_timeout=15)[topic] \
+            .result(timeout=20)
+        leader = desc.partitions[partition].leader
+        if leader is None:
+            raise DevBrokerError(f"{topic}[{partition}] has no leader now")
+        return int(leader.id)
+
+    def transaction_coordinator_of(self, transactional_id: str) -> int:
+        """The id of the broker coordinating ``transactional_id``'s transactions: the leader
+        of its ``__transaction_state`` partition (Kafka's ``partitionFor``)."""
+        partitions = _partition_count(self, "__transaction_state")
+        return self.leader_of("__transaction_state",
+                              java_string_hash(transactional_id) % partitions)
+
+    def group_coordinator_of(self, group: str) -> int:
+        """The id of the broker coordinating consumer group ``group``: the leader of its
+        ``__consumer_offsets`` partition (Kafka's ``partitionFor``)."""
+        partitions = _partition_count(self, "__consumer_offsets")
+        return self.leader_of("__consumer_offsets", java_string_hash(group) % partitions)
+
     def create_user(self, name: str, password: str | None = None) -> dict[str, str]:
         """Create SCRAM user ``name`` (``sasl_ssl`` only); return its client properties
         (no ``bootstrap.servers``).
@@ -101,6 +130,27 @@ class DevCluster:
         if security is None:
             raise DevBrokerError(f"{self.data_dir} is not secured: no users")
         return create_user(security, self.bootstrap, name, password)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` of ``text`` made non-negative as Kafka's ``Utils.abs``
+    does (``Math.abs``, and 0 for ``Integer.MIN_VALUE``): how Kafka places a group or a
+    transactional id on a partition of ``__consumer_offsets`` or ``__transaction_state``
+    (``partitionFor``)."""
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return 0 if signed == -(1 << 31) else abs(signed)
+
+
+def _partition_count(cluster: DevCluster, topic: str) -> int:
+    from confluent_kafka import TopicCollection
+
+    admin = cluster.admin()
+    desc = admin.describe_topics(TopicCollection([topic]), request_timeout=15)[topic] \
+        .result(timeout=20)
+    return len(desc.partitions)
 
 
 def _cli(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:

@@ -141,6 +141,22 @@ def test_a_relay_on_three_brokers_replicates_its_changelogs_three_ways(
         assert (replicas, min_isr) == ({3}, "2"), changelog
         assert own, f"{changelog}: min.insync.replicas is the broker's default, not its own"
 
+    # The helpers the broker-fault tests aim with: the broker coordinating the task's
+    # transactions and its group, as Kafka's own tools name them.
+    txn_id = f"{prefix}-relay-task-000"
+    described = _cli("tool", "kafka-transactions", "--bootstrap-server", kafka_cluster.bootstrap,
+                     "describe", "--transactional-id", txn_id)
+    assert described.returncode == 0, described.stderr
+    header, row = described.stdout.strip().splitlines()[:2]
+    coordinator = int(row.split()[header.split().index("CoordinatorId")])
+    assert kafka_cluster.transaction_coordinator_of(txn_id) == coordinator
+    groups = _cli("tool", "kafka-consumer-groups", "--bootstrap-server", kafka_cluster.bootstrap,
+                  "--describe", "--group", f"{prefix}-relay", "--state")
+    assert groups.returncode == 0, groups.stderr
+    assert f"(id: {kafka_cluster.group_coordinator_of(f'{prefix}-relay')})" in groups.stdout \
+        or f"({kafka_cluster.group_coordinator_of(f'{prefix}-relay')})" in groups.stdout, \
+        groups.stdout
+
     # Configured: two replicas, whose minimum stays 1 (one broker down keeps it writable).
     two = ParsleyConfig(kafka_cluster.bootstrap, f"{prefix}-rf2", state_dir=str(tmp_path),
                         changelog_replication_factor=2)

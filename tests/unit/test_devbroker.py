@@ -170,3 +170,15 @@ def test_a_cluster_has_no_single_port(tmp_path: Path) -> None:
     result = CliRunner().invoke(devbroker_cli.main,
                                 ["up", "--dir", str(tmp_path), "--brokers", "3", "--port", "1"])
     assert result.exit_code == 1 and "--port is for a single broker" in result.output
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # Java: s.hashCode() through Kafka's Utils.abs (values printed by a JVM).
+    ("hello", 99162322), ("hello world and more text", 1588579405),
+    ("shop-relay-task-000", 2048898395), ("e2e-abc-relay", 66159473), ("é€x", 483317),
+    ("", 0), ("polygenelubricants", 0),  # Integer.MIN_VALUE: Utils.abs gives 0
+])
+def test_java_string_hash_places_ids_as_kafka_does(text: str, expected: int) -> None:
+    from devtools.dev_cluster import java_string_hash
+
+    assert java_string_hash(text) == expected
