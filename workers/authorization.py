@@ -5,9 +5,10 @@ A call the cluster's authorizer refuses answers ``TOPIC_AUTHORIZATION_FAILED``,
 ``CLUSTER_AUTHORIZATION_FAILED`` (:data:`AUTHORIZATION_CODES`). It recurs identically on
 every retry and every restart until an operator grants the right, so it is a refusal,
 ``SUBSTRATE_MISCONFIGURED`` (:class:`NotAuthorized`), never a retry, an abort or a recovery
-in place; its detail names the resource, the operation and the ``kafka-acls`` command that
-grants it. The rights a process needs: docs/operations.md, "ACLs" (and
-``parsley-coordinator acls``, which prints them as commands).
+in place; its detail opens with ``not authorized: <principal> lacks <operation> on
+<resource> '<name>'`` (docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``, "Not authorized") and
+gives the ``kafka-acls`` command that grants it. The rights a process needs:
+docs/operations.md, "ACLs" (and ``parsley-coordinator acls``, which prints them).
 """
 
 from __future__ import annotations
@@ -198,15 +199,15 @@ class NotAuthorized(ParsleyFailClosedError):
         self.code_name, self.text, self.context = code_name, text, context
         self.grant, self.principal, self.bootstrap = grant, principal, bootstrap
         self.candidates = candidates
-        who = f"the principal {principal}" if principal else "this process's principal"
-        where = f"{context}: " if context else ""
+        who = principal or "this process's principal"
+        where = f", {context}" if context else ""
         lacks = grant.text()
         if grant.name is None and candidates:
             lacks = f"{' and '.join(grant.operations)} on one of Topic " + ", ".join(
                 f"'{c}'" for c in candidates)
         super().__init__(
             Reason.SUBSTRATE_MISCONFIGURED,
-            f"{where}not authorized ({code_name}: {text}): {who} lacks {lacks}. "
+            f"not authorized: {who} lacks {lacks} ({code_name}{where}: {text}). "
             f"Grant it, then restart: {grant.kafka_acls(principal, bootstrap)}. {ACLS_HINT}")
 
     def __reduce__(self) -> Any:

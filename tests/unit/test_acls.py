@@ -135,9 +135,9 @@ def test_the_refusal_names_resource_operation_and_the_command() -> None:
     exc = to_exception(err, "reading changelog c[0]", grant=Grant("Topic", "c", ("Read",)))
     assert isinstance(exc, NotAuthorized)
     done = exc.completed("shop-relay", "User:alice", "k1:9093")
-    assert done.detail.startswith("reading changelog c[0]: not authorized "
-                                  "(TOPIC_AUTHORIZATION_FAILED: Topic authorization failed): "
-                                  "the principal User:alice lacks Read on Topic 'c'. ")
+    assert done.detail.startswith("not authorized: User:alice lacks Read on Topic 'c' "
+                                  "(TOPIC_AUTHORIZATION_FAILED, reading changelog c[0]: "
+                                  "Topic authorization failed). ")
     assert "kafka-acls --bootstrap-server k1:9093 --add --allow-principal User:alice " \
            "--operation Read --topic c." in done.detail
     again = pickle.loads(pickle.dumps(done))  # a refusal crosses processes
