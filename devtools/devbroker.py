@@ -5,7 +5,9 @@ broker. It fetches the official Apache Kafka jars (``org.apache.kafka:kafka_2.13
 ``org.apache.kafka:kafka-tools``, version :data:`KAFKA_VERSION`) from Maven Central with
 Maven, formats a single-node KRaft storage directory and runs the broker with the machine's
 Java 17. The command-line tools of docs/runbooks.md run from the same jars through
-``parsley-devbroker tool NAME ARGS...``.
+``parsley-devbroker tool NAME ARGS...``. The node-level pieces here (settings, format,
+spawn, stop) also serve a cluster of brokers (:mod:`devtools.devbroker_cluster`); a broker
+with TLS, SASL and ACLs takes its settings from :mod:`devtools.devbroker_security`.
 
 The data directory (default ``$PARSLEY_DEVBROKER_DIR`` or ``~/.cache/parsley/devbroker``)
 and the jar cache (``$PARSLEY_KAFKA_LIB``, else
