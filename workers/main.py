@@ -477,9 +477,9 @@ class Worker:
         while True:
             verdict = in_place_verdict(exc, self)
             if verdict is not None:
-                if verdict is exc:
-                    raise exc
-                raise verdict from exc
+                if verdict is exc or verdict.kind in (StopKind.REFUSAL, StopKind.APPLICATION):
+                    raise exc  # workers.verdicts.ending reports it (an ACL refusal completed)
+                raise verdict from exc  # weighed already: the successor asked, the timeout
             detail = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
             if light and classify(exc).kind is ErrorKind.ABORTABLE \
                     and self.abortable_in_a_row < MAX_ABORTABLE_RETRIES:

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_members
+from workers.authorization import NotAuthorized, lacking_topic, principal_of
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import (
     ErrorKind,
@@ -224,14 +225,35 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
 
 
 def ending(exc: BaseException, worker: Fenced | None) -> Stop:
-    """The verdict on what ended a worker: :func:`stop_of`, and a FATAL one weighed by
-    :func:`timed_out` when there is a worker to ask (``None``: it was never built)."""
+    """The verdict on what ended a worker: :func:`stop_of`, a FATAL one weighed by
+    :func:`timed_out` when there is a worker to ask (``None``: it was never built), and a
+    refusal of the cluster's ACLs completed with the task's names (:func:`not_authorized`)."""
     if isinstance(exc, Stop):
         return exc  # already weighed (the worker's own verdict, or a clean stop)
     outcome = stop_of(exc)
     if outcome.kind is StopKind.FATAL and worker is not None:
         outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)
+    refusal = ParsleyFailClosedError.find_in(exc)
+    if outcome.kind is StopKind.REFUSAL and isinstance(refusal, NotAuthorized) \
+            and worker is not None:
+        outcome = Stop(StopKind.REFUSAL, refusal.reason, not_authorized(refusal, worker).detail)
     return outcome
+
+
+def not_authorized(refusal: NotAuthorized, worker: Fenced) -> NotAuthorized:
+    """``refusal`` completed with what the worker knows: its application id (the group, the
+    transactional ids), its principal (``sasl.username``) and servers, and, for a failed
+    transaction's topics, the one its principal may not write (``describe_topics`` with
+    the authorized operations, bounded; a topic it may not even describe counts too)."""
+    spec = getattr(worker, "spec", None)
+    props = getattr(spec, "kafka_properties", None)
+    name = None
+    if refusal.grant.name is None and len(refusal.candidates) > 1:
+        admin = getattr(getattr(worker, "clients", None), "admin", None)
+        if admin is not None:
+            name = lacking_topic(admin, refusal.candidates, refusal.grant.operations)
+    return refusal.completed(worker.app_id, principal_of(props),
+                             getattr(spec, "bootstrap_servers", None), name)
 
 
 def abort_and_log(outcome: Stop, exc: BaseException, worker: Fenced | None, app_id: str,
