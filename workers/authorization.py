@@ -14,7 +14,6 @@ docs/operations.md, "ACLs" (and ``parsley-coordinator acls``, which prints them)
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,7 +28,6 @@ __all__ = [
     "NotAuthorized",
     "default_grant",
     "kafka_acls",
-    "lacking_topic",
     "principal_of",
 ]
 
@@ -129,37 +127,6 @@ def principal_of(properties: Mapping[str, Any] | None) -> str | None:
                 "producer.sasl.username"):
         if props.get(key):
             return f"User:{props[key]}"
-    return None
-
-
-def lacking_topic(admin: Any, topics: tuple[str, ...], operations: tuple[str, ...],
-                  timeout_s: float = 10.0) -> str | None:
-    """The first of ``topics`` on which the admin client's principal lacks one of
-    ``operations`` (``describe_topics`` with the authorized operations; a topic it may not
-    even describe lacks them all), or None when none can be told (no answer in time).
-    """
-    from confluent_kafka import KafkaException, TopicCollection
-
-    try:
-        futures = admin.describe_topics(TopicCollection(list(topics)),
-                                        include_authorized_operations=True,
-                                        request_timeout=timeout_s)
-    except KafkaException:
-        return None
-    wanted = {re.sub(r"(?<!^)(?=[A-Z])", "_", op).upper() for op in operations}
-    for topic in topics:
-        try:
-            desc = futures[topic].result(timeout=timeout_s + 5.0)
-        except KafkaException as exc:
-            if exc.args and getattr(exc.args[0], "code", lambda: None)() \
-                    == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                return topic
-            continue
-        except Exception:  # no answer in time: this one cannot be told
-            continue
-        allowed = {op.name for op in (desc.authorized_operations or [])}
-        if not wanted <= allowed:
-            return topic
     return None
 
 

@@ -13,6 +13,7 @@ the watchdog's stop grace (:func:`workers.watchdog.bounded`, with a margin over 
 
 from __future__ import annotations
 
+import concurrent.futures
 import queue
 import threading
 import time
@@ -22,7 +23,8 @@ from typing import Any, Final, TypeVar
 from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.watchdog import bound_of, bounded
 
-__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "call", "set_heartbeat"]
+__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "await_future", "call",
+           "set_heartbeat"]
 
 T = TypeVar("T")
 
@@ -122,6 +124,35 @@ def set_heartbeat(fn: Callable[[], None] | None) -> None:
     _caller.heartbeat = fn
 
 
+def _beat(caller: _Caller) -> None:
+    beat = caller.heartbeat
+    if beat is not None and not caller.beating:
+        caller.beating = True
+        try:
+            beat()
+        finally:
+            caller.beating = False
+
+
+def await_future(future: Any, timeout_s: float) -> Any:
+    """``future.result(timeout=timeout_s)`` of an admin call, the heartbeat served meanwhile
+    (:func:`set_heartbeat`): a describe awaited 11 s never makes the task look stalled.
+
+    Raises:
+        concurrent.futures.TimeoutError: no answer within ``timeout_s``.
+        BaseException: what the future raised.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return future.result(timeout=max(0.0, min(HEARTBEAT_S, left)))
+        except concurrent.futures.TimeoutError:
+            if left <= HEARTBEAT_S:
+                raise
+        _beat(_caller)
+
+
 def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = None,
          **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` on the helper thread, waited for at most ``bound_s``.
@@ -155,13 +186,7 @@ def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = No
                 caller.runner = None
                 del fn, args, kwargs  # the traceback keeps this frame: not the wedged client
                 raise CallStalled(name, bound)
-            beat = caller.heartbeat
-            if beat is not None and not caller.beating:
-                caller.beating = True
-                try:
-                    beat()
-                finally:
-                    caller.beating = False
+            _beat(caller)
     if job.error is not None:
         error, job.error = job.error, None
         raise error

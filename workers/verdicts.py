@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.admin import group_members
-from workers.authorization import NotAuthorized, lacking_topic, principal_of
+from workers.admin import group_members, lacking_topic
+from workers.authorization import NotAuthorized, principal_of
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import (
     ErrorKind,
