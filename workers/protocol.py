@@ -71,6 +71,7 @@ worker (the coordinator adds up a task's successive workers; docs/operations.md,
 
     {"received": int, "delivered": int,      # in transactions that committed
      "commits": int, "aborts": int,          # transactions
+     "handler_batches": int,                 # batch-handler calls, committed
      "transaction_seconds": {"counts": [int, ...], "sum": float},
      "handler_seconds": {"counts": [int, ...], "sum": float}}
 
