@@ -27,6 +27,7 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 
+from parsley import refusal_shapes as shapes
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.protocol import StopKind
 
@@ -286,7 +287,7 @@ def stop_kind(exc_or_err: BaseException | KafkaError | Classification) -> StopKi
 
 
 RECORD_TOO_LARGE_DETAIL: Final = (
-    "a record exceeded a size limit, typically a held message's persisted form against "
+    f"{shapes.substrate_record_too_large()}, typically a held message's persisted form against "
     "the ordering changelog's max.message.bytes; raise max.message.bytes on the topic "
     "named (or the producer's message.max.bytes if that is lower), then restart"
 )

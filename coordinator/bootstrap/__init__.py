@@ -62,12 +62,12 @@ from coordinator.bootstrap.positions import (
 from coordinator.bootstrap.resolve import (
     ResolvedTopic,
     describe_changelog,
-    fmt_channels,
     kafka_topic_id,
     resolve_topics,
 )
 from coordinator.bootstrap.stores import check_store_changelogs
 from coordinator.config import ParsleyConfig
+from parsley import refusal_shapes as shapes
 from parsley.declarations import (
     Process,
     application_id,
@@ -259,10 +259,9 @@ def bootstrap_process(
             if changed:
                 raise refuse(
                     Reason.CHANNEL_IDENTITY_CHANGED,
-                    f"topics {changed} now resolve to different identities than this "
-                    f"process's state was built against (process '{process.name}'). Positions "
-                    "in the old log mean nothing in the new one; reset the process "
-                    "(runbook: CHANNEL_IDENTITY_CHANGED).",
+                    f"{shapes.channel_identity_changed_at_start(changed)} (process "
+                    f"'{process.name}'). Positions in the old log mean nothing in the new one; "
+                    "reset the process (runbook: CHANNEL_IDENTITY_CHANGED).",
                 )
             channels = {ChannelId(r.topic_id, p) for r in received.values()
                         for p in range(r.partitions)}
@@ -271,20 +270,17 @@ def bootstrap_process(
             if stranded:
                 raise refuse(
                     Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
-                    f"received messages remain undelivered on {fmt_channels(stranded)}, "
-                    f"which the new declaration of process '{process.name}' no longer "
-                    "receives. Put the channel back in the declaration and restart, or reset.",
+                    f"{shapes.channel_removed_at_start(stranded)} (process '{process.name}'). "
+                    "Put the channel back in the declaration and restart, or reset.",
                 )
 
         # Step 3.5: width.
         if changelog is not None and changelog.partitions != width:
             raise refuse(
                 Reason.TASK_WIDTH_CHANGED,
-                f"this process's ordering state was built for {changelog.partitions} task(s) "
-                f"but the declaration now induces {width} (the widest received topic's "
-                f"partition count changed) (process '{process.name}', changelog "
-                f"{changelog_name}). Restore the declaration, or reset if partitions were "
-                "added to the widest topic.",
+                f"{shapes.task_width_changed(changelog.partitions, width)} (process "
+                f"'{process.name}', changelog {changelog_name}). Restore the declaration, or "
+                "reset if partitions were added to the widest topic.",
             )
 
         # Step 3.5 (stores): a store changelog the state binds must still hold what was
@@ -357,7 +353,9 @@ def bootstrap_process(
                 precommit[key] = initial_position(
                     prior, covered, tp.topic in named, inp.channel.initial_position,
                     earliest[key], latest[key],
-                    where=f"{changelog_name}[{tp.partition}]: {tp.topic}-{tp.partition}")
+                    where=str(ChannelId(topics[tp.topic].topic_id, tp.partition)),
+                    source=f"{tp.topic}-{tp.partition}, ordering changelog "
+                    f"{changelog_name}[{tp.partition}]")
 
         # Step 5 (Streams creates its changelogs at start): only once nothing refused.
         try:

@@ -36,6 +36,7 @@ from coordinator.bootstrap.common import (
     with_client_logger,
 )
 from coordinator.config import ParsleyConfig
+from parsley import refusal_shapes as shapes
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_members as describe_members
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
@@ -136,7 +137,7 @@ def members_remain(group: str, remaining: Sequence[GroupMember], waited_s: float
     (:func:`is_own_member`); ``waited_s`` counts from the group's first answer."""
     return refuse(
         Reason.SUBSTRATE_MISCONFIGURED,
-        f"the group join would be refused as a protocol conflict: group '{group}' still holds "
+        f"{shapes.substrate_group_conflict(f'{waited_s:g} s')}: group '{group}' still holds "
         f"{len(remaining)} member(s) after {waited_s:g} s from its first answer (twice the "
         f"consumer session.timeout.ms of {session_ms} ms, after which a stopped worker of "
         f"this process has left), not all of them this process's: "

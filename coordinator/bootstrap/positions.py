@@ -66,6 +66,7 @@ def initial_position(
     latest: int,
     *,
     where: str = "the channel",
+    source: str = "the ordering state",
 ) -> int:
     """The position the bootstrap pre-commits for a received partition without one (pure).
 
@@ -85,8 +86,9 @@ def initial_position(
         declared: the channel's declared initial position.
         earliest: the partition's earliest offset (>= 0).
         latest: the partition's latest offset (>= ``earliest``).
-        where: names the channel in a refusal's detail
-            (``"<changelog>[<p>]: <topic>-<p>"``).
+        where: the channel, as a refusal's detail names it (``<topic id>-<partition>``).
+        source: where the coverage was read, for the detail (``<topic>-<p>, ordering
+            changelog <changelog>[<p>]``).
 
     Returns:
         The offset to commit (the next offset to fetch), in ``0..FED_TO_END``.
@@ -102,8 +104,9 @@ def initial_position(
     if covered is not None and not 0 <= covered <= FED_TO_END:
         raise refuse(
             Reason.UNKNOWN_ORDERING_STATE_FORMAT,
-            f"{where}: covered position {covered} is outside 0..{FED_TO_END} (a covered "
-            "position is a non-negative offset or the fed-to-end sentinel)",
+            f"restored coverage names position {covered} on {where}, which no channel can "
+            f"assign ({source}): a covered position is in 0..{FED_TO_END}, a non-negative "
+            "offset or the fed-to-end sentinel",
         )
     if not 0 <= earliest <= latest:
         raise ValueError(f"{where}: offsets must satisfy 0 <= earliest <= latest, got "

@@ -16,19 +16,17 @@ from coordinator.bootstrap.clients import answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     ANSWER_SPACING_S,
-    TOPIC_ID_FLOOR,
     UNKNOWN_ANSWERS,
     StartError,
     refuse,
 )
-from parsley.engine.channel import ChannelId
+from parsley import refusal_shapes as shapes
 from parsley.refusals import Reason
 from workers.kafka_errors import unknown_topic, unreachable
 
 __all__ = [
     "ResolvedTopic",
     "describe_changelog",
-    "fmt_channels",
     "kafka_topic_id",
     "resolve_topics",
 ]
@@ -84,8 +82,7 @@ def _describe_once(
         if topic_id is None or topic_id.int == 0:
             raise refuse(
                 Reason.SUBSTRATE_MISCONFIGURED,
-                f"topic '{name}' has no topic ID; brokers below the supported "
-                f"{TOPIC_ID_FLOOR} floor cannot provide channel identity. Upgrade the brokers.",
+                f"{shapes.substrate_no_topic_id(name)}. Upgrade the brokers.",
             )
         found[name] = ResolvedTopic(name, topic_id, len(desc.partitions))
     return found, unknown
@@ -165,8 +162,3 @@ def kafka_topic_id(topic_id: UUID) -> str:
     """A topic id as Kafka prints it (``Uuid.toString``: URL-safe base64, no padding),
     the form ``kafka-topics --describe`` shows as ``TopicId``."""
     return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def fmt_channels(channels: Iterable[ChannelId]) -> str:
-    """``[<topicId>/<partition>, ...]``, the channel list of the details in docs/runbooks.md."""
-    return "[" + ", ".join(f"{kafka_topic_id(c.topic_id)}/{c.partition}" for c in channels) + "]"

@@ -15,6 +15,7 @@ from coordinator.config import ParsleyConfig
 from coordinator.runtime.coordinators_group import MAX_POLL_INTERVAL_MS, membership_consumer_config
 from coordinator.runtime.membership import _ProcessMembership
 from coordinator.runtime.supervisor.exits import fenced_by_successor
+from tests.seed_shapes import assert_seed_shape
 from workers.protocol import StopKind
 from workers.verdicts import Stop, _successor_stop
 
@@ -178,6 +179,7 @@ def test_a_join_start_beside_a_plain_coordinator_is_refused_naming_its_workers(
         _check(monkeypatch, {app: [_worker(app, 0), _worker(app, 1)]}, window_s=20.0)
     assert err.value.reason is Reason.SUBSTRATE_MISCONFIGURED
     assert f"{app}-task-1" in err.value.detail and "without --join" in err.value.detail
+    assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, err.value.detail)
 
 
 def test_a_join_start_beside_joined_coordinators_or_none_goes_on(monkeypatch: Any) -> None:
