@@ -594,8 +594,9 @@ class HandlerFrame:
             self._rethrow()
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
-                f"declared serde (partition {partition}; {_describe(exc)})"
+                f"{shapes.application_payload_undecodable(topic, offset)} "
+                f"{part} could not be decoded by the declared serde"
+                + _context(self.process.name, f"partition {partition}", _describe(exc))
                 + APPLICATION_REMEDY,
             ) from exc
         return key_value, value_value
