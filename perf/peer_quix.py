@@ -1,4 +1,4 @@
-"""The Quix Streams peer relay: ``stream(in).to(out)``, exactly once (docs/performance.md).
+"""The Quix Streams peer relay: ``dataframe(in).to_topic(out)``, exactly once (docs/performance.md).
 
 Run by :mod:`perf.peers` with the Python of its own environment (a venv where Quix Streams
 and the confluent-kafka it pins are installed), never imported by the project: it imports
@@ -38,7 +38,7 @@ def main() -> None:
     )
     source = app.topic(a.input, key_deserializer="bytes", value_deserializer="bytes")
     sink = app.topic(a.output, key_serializer="bytes", value_serializer="bytes")
-    app.dataframe(source).to(sink)
+    app.dataframe(source).to_topic(sink)
     print("ready", flush=True)
     app.run()
 

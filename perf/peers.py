@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from perf.runs import BaselineRelay
+from perf.relay_process import RelayProcess
 
 __all__ = ["KSTREAMS_VERSION", "QUIX_VERSION", "PeerRelay", "PeerUnavailable", "cache_dir",
            "peer_relay", "prepare"]
@@ -49,20 +49,9 @@ class PeerUnavailable(RuntimeError):
     what to do (install Java 17 and Maven, reach PyPI or Maven Central, ...)."""
 
 
-class PeerRelay(BaselineRelay):
-    """A peer relay in a subprocess: ``argv``, started and stopped as the baseline is.
-
-    Attributes:
-        name: the run kind; warmup_records: whether the run relays an untimed backlog of
-            the run's size before the timed one (a JVM's JIT warm-up): 1 or 0.
-    """
-
-    def __init__(self, name: str, argv: list[str], warmup_records: int = 0) -> None:
-        self.name = name
-        self.argv = argv
-        self.warmup_records = warmup_records
-        self.proc = None
-        self.topic_ids = {}
+class PeerRelay(RelayProcess):
+    """A peer relay in a subprocess, started and stopped as the baseline is
+    (:class:`perf.relay_process.RelayProcess`)."""
 
 
 def cache_dir() -> Path:

@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -67,6 +65,7 @@ from perf.measure import (
     latency_summary,
     throughput,
 )
+from perf.relay_process import RelayProcess
 
 __all__ = ["ENGINES", "KINDS", "PEER_KINDS", "Conditions", "Settings", "conditions", "run_one"]
 
@@ -212,55 +211,18 @@ def delete_topics(admin: AdminClient, names: Sequence[str], prefix: str | None =
 # ----------------------------------------------------------------------------- relays
 
 
-class BaselineRelay:
-    """``python -m perf.baseline`` in a subprocess (its ``argv``; a peer sets its own)."""
+class BaselineRelay(RelayProcess):
+    """``python -m perf.baseline`` in a subprocess."""
 
     name = "baseline"
 
     def __init__(self, bootstrap: str, input_topic: str, output_topic: str, tag: str,
                  commit_interval_ms: int, consume_batch: int) -> None:
-        self.argv = [sys.executable, "-m", "perf.baseline", "--bootstrap-servers", bootstrap,
-                     "--input", input_topic, "--output", output_topic,
-                     "--group", f"{tag}-baseline", "--transactional-id", f"{tag}-baseline",
-                     "--commit-interval-ms", str(commit_interval_ms),
-                     "--batch", str(consume_batch)]
-        self.proc: subprocess.Popen[str] | None = None
-        self.topic_ids: dict[str, UUID] = {}
-
-    def start(self, timeout_s: float) -> None:
-        """Spawn it and wait for its ``ready`` line."""
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
-        ready = threading.Event()
-
-        def watch() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if line.strip() == "ready":
-                    ready.set()
-
-        threading.Thread(target=watch, daemon=True).start()
-        deadline = time.monotonic() + timeout_s
-        while not ready.wait(0.2):
-            code = self.proc.poll()
-            if code is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the {self.name} relay did not get ready "
-                                   f"(exit status {code})")
-
-    def pids(self) -> list[int]:
-        """The relay's pid."""
-        return [self.proc.pid] if self.proc else []
-
-    def stop(self) -> None:
-        """SIGTERM and wait (SIGKILL after 30 s)."""
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        super().__init__("baseline", [
+            sys.executable, "-m", "perf.baseline", "--bootstrap-servers", bootstrap,
+            "--input", input_topic, "--output", output_topic,
+            "--group", f"{tag}-baseline", "--transactional-id", f"{tag}-baseline",
+            "--commit-interval-ms", str(commit_interval_ms), "--batch", str(consume_batch)])
 
 
 class ParsleyRelay:
