@@ -184,7 +184,8 @@ def markdown_section(report: Mapping[str, Any],
     """The docs/performance.md section for this report, between the section markers."""
     m = report["machine"]
     parts = [SECTION_BEGIN, heading, "",
-             f"`python -m perf{' --quick' if (report.get('settings') or {}).get('quick') else ''}`"
+             f"`python -m perf{' --quick' if (report.get('settings') or {}).get('quick') else ''}"
+             f"{' --peers' if (report.get('settings') or {}).get('peers') else ''}`"
              f" on {m.get('cores')} cores ({m.get('cpu')}), Python "
              f"{m.get('python')}, load average {m.get('load_avg')} at the end. "
              f"Figures of one invocation, {len(report.get('rounds') or [])} interleaved rounds; "
