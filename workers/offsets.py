@@ -94,9 +94,9 @@ def offset_reset_refusal(
         ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with the
         detail shape of docs/runbooks.md, POSITIONS_DISCARDED_UNREAD (naming the partition, the
         committed position and
-        the log start, so the gap can be recorded), or a
-        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a missing committed
-        offset or a committed position inside the log.
+        the log start, so the gap can be recorded), a ``SubstrateError(RESTART_REQUIRED)``
+        for a missing committed offset (the bootstrap pre-commits it), or a
+        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a committed position inside the log.
     """
     verdict = offset_reset_verdict(committed, log_start, log_end)
     tp = f"{topic}-{partition}"
@@ -122,7 +122,7 @@ def offset_reset_refusal(
         )
     if verdict is OffsetResetVerdict.NO_COMMITTED_OFFSET:
         return SubstrateError(
-            ErrorKind.SUBSTRATE_TRANSIENT,
+            ErrorKind.RESTART_REQUIRED,
             f"{tp} has no committed read position and auto.offset.reset=error; "
             "the bootstrap pre-commits positions: restart",
             KafkaError._AUTO_OFFSET_RESET,

@@ -40,6 +40,8 @@ from coordinator.bootstrap.common import (
     StartError,
     StartRetryableError,
     check_reachable,
+    naming_the_group,
+    naming_the_principal,
     refuse,
     with_client_logger,
 )
@@ -153,6 +155,8 @@ def _received_partitions(
             for p in range(topics[t].partitions)]
 
 
+@naming_the_principal
+@naming_the_group
 def bootstrap_process(
     config: ParsleyConfig,
     process: Process,
@@ -362,7 +366,11 @@ def bootstrap_process(
             # With --join, only the owner of task 0 creates them (the others found the
             # ordering changelog, checked above).
             if lead:
-                info, _created = ensure_changelog_topic(admin, changelog_name, width)
+                replicas = config.changelog_replication_factor
+                min_isr = config.changelog_min_insync_replicas
+                info, _created = ensure_changelog_topic(
+                    admin, changelog_name, width, replication_factor=replicas,
+                    min_insync_replicas=min_isr)
                 if info.cleanup_policy != "compact":
                     log.warning(
                         "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
@@ -371,7 +379,9 @@ def bootstrap_process(
                         app_id, changelog_name, info.cleanup_policy)
                 for store in process.declared_stores:
                     name = store_changelog(prefix, process.name, store.name)
-                    store_info, _created = ensure_changelog_topic(admin, name, width)
+                    store_info, _created = ensure_changelog_topic(
+                        admin, name, width, replication_factor=replicas,
+                        min_insync_replicas=min_isr)
                     if store_info.cleanup_policy != "compact":
                         log.warning(
                             "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
@@ -403,6 +413,19 @@ def bootstrap_process(
     )
 
 
+def topic_operations(processes: Sequence[Process]) -> dict[str, tuple[str, ...]]:
+    """The ACL operations each declared topic needs (pure): ``Read`` where received,
+    ``Write`` where sent (docs/operations.md, "ACLs")."""
+    out: dict[str, tuple[str, ...]] = {}
+    for p in processes:
+        for name in p.received_topics:
+            out[name] = tuple(dict.fromkeys((*out.get(name, ()), "Read")))
+        for channel in p.outputs:
+            out[channel.name] = tuple(dict.fromkeys((*out.get(channel.name, ()), "Write")))
+    return out
+
+
+@naming_the_principal
 def bootstrap(
     config: ParsleyConfig,
     processes: Sequence[Process],
@@ -440,7 +463,7 @@ def bootstrap(
     try:
         check_reachable(own, config.bootstrap_servers)
         names = {c.name for p in procs for c in (*(i.channel for i in p.inputs), *p.outputs)}
-        topics = resolve_topics(own, names, sleep=sleep)
+        topics = resolve_topics(own, names, sleep=sleep, operations=topic_operations(procs))
         plans: dict[str, ProcessPlan] = {}
         for p in procs:
             plans[p.name] = bootstrap_process(config, p, topics, own, on_progress=on_progress,
@@ -450,6 +473,7 @@ def bootstrap(
         del own  # AdminClient has no close: a client built here goes with its last reference
 
 
+@naming_the_principal
 def restart_bootstrap(
     config: ParsleyConfig,
     process: Process,
@@ -486,7 +510,8 @@ def restart_bootstrap(
     try:
         check_reachable(admin, config.bootstrap_servers)
         names = {c.name for c in (*(i.channel for i in process.inputs), *process.outputs)}
-        topics = resolve_topics(admin, names, sleep=sleep)
+        topics = resolve_topics(admin, names, sleep=sleep,
+                                operations=topic_operations([process]))
         return bootstrap_process(config, process, topics, admin,
                                  on_progress=on_progress or progress_logger(),
                                  group_window_s=group_window_s, sleep=sleep, fence=True)

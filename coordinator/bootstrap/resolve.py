@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -18,10 +18,12 @@ from coordinator.bootstrap.common import (
     ANSWER_SPACING_S,
     UNKNOWN_ANSWERS,
     StartError,
+    not_authorized,
     refuse,
 )
 from parsley import refusal_shapes as shapes
 from parsley.refusals import Reason
+from workers.authorization import Grant
 from workers.kafka_errors import unknown_topic, unreachable
 
 __all__ = [
@@ -56,7 +58,8 @@ def _to_uuid(raw: object) -> UUID | None:
 
 
 def _describe_once(
-    admin: AdminClient, names: Sequence[str], timeout_s: float
+    admin: AdminClient, names: Sequence[str], timeout_s: float,
+    operations: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[dict[str, ResolvedTopic], list[str]]:
     futures = admin.describe_topics(TopicCollection(list(names)), request_timeout=timeout_s)
     found: dict[str, ResolvedTopic] = {}
@@ -74,6 +77,10 @@ def _describe_once(
                     f"({exc.args[0].name()}); check the address and that the brokers are up, "
                     "then retry"
                 ) from exc
+            ops = (operations or {}).get(name, ("Describe",))
+            refusal = not_authorized(exc, f"describing topic '{name}'", Grant("Topic", name, ops))
+            if refusal is not None:
+                raise refusal from exc
             raise StartError(
                 f"could not describe declared topic '{name}' ({exc}); restore connectivity "
                 "or grant Describe on the topic, then retry"
@@ -96,6 +103,7 @@ def resolve_topics(
     spacing_s: float = ANSWER_SPACING_S,
     timeout_s: float = ADMIN_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
+    operations: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, ResolvedTopic]:
     """Resolve topic names to ids and partition counts (docs/architecture.md, "The bootstrap",
     step 2).
@@ -110,13 +118,18 @@ def resolve_topics(
         spacing_s: s between answers.
         timeout_s: bound on each describe, s.
         sleep: sleeps ``s`` seconds (tests pass a fake).
+        operations: per topic, the ACL operations a refusal names as the grant (``Read``
+            for a received topic, ``Write`` for a sent one; each implies the Describe the
+            call needs); default ``Describe``.
 
     Returns:
         ``{name: ResolvedTopic}`` for every name.
 
     Raises:
         StartError: a topic still unknown after the answers (naming it), or a
-            describe that failed otherwise (authorization, timeout).
+            describe that failed otherwise (a timeout).
+        NotAuthorized: the principal may not describe a topic (``SUBSTRATE_MISCONFIGURED``
+            naming the grant: :mod:`workers.authorization`).
         ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` for a topic without
             a topic id ("... below the supported 3.7.0 floor ...", docs/runbooks.md,
             SUBSTRATE_MISCONFIGURED).
@@ -128,7 +141,7 @@ def resolve_topics(
             break
         if attempt:
             sleep(spacing_s)
-        found, pending = _describe_once(admin, pending, timeout_s)
+        found, pending = _describe_once(admin, pending, timeout_s, operations)
         resolved.update(found)
     if pending:
         raise StartError(
@@ -148,11 +161,15 @@ def describe_changelog(
     timeout_s: float,
     sleep: Callable[[float], None],
 ) -> ResolvedTopic | None:
-    """The ordering changelog, or ``None`` after ``answers`` unknown answers."""
+    """The ordering changelog, or ``None`` after ``answers`` unknown answers.
+
+    Raises:
+        NotAuthorized: the principal may not describe it (naming Read and Write on it).
+    """
     for attempt in range(answers):
         if attempt:
             sleep(spacing_s)
-        found, _unknown = _describe_once(admin, [name], timeout_s)
+        found, _unknown = _describe_once(admin, [name], timeout_s, {name: ("Read", "Write")})
         if name in found:
             return found[name]
     return None

@@ -118,7 +118,9 @@ def ensure_coordinators_topics(config: ParsleyConfig, processes: Sequence[Proces
             width = task_width({t: topics[t].partitions for t in p.received_topics})
             name = coordinators_group(config.application_id_prefix, p.name)
             try:
-                info, _created = ensure_changelog_topic(admin, name, width)
+                info, _created = ensure_changelog_topic(
+                    admin, name, width, replication_factor=config.changelog_replication_factor,
+                    min_insync_replicas=config.changelog_min_insync_replicas)
             except SubstrateError as exc:
                 raise StartError(f"could not create the coordinators' topic {name}: "
                                  f"{exc}") from exc

@@ -17,7 +17,7 @@ from coordinator.runtime.membership import _ProcessMembership
 from coordinator.runtime.supervisor.exits import fenced_by_successor
 from tests.seed_shapes import assert_seed_shape
 from workers.protocol import StopKind
-from workers.verdicts import Stop, _successor_stop
+from workers.verdicts import Stop, successor_stop
 
 
 class _Supervisor:
@@ -67,7 +67,7 @@ def _drive(m: _ProcessMembership, until_s: float = 10.0) -> None:
 
 def test_only_a_successor_fence_is_the_task_moving() -> None:
     worker = SimpleNamespace(successor_member=lambda wait: "consumer-7", app_id="shop-shipper")
-    fenced = _successor_stop(Stop(StopKind.FATAL, None, "fenced"), worker, "")  # type: ignore[arg-type]
+    fenced = successor_stop(Stop(StopKind.FATAL, None, "fenced"), worker, "")  # type: ignore[arg-type]
     assert fenced is not None
     assert fenced_by_successor(fenced.kind, fenced.detail)
     for detail in ("worker error TypeError: 'NoneType' object is not callable",
