@@ -12,7 +12,7 @@ docs/runbooks.md, "The application must change". Re-exported by :mod:`parsley.de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -24,6 +24,7 @@ from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import RESERVED_PREFIX as _HEADER_PREFIX
 
 __all__ = [
+    "BatchHandler",
     "Delivery",
     "Effects",
     "EffectsBuilder",
@@ -368,3 +369,8 @@ class EffectsBuilder:
 
 Handler = Callable[[Delivery[Any, Any], State], Effects]
 """``(delivery, state) -> Effects``: the application code for one received channel."""
+
+BatchHandler = Callable[[Sequence[Delivery[Any, Any]], State], Effects]
+"""``(deliveries, state) -> Effects``: the application code for a channel received in
+batches (``Process.receives_batch``): consecutive deliveries of that channel in causal
+order, one ``Effects`` for all of them."""

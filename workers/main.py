@@ -124,6 +124,8 @@ class Worker:
             for t in range(spec.task_count)))
         self.deletion_guard = DeletionGuard(app_id, task, self.channels, self.reads.ends,
                                             self.reads.floors)
+        self.checkpoint_ends: list[Any] | None = None
+        """The changelogs' ends after a clean stop's last commit (``workers.checkpoint``)."""
         self.member_fenced = False
         """Whether the consumer reported its static member fenced or failed (see
         :func:`workers.verdicts.timed_out`)."""
@@ -280,7 +282,8 @@ class Worker:
             engine=self.engine, budget_bytes=self.spec.metadata_budget_bytes,
             restore=self.restore, delivered=self.counters.delivered(self.step), lag=lag,
             commits=self.txn.commits,
-            commit_latency_ms=self.txn.last_commit_ms) | {
+            commit_latency_ms=self.txn.last_commit_ms,
+            from_checkpoint=self.restorer.from_checkpoint) | {
                 "metrics": self.metric_fields(),
                 "recovery": self.task_timeout.status(time.monotonic()),
                 "recoveries": self.task_timeout.recoveries}
@@ -587,6 +590,9 @@ class Worker:
             self._drain()
             self._commit()
             self._commit_past_markers()
+            # The local stores now equal the changelogs: what close() records
+            # (workers.checkpoint).
+            self.checkpoint_ends = self.restorer.stop_ends(self.clients.admin)
         raise Stop(StopKind.CLEAN, None, None)
 
     def _idle_progress(self, fetched: bool) -> None:
@@ -659,6 +665,8 @@ class Worker:
         """Close the clients (:meth:`workers.clients.TaskClients.close`) and the stores."""
         self.clients.close(clean)
         self.opened.close()
+        if clean and self.checkpoint_ends is not None:
+            self.restorer.write_checkpoint(self.checkpoint_ends)
 
 
 def run(spec: TaskSpec) -> int:
