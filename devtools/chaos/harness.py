@@ -119,6 +119,9 @@ class ChaosSettings:
             never reach it (docs/operations.md, "The task timeout").
         cluster: a running cluster to play on (a test session's, shared): healed, not
             stopped, at the end; ``None`` starts a private one when ``brokers`` > 1.
+        stale_task_ms: the coordinator's stale bound (:data:`STALE_TASK_MS`, shorter than
+            the longest worker SIGSTOP; the product's 60 s default where no worker is
+            stopped).
         say: progress lines (default: print to stderr).
     """
 
@@ -134,6 +137,7 @@ class ChaosSettings:
     brokers: int = 1
     restart: str = "transient"
     cluster: DevCluster | None = None
+    stale_task_ms: int = STALE_TASK_MS
     say: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr,
                                                                    flush=True))
 
@@ -282,7 +286,7 @@ class ChaosRun:
         env.update({app.ENV_A: self.topics["A"].name, app.ENV_B: self.topics["B"].name,
                     app.ENV_OUT: self.topics["OUT"].name,
                     "PARSLEY_STATUS_INTERVAL_MS": str(STATUS_INTERVAL_MS),
-                    "PARSLEY_STALE_TASK_MS": str(STALE_TASK_MS),
+                    "PARSLEY_STALE_TASK_MS": str(self.s.stale_task_ms),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                 env.get("PYTHONPATH")]))})
         with open(log, "ab") as out:

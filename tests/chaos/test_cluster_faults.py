@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from coordinator.config import DEFAULT_STALE_TASK_MS
 from devtools.chaos.harness import ChaosSettings, run_chaos
 from devtools.chaos.schedule import CLUSTER_KINDS
 from devtools.dev_cluster import DevCluster
@@ -30,7 +31,8 @@ def test_cluster_broker_faults_under_load_never_stop_the_process(
     settings = ChaosSettings(
         seed=int(os.environ.get("PARSLEY_CLUSTER_CHAOS_SEED", "3")),
         faults=len(CLUSTER_KINDS), kinds=CLUSTER_KINDS, restart="never",
-        rate=float(os.environ.get("PARSLEY_CHAOS_RATE", "40")), cluster=kafka_cluster)
+        rate=float(os.environ.get("PARSLEY_CHAOS_RATE", "40")), cluster=kafka_cluster,
+        stale_task_ms=DEFAULT_STALE_TASK_MS)
     result = run_chaos(settings)
     print(result.report())
     assert result.failure is None, result.report()
