@@ -3,13 +3,20 @@
 A child process runs a loop of admin calls against one broker; the parent causes
 outages (a shell command pair, or SIGSTOP/SIGCONT of the broker's pid) and counts
 how many outages the child survives. A child that dies of SIGABRT is counted and
-started again for the next outage. Needs only confluent-kafka and the standard
-library; described in docs/upstream/librdkafka-eonce-abort.md.
+started again for the next outage; a child that dies otherwise (SIGSEGV) is counted
+apart. Needs only confluent-kafka and the standard library; described in
+docs/upstream/librdkafka-eonce-abort.md.
 
-Example (a local broker whose data is kept across a stop)::
+Examples: a frozen broker, a new client per round kept alive (10 aborts in 10 outages
+with librdkafka 2.16.0)::
 
-    python docs/upstream/eonce_abort_repro.py --bootstrap 127.0.0.1:39091 \
-        --down-cmd 'parsley-devbroker down --dir D --keep' \
+    python docs/upstream/eonce_abort_repro.py --bootstrap 127.0.0.1:39091 \\
+        --pid BROKER_PID --fresh --keep-clients 20 --outages 10
+
+a broker stopped and started again (its data kept), one client::
+
+    python docs/upstream/eonce_abort_repro.py --bootstrap 127.0.0.1:39091 --calls dcg \\
+        --down-cmd 'parsley-devbroker down --dir D --keep' \\
         --up-cmd 'parsley-devbroker up --dir D --port 39091' --outages 10
 
 Exit status: 0 when no child aborted, 1 when at least one did.
@@ -187,20 +194,23 @@ def parent(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    assert __doc__ is not None
+    head, _, rest = __doc__.partition("\n\n")
+    p = argparse.ArgumentParser(description=head, epilog=rest,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", required=True, help="bootstrap.servers")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--pid", type=int, help="freeze this broker pid (SIGSTOP/SIGCONT)")
     how.add_argument("--down-cmd", help="shell command that stops the broker")
     p.add_argument("--up-cmd", help="shell command that starts it again (with --down-cmd)")
-    p.add_argument("--outages", type=int, default=10)
+    p.add_argument("--outages", type=int, default=10, help="how many outages")
     p.add_argument("--down-s", type=float, default=5.0, help="outage length, s")
     p.add_argument("--up-s", type=float, default=5.0, help="time before each outage, s")
     p.add_argument("--settle-s", type=float, default=10.0,
                    help="time after the broker is back before judging, s")
-    p.add_argument("--calls", default="lcgo",
-                   type=lambda s: s.split(","), help=f"comma-separated: {', '.join(CALLS)}")
+    p.add_argument("--calls", default="lcgo", type=lambda s: s.split(","),
+                   help=f"comma-separated, of {', '.join(CALLS)} (lcgo: "
+                   "list_consumer_group_offsets, dcg: describe_consumer_groups)")
     p.add_argument("--inflight", type=int, default=1, help="calls of each kind per round")
     p.add_argument("--request-timeout", type=float, default=1.0, help="request_timeout, s")
     p.add_argument("--result-timeout", type=float, default=5.0,
