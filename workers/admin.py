@@ -54,6 +54,7 @@ from workers.positions import GroupMember
 __all__ = [
     "ADMIN_CALL_BOUND_S",
     "ADMIN_TIMEOUT_S",
+    "COORDINATOR_REQUEST_TIMEOUT_S",
     "LIST_TOPICS_MARGIN_S",
     "OffsetsStayedUnstable",
     "PartitionOffsetError",
@@ -80,17 +81,28 @@ ADMIN_TIMEOUT_S: Final = 30.0
 LIST_TOPICS_MARGIN_S: Final = 5.0
 """The watchdog bound of a ``list_topics`` is its timeout plus this, s (docs/operations.md,
 "Bounded client calls")."""
+COORDINATOR_REQUEST_TIMEOUT_S: Final = 3600.0
+"""The ``request_timeout`` a worker gives a request routed to a group coordinator
+(``describe_consumer_groups``), s: librdkafka's longest, so that the request never times
+out inside librdkafka while its client lives; the caller bounds its own wait instead
+(``answer_s``). librdkafka 2.16 uses freed memory when such a request timed out before the
+coordinator was reached and the client reaches it later: the process aborts
+(docs/operations.md, "A librdkafka abort during broker outages"). A request left waiting
+is answered once the coordinator is reached, or failed when its client is dropped."""
 
 
-def group_members(admin: AdminClient, group: str, *, request_timeout_s: float,
-                  answer_s: float) -> list[GroupMember]:
+def group_members(admin: AdminClient, group: str, *, answer_s: float,
+                  request_timeout_s: float = COORDINATOR_REQUEST_TIMEOUT_S
+                  ) -> list[GroupMember]:
     """The members of ``group`` now (``describe_consumer_groups``).
 
     Args:
         admin: an AdminClient.
         group: the consumer group.
-        request_timeout_s: the request's ``request_timeout``, s.
         answer_s: how long to wait for the answer, s (our own bound).
+        request_timeout_s: the request's ``request_timeout``, s; a shorter one than the
+            default lets the request time out inside librdkafka, which can abort the
+            process when the client lives on (:data:`COORDINATOR_REQUEST_TIMEOUT_S`).
 
     Raises:
         KafkaException: the describe failed (``GROUP_ID_NOT_FOUND``, a coordinator

@@ -119,8 +119,11 @@ class GroupGuard:
     ``own_members``; any other member takes partitions from them and may commit
     positions they never read (the group-protocol conflict of docs/runbooks.md,
     ``SUBSTRATE_MISCONFIGURED``). A member seen for :data:`FOREIGN_MEMBER_GRACE_S` is
-    refused. The describe is bounded by :data:`workers.admin.ADMIN_CALL_BOUND_S`; a
-    describe that fails or times out judges nothing.
+    refused. The wait for the describe's answer is bounded by
+    :data:`workers.admin.ADMIN_CALL_BOUND_S` + 1 s; a describe that fails or is not
+    answered in time judges nothing. The request itself never times out inside
+    librdkafka (:data:`workers.admin.COORDINATOR_REQUEST_TIMEOUT_S`: one that did could
+    abort the process once the group coordinator is reached again).
     """
 
     def __init__(self, app_id: str, task: int, own_members: Collection[str]) -> None:
@@ -146,8 +149,7 @@ class GroupGuard:
         """
         try:
             with bounded("describe_consumer_groups"):
-                members = group_members(admin, self.app_id, request_timeout_s=ADMIN_CALL_BOUND_S,
-                                        answer_s=ADMIN_CALL_BOUND_S + 1)
+                members = group_members(admin, self.app_id, answer_s=ADMIN_CALL_BOUND_S + 1)
         except (KafkaException, TimeoutError) as exc:
             log.debug("describing group %s failed: %s", self.app_id, exc)
             return

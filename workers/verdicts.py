@@ -113,7 +113,7 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
         now = time.monotonic()
         try:
             with bounded("describe_consumer_groups"):
-                members = group_members(admin, group, request_timeout_s=5, answer_s=10)
+                members = group_members(admin, group, answer_s=5)
             present = {m.member_id for m in members
                        if m.group_instance_id == instance and m.member_id != mine}
             seen = {m: seen.get(m, now) for m in present}
