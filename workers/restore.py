@@ -29,6 +29,7 @@ from parsley.task_stores import TaskStores
 from workers import checkpoint
 from workers.admin import (
     ADMIN_CALL_BOUND_S,
+    COORDINATOR_REQUEST_TIMEOUT_S,
     OffsetsStayedUnstable,
     PartitionOffsetError,
     cluster_answers,
@@ -338,7 +339,11 @@ class Restorer:
             return stable_committed_offsets(
                 admin, self.app_id, [TopicPartition(t, p) for t, p in sorted(self.expected)],
                 deadline_s=STABLE_OFFSETS_DEADLINE_S, retry_s=0.2,
-                request_timeout_s=ADMIN_CALL_BOUND_S, answer_s=ADMIN_CALL_BOUND_S + 1,
+                # Never timed out inside librdkafka: a coordinator request that times out
+                # before its client reaches the coordinator aborts the process when it
+                # later does (docs/operations.md, "A librdkafka abort during broker outages").
+                request_timeout_s=COORDINATOR_REQUEST_TIMEOUT_S,
+                answer_s=ADMIN_CALL_BOUND_S + 1,
                 retry_coordinator_not_available=False)
         except KafkaException as exc:
             raise to_exception(exc, what) from exc

@@ -39,6 +39,7 @@ from coordinator.bootstrap.common import (
 from coordinator.config import ParsleyConfig
 from parsley import refusal_shapes as shapes
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.admin import COORDINATOR_REQUEST_TIMEOUT_S
 from workers.admin import group_members as describe_members
 from workers.authorization import Grant
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
@@ -109,7 +110,10 @@ def group_members(admin: AdminClient, group: str,
     """
     bound = timeout_s + ANSWER_MARGIN_S
     try:
-        return describe_members(admin, group, request_timeout_s=timeout_s, answer_s=bound)
+        # Never timed out inside librdkafka (docs/operations.md, "A librdkafka abort
+        # during broker outages"): the bound is ours, the client is dropped after.
+        return describe_members(admin, group, request_timeout_s=COORDINATOR_REQUEST_TIMEOUT_S,
+                                answer_s=bound)
     except TimeoutError as exc:
         raise StartError(f"describing group '{group}': no answer within {bound:g} s (the "
                          "client may be wedged after a broker outage; the next attempt uses "

@@ -34,7 +34,12 @@ from coordinator.bootstrap.common import (
 from parsley.declarations import InitialPosition
 from parsley.engine.channel import FED_TO_END
 from parsley.refusals import Reason
-from workers.admin import OffsetsStayedUnstable, PartitionOffsetError, stable_committed_offsets
+from workers.admin import (
+    COORDINATOR_REQUEST_TIMEOUT_S,
+    OffsetsStayedUnstable,
+    PartitionOffsetError,
+    stable_committed_offsets,
+)
 from workers.authorization import Grant
 from workers.kafka_errors import partition_eof, topic_authorization_failed
 from workers.positions import (
@@ -142,7 +147,8 @@ def committed_positions(
     try:
         return stable_committed_offsets(
             admin, group, tps, deadline_s=STABLE_DEADLINE_S, retry_s=STABLE_RETRY_S,
-            request_timeout_s=ADMIN_TIMEOUT_S, answer_s=ADMIN_TIMEOUT_S + ANSWER_MARGIN_S,
+            request_timeout_s=COORDINATOR_REQUEST_TIMEOUT_S,  # our bound is answer_s
+            answer_s=ADMIN_TIMEOUT_S + ANSWER_MARGIN_S,
             retry_coordinator_not_available=True, sleep=sleep, on_unstable=said)
     except TimeoutError as exc:
         raise StartError(f"{what}: no answer within {ADMIN_TIMEOUT_S + ANSWER_MARGIN_S:g} s "
