@@ -246,3 +246,13 @@ def test_the_module_map_names_every_module_and_only_modules_that_exist() -> None
     missing, stale = sorted(present - listed), sorted(listed - present)
     assert not missing, f"docs/architecture.md's module map lacks {missing}"
     assert not stale, f"docs/architecture.md's module map names no such module: {stale}"
+
+
+def test_no_two_test_modules_share_a_file_name() -> None:
+    """pytest's rootdir import mode keys a test module by its file name: two alike stop collection."""
+    by_name: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        if not (path.parent / "__init__.py").exists():
+            by_name.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    alike = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not alike, f"test modules sharing a file name (rename one): {alike}"
