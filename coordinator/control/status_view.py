@@ -34,21 +34,29 @@ from coordinator.control.status import (
     TaskStatus,
     parse_status,
 )
-from parsley.status import HeldChannel
+from parsley.status import Blocker, HeldChannel
 
-__all__ = ["FIT_COLUMNS", "held_line", "recovery_line", "render", "report_header"]
+__all__ = ["FIT_COLUMNS", "blocker_text", "held_line", "recovery_line", "render", "report_header"]
 
 FIT_COLUMNS: Final = 100
 """The width the default layout fits in, characters."""
 
 
+def blocker_text(b: Blocker) -> str:
+    """One blocker, e.g. ``a[0] needs 9 settled 8 (in open txn, LSO 9 end 10)``: the class
+    and the offsets that decide it once the task has them (:class:`parsley.status.HoldClass`;
+    docs/operations.md, "Reading the `status` table")."""
+    text = (f"{b.topic}[{b.partition}] needs {b.required} settled "
+            f"{'-' if b.settled is None else b.settled}")
+    if b.hold_class is not None:
+        text += f" ({b.hold_class.label}, LSO {b.last_stable} end {b.end})"
+    return text
+
+
 def held_line(h: HeldChannel) -> str:
     """One held channel and its head's blockers, e.g. ``b[0]@7 x2: a[0] needs 9 settled -``
     (docs/operations.md, "Reading the `status` table")."""
-    waits = ", ".join(
-        f"{b.topic}[{b.partition}] needs {b.required} settled "
-        f"{'-' if b.settled is None else b.settled}" for b in h.blockers
-    ) or "deliverable"
+    waits = ", ".join(blocker_text(b) for b in h.blockers) or "deliverable"
     return f"{h.topic}[{h.partition}]@{h.head} x{h.count}: {waits}"
 
 
