@@ -8,8 +8,10 @@ docs/operations.md, "Commands"):
 1     unexpected error (a bug: the traceback is logged)
 2     usage error or a wrong declaration (``ValueError``)
 3     a refusal: a start, a process, ``inspect`` or ``reset`` refused
+      (``status``: a process stands refused)
 4     a failure: a process stopped with no reason, or a start prerequisite
-      is missing (a topic, connectivity, ACLs)
+      is missing (a topic, connectivity, ACLs) (``status``: a process stands
+      stopped by a failure)
 5     the start should be retried ("Retry this start.")
 6     shutdown incomplete: a worker had to be killed or did not stop
 7     no coordinator answered on the control endpoint

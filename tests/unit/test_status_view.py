@@ -131,3 +131,19 @@ def test_the_last_report_file_is_written_whole_and_read_back(tmp_path: Path) -> 
     path.write_text('{"processes": {}}')
     with pytest.raises(ValueError, match="not a readable last status report"):
         read_last_report(path)
+
+
+def test_status_exits_with_the_documented_code_while_a_process_stands_stopped() -> None:
+    from coordinator.cli.common import ExitCode
+    from coordinator.cli.status import exit_code_of
+
+    assert exit_code_of(DOC) is ExitCode.REFUSAL
+    running = {"processes": {"p": {"state": "RUNNING"}, "q": {"state": "STARTING"}}}
+    assert exit_code_of(running) is ExitCode.CLEAN
+    failed = {"processes": {"p": {"state": "RUNNING"},
+                            "q": {"state": "STOPPED", "refusal_reason": None,
+                                  "failure_detail": "ValueError: boom"}}}
+    assert exit_code_of(failed) is ExitCode.FAILURE
+    closed = {"processes": {"q": {"state": "STOPPED", "refusal_reason": None,
+                                  "failure_detail": None}}}
+    assert exit_code_of(closed) is ExitCode.CLEAN
