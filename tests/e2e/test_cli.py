@@ -254,6 +254,35 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
     assert len(connect_lines) <= 2, res.stderr  # none when the probe answers first
 
 
+def test_a_port_that_does_not_speak_kafka_is_named_at_once(tmp_path: Path) -> None:
+    """An HTTP server on the bootstrap port (python's own http.server, as an operator might
+    have one on a neighbouring port): "not a Kafka broker" within seconds, not _TRANSPORT
+    after the 10 s metadata wait."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
+    try:
+        port = server.server_address[1]
+        began = time.monotonic()
+        res = _cli(["run", "cliapp:processes", "--bootstrap-servers", f"127.0.0.1:{port}",
+                    "--prefix", "nobody", "--state-dir", str(tmp_path)], tmp_path,
+                   _env("cli-http-src", "cli-http-out"), timeout=60)
+        took = time.monotonic() - began
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.returncode == ExitCode.FAILURE, res.stderr
+    # The request line has no HTTP version, so http.server answers as HTTP/0.9: a bare body.
+    assert f"127.0.0.1:{port}: not a Kafka broker: it answered the Kafka handshake with " \
+        "'<!DOCTYPE HTML>" in res.stderr, res.stderr
+    assert "_TRANSPORT" not in res.stderr, res.stderr
+    assert took < 8, f"took {took:.1f} s: the 10 s metadata wait ran"
+
+
 def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
     kafka_bootstrap: str, tmp_path: Path,
 ) -> None:
