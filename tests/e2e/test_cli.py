@@ -95,6 +95,18 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
         assert relay["tasks"][0]["task"] == 0 and relay["tasks"][0]["budget_bytes"] == 262144
         table = _cli(["status", *where], tmp_path, env)
         assert table.returncode == 0 and "relay" in table.stdout and "RUNNING" in table.stdout
+        # A second run under another state dir: the first coordinator is named, at once.
+        began = time.monotonic()
+        second = _cli(["run", "cliapp:processes", "--bootstrap-servers", kafka_bootstrap,
+                       "--prefix", prefix, "--state-dir", str(tmp_path / "other")], tmp_path,
+                      env, timeout=60)
+        took = time.monotonic() - began
+        assert second.returncode == ExitCode.FAILURE, second.stderr
+        assert f"the workers of another coordinator on this host, pid {run.pid} (" \
+            in second.stderr, second.stderr
+        assert "Retry this start" not in second.stderr, second.stderr
+        assert took < 10, f"{took:.1f} s: the second run waited out the group window"
+        assert _cli(["status", *where], tmp_path, env).returncode == 0, "the first runs on"
         got: list[bytes] = []
         while time.monotonic() < deadline and len(got) < 2:
             got = [r.value for r in read_committed(kafka_bootstrap, out.name)]
