@@ -46,8 +46,10 @@ def cli(log_level: str) -> None:
 
     `run` starts the declared processes (one worker OS process per task) and
     serves status on a control socket; `status` and `stop` talk to that
-    socket; `inspect` reads a stopped process's ordering state from Kafka;
-    `reset` starts a stopped process anew at a chosen boundary (docs/runbooks.md).
+    socket; `keys` makes the CURVE keys that secure that socket on TCP;
+    `inspect` reads a stopped process's ordering state from Kafka; `reset`
+    starts a stopped process anew at a chosen boundary (docs/runbooks.md).
+    APP is `module:attribute`, imported from the current directory.
     Exit status: 0 clean, 2 usage/declaration, 3 refusal, 4 failure,
     5 retry the start, 6 shutdown incomplete, 7 no coordinator answered.
     """

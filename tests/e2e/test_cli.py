@@ -49,7 +49,8 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def test_help_explains_each_command(tmp_path: Path) -> None:
     env = dict(os.environ)
-    for cmd, phrase in [([], "Exit status"), (["run"], "all-or-nothing"),
+    for cmd, phrase in [([], "Exit status"), ([], "`keys` makes the CURVE keys"),
+                        ([], "imported from the current directory"), (["run"], "all-or-nothing"),
                         (["status"], "held counts"), (["stop"], "SIGKILL"),
                         (["inspect"], "ordering state from its changelog"),
                         (["reset"], "new causal boundary")]:
