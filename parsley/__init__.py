@@ -7,6 +7,7 @@ from parsley import serdes, session, wire
 from parsley.declarations import (
     EARLIEST,
     LATEST,
+    BatchHandler,
     Channel,
     Delivery,
     Effects,
@@ -25,6 +26,7 @@ __all__ = [
     "EARLIEST",
     "FED_TO_END",
     "LATEST",
+    "BatchHandler",
     "Channel",
     "ChannelId",
     "Delivery",

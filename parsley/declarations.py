@@ -13,9 +13,9 @@ is the check the coordinator runs at start (docs/architecture.md, "The bootstrap
 
 The names live by responsibility: :mod:`parsley.channels` (Channel, Store, InitialPosition),
 :mod:`parsley.effects` (Delivery, State, Send, Write, Effects, EffectsBuilder, Handler,
-RefusalLatch), :mod:`parsley.process` (Process, Input) and :mod:`parsley.naming` (cluster
-names, task width, validate_declarations). This module re-exports every name, so each
-existing import path keeps working.
+BatchHandler, RefusalLatch), :mod:`parsley.process` (Process, Input) and
+:mod:`parsley.naming` (cluster names, task width, validate_declarations). This module
+re-exports every name, so each existing import path keeps working.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from parsley.channels import (
     same_store,
 )
 from parsley.effects import (
+    BatchHandler,
     Delivery,
     Effects,
     EffectsBuilder,
@@ -56,6 +57,7 @@ __all__ = [
     "LATEST",
     "RESERVED_NAME_PREFIX",
     "TASK_ID_MIN_DIGITS",
+    "BatchHandler",
     "Channel",
     "Delivery",
     "Effects",

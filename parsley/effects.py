@@ -12,17 +12,19 @@ docs/runbooks.md, "The application must change". Re-exported by :mod:`parsley.de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from parsley import refusal_shapes as shapes
 from parsley.channels import Channel, Store
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import RESERVED_PREFIX as _HEADER_PREFIX
 
 __all__ = [
+    "BatchHandler",
     "Delivery",
     "Effects",
     "EffectsBuilder",
@@ -180,7 +182,7 @@ def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> t
         if key.startswith(_HEADER_PREFIX):
             raise _latched(ParsleyFailClosedError(
                 Reason.RESERVED_HEADER_USED,
-                f"serializer for {topic} wrote reserved header '{key}'",
+                shapes.reserved_header_used(topic, key),
             ))
         out.append((key, None if value is None else bytes(value)))
     return tuple(out)
@@ -367,3 +369,8 @@ class EffectsBuilder:
 
 Handler = Callable[[Delivery[Any, Any], State], Effects]
 """``(delivery, state) -> Effects``: the application code for one received channel."""
+
+BatchHandler = Callable[[Sequence[Delivery[Any, Any]], State], Effects]
+"""``(deliveries, state) -> Effects``: the application code for a channel received in
+batches (``Process.receives_batch``): consecutive deliveries of that channel in causal
+order, one ``Effects`` for all of them."""

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from parsley import refusal_shapes as shapes
 from parsley.declarations import (
     Channel,
     Effects,
@@ -180,6 +181,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _context(process: str, *parts: str) -> str:
+    """What a frame refusal adds after its reason's shape: `` (process '<name>'; ...)``."""
+    return " (" + "; ".join((f"process '{process}'", *parts)) + ")"
+
+
 def _as_bytes(data: object) -> bytes:
     """Serializer output as bytes; anything else is a serializer failure."""
     if isinstance(data, bytes):
@@ -215,16 +221,14 @@ class _FrameState:
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{name}: {declared.name} state read key could not be serialized by the "
-                f"declared serde ({_describe(exc)})"
-                + APPLICATION_REMEDY,
+                shapes.state_read_key_unserializable(declared.name)
+                + _context(name, _describe(exc)) + APPLICATION_REMEDY,
             )) from exc
         if key_bytes is None:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{name}: {declared.name} state read key serialized to null; "
-                "the declared key serde could not encode it"
-                + APPLICATION_REMEDY,
+                shapes.state_read_key_unserializable(declared.name)
+                + _context(name, "it serialized to null") + APPLICATION_REMEDY,
             ))
         value_bytes = frame.stores.get(declared.name, key_bytes)
         if value_bytes is None:
@@ -234,9 +238,8 @@ class _FrameState:
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{name}: {declared.name} stored value could not be decoded by the declared "
-                f"serde ({_describe(exc)})"
-                + APPLICATION_REMEDY,
+                shapes.stored_value_undecodable(declared.name)
+                + _context(name, _describe(exc)) + APPLICATION_REMEDY,
             )) from exc
 
 
@@ -261,10 +264,19 @@ class HandlerFrame:
         self._latch_fn = self.latch
         self._latching = False  # inside latching(): the refusal latch is already set
         # Per-channel plans, built once; the declaration is immutable.
+        # Per-record and batch handlers apart: run() never calls a batch handler.
         self._in_plans: dict[str, _InputPlan] = {
             i.channel.name: (i.handler, decoder(i.channel.key_serde),
                              decoder(i.channel.value_serde))
-            for i in process.inputs}
+            for i in process.inputs if not i.batched}
+        self._batch_plans: dict[str, _InputPlan] = {
+            i.channel.name: (i.handler, decoder(i.channel.key_serde),
+                             decoder(i.channel.value_serde))
+            for i in process.inputs if i.batched}
+        self.batch_limits: dict[str, int] = {
+            i.channel.name: i.max_records for i in process.inputs
+            if i.max_records is not None}
+        """Received topic -> ``max_records`` of its batch handler (batched topics only)."""
         self._out_plans: dict[str, _OutputPlan] = {
             c.name: (c.name, *encoder(c.key_serde), *encoder(c.value_serde))
             for c in process.outputs}
@@ -287,15 +299,15 @@ class HandlerFrame:
 
         Returns:
             ``(inputs, outputs)``. ``inputs``: received topic -> ``(handler, decode key,
-            decode value)`` for channels whose serdes are built in
+            decode value)`` for channels with a per-record handler whose serdes are built in
             (:data:`parsley.serdes.BYTES`, ``STRING``, ``JSON``). Their decoders are
             pure, so a failed decode is simply decoded again here. ``outputs``: declared
             output -> ``(topic, encode key, encode value)`` for outputs whose serdes are
             built in; ``None`` stands for BYTES, the identity on ``bytes``.
         """
         inputs = {i.channel.name: self._in_plans[i.channel.name]
-                  for i in self.process.inputs
-                  if _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
+                  for i in self.process.inputs if not i.batched
+                  and _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
         outputs = {}
         for c in self.process.outputs:
             topic, kenc, _, kexact, venc, _, vexact = self._out_plans[c.name]
@@ -360,12 +372,11 @@ class HandlerFrame:
                             f"got {type(store).__name__}")
         declared = self._stores.get(store.name)
         if declared is None or not same_store(declared, store):
-            other = "" if declared is None else " (a Store instance other than the declared one)"
             raise ParsleyFailClosedError(
                 Reason.STATE_ACCESS_TO_UNDECLARED_STORE,
-                f"{self.process.name}: {access} targets a store not declared by stores(...): "
-                f"{store.name}{other}"
-                + APPLICATION_REMEDY,
+                shapes.state_access_to_undeclared_store(
+                    access.removeprefix("state "), store.name, other_instance=declared is not None)
+                + _context(self.process.name) + APPLICATION_REMEDY,
             )
         return declared
 
@@ -379,7 +390,7 @@ class HandlerFrame:
         if plan is None:
             raise ParsleyFailClosedError(
                 Reason.EMISSION_TO_UNDECLARED_CHANNEL,
-                f"{self.process.name} emitted to undeclared channel {channel.name}"
+                shapes.emission_to_undeclared_channel(self.process.name, channel.name)
                 + APPLICATION_REMEDY,
             )
         return plan
@@ -396,9 +407,8 @@ class HandlerFrame:
             self._rethrow()  # a latched state refusal keeps its own reason
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{self.process.name}: {site} payload could not be serialized by the declared "
-                f"serde ({part}; {_describe(exc)})"
-                + APPLICATION_REMEDY,
+                shapes.application_payload_unserializable(site)
+                + _context(self.process.name, part, _describe(exc)) + APPLICATION_REMEDY,
             ) from exc
 
     def _plan_write(self, declared: Store[Any, Any], key: Any, value: Any) -> SerializedWrite:
@@ -407,9 +417,8 @@ class HandlerFrame:
         if key_bytes is None:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{self.process.name}: {name} state write key serialized to null; "
-                "the declared key serde could not encode it"
-                + APPLICATION_REMEDY,
+                shapes.state_write_key_null(name)
+                + _context(self.process.name) + APPLICATION_REMEDY,
             )
         value_bytes = None if value is None else self._serialize(
             declared.value_serde, value, name, "state write value")
@@ -419,15 +428,14 @@ class HandlerFrame:
         self._rethrow()  # a latched state refusal keeps its own reason
         return ParsleyFailClosedError(
             Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-            f"{self.process.name}: {topic} payload could not be serialized by the declared "
-            f"serde ({part}; {_describe(exc)})"
-            + APPLICATION_REMEDY,
+            shapes.application_payload_unserializable(topic)
+            + _context(self.process.name, part, _describe(exc)) + APPLICATION_REMEDY,
         )
 
     def _reserved(self, topic: str, key: str) -> ParsleyFailClosedError:
         return ParsleyFailClosedError(
             Reason.RESERVED_HEADER_USED,
-            f"{self.process.name}: serializer for {topic} wrote reserved header '{key}'"
+            shapes.reserved_header_used(topic, key) + _context(self.process.name)
             + APPLICATION_REMEDY,
         )
 
@@ -489,9 +497,9 @@ class HandlerFrame:
                             or not isinstance(header[1], bytes | None)):
                         raise ParsleyFailClosedError(
                             Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                            f"{self.process.name}: {topic} payload could not be serialized by "
-                            f"the declared serde (a serializer added a header that is not "
-                            f"(str, bytes | None): {header!r})"
+                            shapes.application_payload_unserializable(topic)
+                            + _context(self.process.name, "a serializer added a header that "
+                                       f"is not a str and bytes-or-None pair: {header!r}")
                             + APPLICATION_REMEDY,
                         )
                     if header[0].startswith(RESERVED_HEADER_PREFIX):
@@ -526,7 +534,7 @@ class HandlerFrame:
             self._rethrow()
         source = self._in_plans.get(topic)
         if source is None:
-            raise ValueError(f"{self.process.name} was fed {topic}, which it does not receive")
+            raise self._not_received(topic, batch=False)
         handler, decode_key, decode_value = source
         part = "key"
         try:
@@ -537,8 +545,9 @@ class HandlerFrame:
             self._rethrow()
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
-                f"declared serde (partition {partition}; {_describe(exc)})"
+                f"{shapes.application_payload_undecodable(topic, offset)} "
+                f"{part} could not be decoded by the declared serde"
+                + _context(self.process.name, f"partition {partition}", _describe(exc))
                 + APPLICATION_REMEDY,
             ) from exc
         if self._latched is not None:
@@ -562,6 +571,103 @@ class HandlerFrame:
         except Exception as exc:
             self.handler_raised(exc, topic, partition, offset)
         return self.plan(effects, topic, partition, offset, timestamp_ms)
+
+    def _not_received(self, topic: str, *, batch: bool) -> ValueError:
+        """The worker bug of feeding ``topic`` to the wrong one of :meth:`run` and
+        :meth:`run_batch` (or a topic not received at all)."""
+        if topic in (self._in_plans if batch else self._batch_plans):
+            how = "per record" if batch else "in batches (receives_batch)"
+            return ValueError(f"{self.process.name} receives {topic} {how}; it was handed "
+                              f"to the other form")
+        return ValueError(f"{self.process.name} was fed {topic}, which it does not receive")
+
+    def _decode(self, topic: str, partition: int, offset: int, key: bytes | None,
+                value: bytes | None, decode_key: Callable[[bytes], Any],
+                decode_value: Callable[[bytes], Any]) -> tuple[Any, Any]:
+        """Key and value through the channel's serdes (APPLICATION_PAYLOAD_UNDECODABLE)."""
+        part = "key"
+        try:
+            key_value = None if key is None else decode_key(key)
+            part = "value"
+            value_value = None if value is None else decode_value(value)
+        except Exception as exc:
+            self._rethrow()
+            raise ParsleyFailClosedError(
+                Reason.APPLICATION_PAYLOAD_UNDECODABLE,
+                f"{shapes.application_payload_undecodable(topic, offset)} "
+                f"{part} could not be decoded by the declared serde"
+                + _context(self.process.name, f"partition {partition}", _describe(exc))
+                + APPLICATION_REMEDY,
+            ) from exc
+        return key_value, value_value
+
+    def run_batch(self, topic: str, partition: int,
+                  entries: Sequence[tuple[int, int, bytes | None, bytes | None,
+                                          Sequence[Header]]],
+                  ) -> tuple[Sequence[PlannedSend], tuple[SerializedWrite, ...]]:
+        """Deliveries of a batch-handled channel (``Process.receives_batch``) through its
+        handler in one call, and the effects it returns planned.
+
+        Args:
+            topic: the received topic; partition: its partition.
+            entries: ``(offset, timestamp_ms, key, value, headers)`` of each delivery, in
+                delivery order, at least one and at most the input's ``max_records``.
+
+        Each entry is decoded as :meth:`run` decodes one (APPLICATION_PAYLOAD_UNDECODABLE
+        names the entry's offset); the handler gets the list of :class:`parsley.Delivery`
+        and the frame's state, whose reads see the stores as they were before the batch.
+        The effects are checked and planned as :meth:`plan` does for one delivery, a send
+        without a timestamp taking the last entry's; a handler failure names the first
+        entry's offset.
+
+        Returns:
+            As :meth:`run`: ``(sends, writes)`` of the whole batch, in the handler's order.
+
+        Raises:
+            As :meth:`run`; ValueError also for an empty batch or one over ``max_records``.
+        """
+        if self._latched is not None:
+            self._rethrow()
+        source = self._batch_plans.get(topic)
+        if source is None:
+            raise self._not_received(topic, batch=True)
+        if not entries or len(entries) > self.batch_limits[topic]:
+            raise ValueError(f"{self.process.name}: a batch of {len(entries)} deliveries of "
+                             f"{topic} (1 to {self.batch_limits[topic]} allowed)")
+        handler, decode_key, decode_value = source
+        deliveries = []
+        for offset, timestamp_ms, key, value, headers in entries:
+            key_value, value_value = self._decode(topic, partition, offset, key, value,
+                                                  decode_key, decode_value)
+            deliveries.append(new_delivery(topic, partition, offset, timestamp_ms, key_value,
+                                           value_value,
+                                           strip_reserved(headers) if headers else ()))
+        if self._latched is not None:
+            self._rethrow()
+        first = entries[0][0]
+        try:
+            if self._latching:
+                effects = handler(deliveries, self._state)
+            else:
+                token = _REFUSAL_LATCH.set(self._latch_fn)
+                try:
+                    effects = handler(deliveries, self._state)
+                finally:
+                    _REFUSAL_LATCH.reset(token)
+        except ParsleyFailClosedError:
+            self._rethrow()
+            raise
+        except Exception as exc:
+            self.handler_raised(exc, topic, partition, first)
+        return self.plan(effects, topic, partition, first, entries[-1][1])
+
+    def deliver_batch(self, topic: str, partition: int,
+                      entries: Sequence[tuple[int, int, bytes | None, bytes | None,
+                                              Sequence[Header]]]) -> FrameResult:
+        """:meth:`run_batch` in the public form of :meth:`deliver` (a :class:`FrameResult`)."""
+        sends, writes = self.run_batch(topic, partition, entries)
+        return FrameResult(
+            tuple(SerializedSend(t, k, v, tuple(h), ts) for t, k, v, h, ts in sends), writes)
 
     def handler_raised(self, exc: Exception, topic: str, partition: int,
                        offset: int) -> NoReturn:
@@ -606,8 +712,7 @@ class HandlerFrame:
             if effects is None:
                 raise ParsleyFailClosedError(
                     Reason.HANDLER_RETURNED_NULL_EFFECTS,
-                    f"{self.process.name}: handler for {topic} returned null effects; "
-                    "return Effects.none() for a step that changes nothing"
+                    shapes.handler_returned_null_effects(topic) + _context(self.process.name)
                     + APPLICATION_REMEDY,
                 )
             if not isinstance(effects, Effects):

@@ -15,20 +15,38 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from parsley.channels import Channel, Store, check_name
-from parsley.effects import Handler
+from parsley.effects import BatchHandler, Handler
 
-__all__ = ["Input", "Process"]
+__all__ = ["DEFAULT_MAX_BATCH", "Input", "Process"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
+DEFAULT_MAX_BATCH = 500
+"""``receives_batch``'s default ``max_records``: the worker's records per ``consume`` call."""
+
+
 @dataclass(frozen=True, slots=True)
 class Input:
-    """A received channel and its handler (Java ``Process.Input``)."""
+    """A received channel and its handler (Java ``Process.Input``).
+
+    Attributes:
+        channel: the received channel.
+        handler: a :data:`parsley.Handler` (one delivery per call), or with
+            ``max_records`` set a :data:`parsley.BatchHandler` (a batch per call).
+        max_records: ``None`` for a per-record handler; else the most deliveries one
+            batch-handler call gets (>= 1): see :meth:`Process.receives_batch`.
+    """
 
     channel: Channel[Any, Any]
-    handler: Handler
+    handler: Handler | BatchHandler
+    max_records: int | None = None
+
+    @property
+    def batched(self) -> bool:
+        """Whether the handler takes batches (:meth:`Process.receives_batch`)."""
+        return self.max_records is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +110,43 @@ class Process:
         if self.input(channel.name) is not None:
             raise ValueError(f"process '{self.name}' receives channel '{channel.name}' twice")
         return replace(self, inputs=(*self.inputs, Input(channel, handler)))
+
+    def receives_batch(self, channel: Channel[K, V], handler: BatchHandler,
+                       max_records: int = DEFAULT_MAX_BATCH) -> Process:
+        """Add a received channel whose handler takes its deliveries in batches.
+
+        ``handler(deliveries, state)`` gets a non-empty sequence of at most
+        ``max_records`` :class:`parsley.Delivery` of this channel, consecutive in the
+        task's causal delivery order (a delivery of another channel ends a batch), and
+        returns one :class:`parsley.Effects` for all of them. Additive and opt-in: the
+        per-record :meth:`receives` is unchanged, and one process may mix both.
+
+        What differs from calling a per-record handler once per delivery (docs/model.md,
+        "Batch handlers"):
+
+        * every send of the batch carries the frontier as of the batch's end (after its
+          last delivery): an over-approximation of each message's causes by at most the
+          batch, never fewer causes;
+        * ``state.get`` reads the stores as they were before the batch: the batch's own
+          writes are seen only through the handler's own code (they are applied when it
+          returns, in the order given);
+        * a send without a timestamp gets the timestamp of the batch's last delivery;
+        * a handler failure names the batch's first delivery, and the whole batch is
+          delivered again after a restart (nothing of it is committed).
+
+        Raises:
+            ValueError: ``channel`` received twice, or ``max_records`` < 1.
+            TypeError: a handler that is not callable, a non-Channel, or a
+                ``max_records`` that is not an int.
+        """
+        if not isinstance(max_records, int) or isinstance(max_records, bool):
+            raise TypeError(f"process '{self.name}': max_records for '{channel.name}' must be "
+                            f"an int, got {type(max_records).__name__}")
+        if max_records < 1:
+            raise ValueError(f"process '{self.name}': max_records for '{channel.name}' must "
+                             f"be >= 1, got {max_records}")
+        single = self.receives(channel, handler)  # type: ignore[arg-type]  # same checks
+        return replace(single, inputs=(*self.inputs, Input(channel, handler, max_records)))
 
     def sends(self, *channels: Channel[Any, Any]) -> Process:
         """Add channels this process may emit to (membership is by topic name)."""

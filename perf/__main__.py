@@ -2,18 +2,24 @@
 
 Usage::
 
-    python -m perf [--quick] [--json FILE] [--plot FILE.png] [--bootstrap-servers HOST:PORT]
-                   [--runs baseline,parsley-1,parsley-1-python,parsley-2,diamond]
-                   [--sizes 100,1024]
+    python -m perf [--quick] [--peers] [--json FILE] [--plot FILE.png]
+                   [--bootstrap-servers HOST:PORT]
+                   [--runs baseline,parsley-1,parsley-1-batch,parsley-1-python,parsley-2,diamond]
+                   [--sizes 100,1024] [--rounds N] [--messages N]
                    [--no-restore] [--docs docs/performance.md]
 
 Without ``--bootstrap-servers`` it starts a private broker in a temporary
-directory (``devtools.devbroker.up``) and stops it at the end. It runs the
-baseline, parsley-1 (native engine), parsley-1-python (the reference engine),
-parsley-2 and diamond relays (``perf.runs``) for each value
-size, then the restore benchmark (``perf.restore``), prints every figure and the
-ratios against the baseline of the same invocation, and writes the JSON, the PNG
-plot and the docs table when asked. Nothing here asserts a timing.
+directory (``devtools.devbroker.up``) and stops it at the end. It runs the kinds in
+interleaved rounds (every kind at every size, then again: ``--rounds``, default 3 with
+``--quick``, 5 without), each run on fresh topics that are deleted, and gone from
+``list_topics``, before the next starts (``perf.runs``). ``--peers`` adds Quix Streams
+(exactly-once, commit 100 ms and 5 s) and Kafka Streams (``exactly_once_v2``, commit
+100 ms) to every round, each installed in its own environment first (``perf.peers``; a
+missing Java, Maven or network stops the benchmark with what to do). Then the restore
+benchmark (``perf.restore``). Each ratio is the median of its per-round ratios, with
+its min and max, beside CPU µs per record of every kind and the load average of every
+round (``perf.rounds``); it prints every figure and writes the JSON, the PNG plot and
+the docs table when asked. Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -30,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from perf import report as rep
-from perf.runs import FULL, KINDS, QUICK, run_one
+from perf.runs import FULL, KINDS, PEER_KINDS, QUICK, run_one
 
 
 def _say(msg: str) -> None:
@@ -44,16 +51,23 @@ def main(argv: list[str] | None = None) -> int:
     from perf.patches import PATCHES
 
     ap.add_argument("--quick", action="store_true",
-                    help="backlogs of 10^5 records, 2 rounds (a few minutes; the default is "
-                         "2*10^5 records, 3 rounds)")
+                    help="backlogs of 10^5 records, 3 rounds (under 15 minutes on 2 quiet "
+                         "cores, peers included; the default is 2*10^5 records, 5 rounds)")
+    ap.add_argument("--peers", action="store_true",
+                    help="add Quix Streams (exactly-once, commit 100 ms and 5 s) and Kafka "
+                         "Streams (exactly_once_v2, commit 100 ms) to every round; each is "
+                         "installed in its own environment under the cache directory first "
+                         "(perf/peers.py: needs PyPI, Maven Central, Java 17 and Maven)")
     ap.add_argument("--json", metavar="FILE", help="write the JSON report here")
     ap.add_argument("--plot", metavar="FILE.png", help="write a PNG plot here (matplotlib)")
     ap.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
-    ap.add_argument("--runs", default=",".join(KINDS), help="comma-separated relay runs")
+    ap.add_argument("--runs", help="comma-separated relay runs (default: all of "
+                                   f"{','.join(KINDS)}; --quick leaves parsley-1-python out)")
     ap.add_argument("--sizes", help="comma-separated value sizes in bytes (default 100,1024)")
     ap.add_argument("--messages", type=int, help="backlog records per run (overrides)")
     ap.add_argument("--rounds", type=int,
-                    help="rounds of every run; the best throughput is kept (default quick 2, 3)")
+                    help="interleaved rounds of every run; each ratio is the median of the "
+                         "per-round ratios (default quick 3, 5)")
     ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
                     help="apply a candidate worker fix from perf/patches.py in the workers")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore benchmark")
@@ -75,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             + (["--messages", str(a.messages)] if a.messages else []))
     if a.from_json:
         saved = json.loads(Path(a.from_json).read_text())
-        report = rep.build_report(saved["runs"], saved["machine"], saved.get("restore"),
-                                  saved.get("settings"))
+        report = rep.build_report(saved["rounds"], saved["machine"], saved.get("restore"),
+                                  saved.get("settings"), saved.get("round_load_avg"))
         return 1 if _emit(report, a) else 0
 
     settings = QUICK if a.quick else FULL
@@ -87,17 +101,34 @@ def main(argv: list[str] | None = None) -> int:
     bad = set(a.worker_patch) - set(PATCHES)
     if bad:
         ap.error(f"unknown worker patches {sorted(bad)}; choose from {sorted(PATCHES)}")
-    kinds = [k for k in a.runs.split(",") if k]
-    unknown = set(kinds) - set(KINDS)
+    if a.runs:
+        kinds = [k for k in a.runs.split(",") if k]
+    else:  # the reference engine serves no target: --quick keeps within its 15 minutes
+        kinds = [k for k in KINDS if not (a.quick and k == "parsley-1-python")]
+    if a.peers:
+        kinds += [k for k in PEER_KINDS if k not in kinds]
+    unknown = set(kinds) - set(KINDS) - set(PEER_KINDS)
     if unknown:
-        ap.error(f"unknown runs {sorted(unknown)}; choose from {list(KINDS)}")
+        ap.error(f"unknown runs {sorted(unknown)}; choose from {[*KINDS, *PEER_KINDS]}")
+    peers = [k for k in kinds if k in PEER_KINDS]
+    if peers:
+        from perf.peers import PeerUnavailable, prepare
+
+        _say(f"preparing the peers {peers} (installed once, under the cache directory)")
+        try:
+            prepare(peers)
+        except PeerUnavailable as exc:
+            _say(f"the peers cannot run here: {exc}")
+            return 2
 
     workdir = tempfile.mkdtemp(prefix="parsley-perf-")
     private_dir: Path | None = None
     bootstrap = a.bootstrap_servers
     failed = False
-    runs: dict[str, Any] = {}
+    rounds: list[dict[str, Any]] = []
+    round_load: list[dict[str, Any]] = []
     restore: dict[str, Any] | None = None
+    began = time.monotonic()
     try:
         if bootstrap is None:
             from devtools import devbroker
@@ -109,11 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        rounds = a.rounds or (2 if a.quick else 3)
-        for _ in range(rounds):
+        for number in range(1, (a.rounds or (3 if a.quick else 5)) + 1):
+            _say(f"round {number}: load average {os.getloadavg()}")
+            load = {"round": number, "start": [round(x, 2) for x in os.getloadavg()]}
+            this: dict[str, Any] = {}
             for size in settings.sizes:
                 for kind in kinds:
-                    key = rep.run_key(kind, size)
                     try:
                         result = run_one(kind, size, settings, bootstrap, admin, workdir,
                                          tuple(a.worker_patch))
@@ -122,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
                         _say(f"{kind} {size} B FAILED: {exc!r}")
                         traceback.print_exc()
                         continue
-                    runs[key] = rep.best_of(runs.get(key), result)
+                    result["round"] = number
+                    this[rep.run_key(kind, size)] = result
+            load["end"] = [round(x, 2) for x in os.getloadavg()]
+            rounds.append(this)
+            round_load.append(load)
         if not a.no_restore:
             from perf.restore import restore_benchmark
 
@@ -146,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             devbroker.down(private_dir)
         shutil.rmtree(workdir, ignore_errors=True)
 
-    report = rep.build_report(runs, rep.machine_info(), restore,
-                              dataclasses.asdict(settings) | {"quick": a.quick})
+    settings_doc = dataclasses.asdict(settings) | {
+        "quick": a.quick, "peers": a.peers, "kinds": kinds,
+        "elapsed_s": round(time.monotonic() - began, 1)}
+    report = rep.build_report(rounds, rep.machine_info(), restore, settings_doc, round_load)
+    _say(f"done in {settings_doc['elapsed_s']:.0f} s")
     return 1 if _emit(report, a) or failed else 0
 
 

@@ -9,7 +9,9 @@ Procedure, on a real broker:
    (SIGTERM: it commits, so the held bodies are in the ordering changelog);
 3. a probe record with no cause is written on C, and the task is respawned with a
    fresh state directory (so it restores everything from the changelog, as on a new
-   machine). Figures: seconds from the spawn until the status says RUNNING (restore
+   machine); then that task is stopped cleanly, a second probe written, and the task
+   respawned over the same state directory (its checkpoint trusted: no changelog read).
+   Figures: seconds from the spawn until the status says RUNNING (restore
    done), seconds until the probe is read from the output (it processes again: the
    reader's own read time, its group joined before the spawn), and
    the worker's resident memory while it holds them all (peak over the first
@@ -55,7 +57,9 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
 
     Returns:
         ``{"held", "value_bytes", "hold_seconds", "rss_holding_bytes",
-        "seconds_to_running", "seconds_to_process", "rss_bytes", "restore_records"}``;
+        "seconds_to_running", "seconds_to_process", "rss_bytes", "restore_records",
+        "clean_restart_seconds_to_running", "clean_restart_seconds_to_process",
+        "clean_restart_checkpoint", "clean_restart_restore_records", "clean_restart_held"}``;
         seconds are wall-clock, RSS in bytes.
 
     Raises:
@@ -116,12 +120,27 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         time.sleep(2.0)  # a status interval or two: RSS settles, status reports the restore
         sampler.sample()
         statuses = relay.last_status()
+        # A clean stop and a restart over the same state directory: its checkpoint lets
+        # the restarted task trust its local stores (docs/model.md, "When the local stores
+        # are trusted").
+        _say("restore: a clean stop, then a restart over the same state directory")
+        relay.stop_workers()
+        loader.plain(c, 1, probe_seq + 1)
+        loader.flush()
+        spawned_us = now_us()
+        clean_running_s = relay.spawn(timeout_s, fresh)
+        if not reader.read_until(2, timeout_s):
+            raise RuntimeError("the second probe was not relayed after the clean restart")
+        clean_process_s = (reader.records[1].read_us - spawned_us) / 1e6
+        time.sleep(1.0)
+        clean = relay.last_status()
         reader.close()
     finally:
         relay.stop()
         delete_topics(admin, [a, b, c, out], tag)
     st = statuses[0] if statuses else {}
     restore = st.get("restore") or {}
+    after_clean = (clean[0].get("restore") if clean else None) or {}
     return {
         "held": held,
         "value_bytes": value_bytes,
@@ -132,6 +151,11 @@ def restore_benchmark(bootstrap: str, admin: AdminClient, held: int, value_bytes
         "rss_bytes": max(sampler.peak_rss.values()) if sampler.peak_rss else st.get("rss_bytes"),
         "held_after_restart": st.get("held_total"),
         "restore_records": restore.get("records") if isinstance(restore, dict) else None,
+        "clean_restart_seconds_to_running": round(clean_running_s, 2),
+        "clean_restart_seconds_to_process": round(clean_process_s, 2),
+        "clean_restart_checkpoint": after_clean.get("checkpoint"),
+        "clean_restart_restore_records": after_clean.get("records"),
+        "clean_restart_held": clean[0].get("held_total") if clean else None,
         "worker_patches": list(worker_patches),
     }
 

@@ -21,7 +21,12 @@ Every run follows the same procedure, so the ratios compare like with like:
    the commit interval. For the diamond the held message of each pair goes first
    and its cause half a pair-interval later; a held message's added latency is
    measured from its cause's send;
-5. stop the relay (SIGTERM; the worker commits and exits).
+5. stop the relay (SIGTERM; the worker commits and exits), delete the run's topics and
+   wait until ``list_topics`` no longer shows them, so the next run meets a settled broker.
+
+A peer that runs on a JVM (Kafka Streams, :mod:`perf.peers`) first relays an untimed backlog
+of the same size after its warm-up record, so its JIT has compiled the hot path before the
+timed one. Each run's figures carry the load average when it began.
 
 Peak resident memory of the workers is sampled by the reader's loop.
 
@@ -35,10 +40,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -62,13 +65,20 @@ from perf.measure import (
     latency_summary,
     throughput,
 )
+from perf.relay_process import RelayProcess
 
-__all__ = ["ENGINES", "KINDS", "Conditions", "Settings", "conditions", "run_one"]
+__all__ = ["ENGINES", "KINDS", "PEER_KINDS", "Conditions", "Settings", "conditions", "run_one"]
 
-KINDS: tuple[str, ...] = ("baseline", "parsley-1", "parsley-1-python", "parsley-2", "diamond")
-"""The relay runs, in the order they are run. ``parsley-1-python`` is ``parsley-1`` on the
-pure-Python reference engine and codec (``PARSLEY_ENGINE=python`` in its worker; the others
-run the default, native one: docs/operations.md, "Choosing the engine")."""
+KINDS: tuple[str, ...] = ("baseline", "parsley-1", "parsley-1-batch", "parsley-1-python",
+                          "parsley-2", "diamond")
+"""The relay runs, in the order each round runs them. ``parsley-1-python`` is ``parsley-1`` on
+the pure-Python reference engine and codec (``PARSLEY_ENGINE=python`` in its worker; the
+others run the default, native one: docs/operations.md, "Choosing the engine");
+``parsley-1-batch`` is ``parsley-1`` with a batch handler (``Process.receives_batch``)."""
+
+PEER_KINDS: tuple[str, ...] = ("quix-100ms", "quix-5s", "kstreams")
+"""The peers ``--peers`` adds (:mod:`perf.peers`): Quix Streams exactly-once with a 100 ms
+and its default 5 s commit interval, and Kafka Streams ``exactly_once_v2``."""
 
 ENGINES: dict[str, str] = {"parsley-1-python": "python"}
 """The ``PARSLEY_ENGINE`` of a run's workers, where not the default (native)."""
@@ -83,8 +93,11 @@ class Settings:
         latency_messages: paced records in the latency phase (diamond: half as many pairs).
         latency_rate: paced records per second (diamond: half as many pairs per second).
         sizes: message value sizes, bytes.
-        commit_interval_ms: the relays' commit interval, ms.
+        commit_interval_ms: the relays' commit interval, ms (the peers set their own:
+            :mod:`perf.peers`).
         timeout_s: deadline for any one wait (startup, drain), seconds.
+        settle_s: after a run, how long to wait until its deleted topics are no longer
+            listed (the broker settled before the next run), seconds.
     """
 
     messages: int = 200_000
@@ -93,6 +106,7 @@ class Settings:
     sizes: tuple[int, ...] = (100, 1024)
     commit_interval_ms: int = 100
     timeout_s: float = 240.0
+    settle_s: float = 60.0
 
 
 QUICK = Settings(messages=100_000, latency_messages=600, latency_rate=300.0)
@@ -161,10 +175,16 @@ def create_topics(admin: AdminClient, topics: Sequence[tuple[str, int, dict[str,
 OUTPUT_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 
 
-def delete_topics(admin: AdminClient, names: Sequence[str], prefix: str | None = None) -> None:
+def delete_topics(admin: AdminClient, names: Sequence[str], prefix: str | None = None,
+                  settle_s: float = 0.0) -> list[str]:
     """Delete a run's topics (and with ``prefix``, its relay's ordering changelog), best effort.
 
-    A shared broker would otherwise collect a few topics per run.
+    A shared broker would otherwise collect a few topics per run. With ``settle_s`` > 0, wait
+    up to that long until ``list_topics`` no longer shows any of them (the broker settled
+    before the next run: ``python -m perf`` does so between runs).
+
+    Returns:
+        The topics still listed when the wait ended (empty once they are gone).
     """
     from parsley.declarations import ordering_changelog
 
@@ -173,57 +193,36 @@ def delete_topics(admin: AdminClient, names: Sequence[str], prefix: str | None =
         for f in admin.delete_topics(topics, operation_timeout=30).values():
             with contextlib.suppress(Exception):
                 f.result(30)
+    deadline = time.monotonic() + settle_s
+    left = topics
+    while settle_s > 0:
+        listed: set[str]
+        try:
+            listed = set(admin.list_topics(timeout=10).topics)
+        except Exception:  # a busy broker: ask again until the deadline
+            listed = set(left)
+        left = [t for t in topics if t in listed]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return left if settle_s > 0 else []
 
 
 # ----------------------------------------------------------------------------- relays
 
 
-class BaselineRelay:
+class BaselineRelay(RelayProcess):
     """``python -m perf.baseline`` in a subprocess."""
+
+    name = "baseline"
 
     def __init__(self, bootstrap: str, input_topic: str, output_topic: str, tag: str,
                  commit_interval_ms: int, consume_batch: int) -> None:
-        self.argv = [sys.executable, "-m", "perf.baseline", "--bootstrap-servers", bootstrap,
-                     "--input", input_topic, "--output", output_topic,
-                     "--group", f"{tag}-baseline", "--transactional-id", f"{tag}-baseline",
-                     "--commit-interval-ms", str(commit_interval_ms),
-                     "--batch", str(consume_batch)]
-        self.proc: subprocess.Popen[str] | None = None
-        self.topic_ids: dict[str, UUID] = {}
-
-    def start(self, timeout_s: float) -> None:
-        """Spawn it and wait for its ``ready`` line."""
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
-        ready = threading.Event()
-
-        def watch() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if line.strip() == "ready":
-                    ready.set()
-
-        threading.Thread(target=watch, daemon=True).start()
-        deadline = time.monotonic() + timeout_s
-        while not ready.wait(0.2):
-            code = self.proc.poll()
-            if code is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the baseline relay did not get ready (exit status {code})")
-
-    def pids(self) -> list[int]:
-        """The relay's pid."""
-        return [self.proc.pid] if self.proc else []
-
-    def stop(self) -> None:
-        """SIGTERM and wait (SIGKILL after 30 s)."""
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        super().__init__("baseline", [
+            sys.executable, "-m", "perf.baseline", "--bootstrap-servers", bootstrap,
+            "--input", input_topic, "--output", output_topic,
+            "--group", f"{tag}-baseline", "--transactional-id", f"{tag}-baseline",
+            "--commit-interval-ms", str(commit_interval_ms), "--batch", str(consume_batch)])
 
 
 class ParsleyRelay:
@@ -234,8 +233,10 @@ class ParsleyRelay:
     """
 
     def __init__(self, bootstrap: str, inputs: Sequence[str], output: str, tag: str,
-                 commit_interval_ms: int, state_dir: str, engine: str | None = None) -> None:
+                 commit_interval_ms: int, state_dir: str, engine: str | None = None,
+                 batch: bool = False) -> None:
         self.engine = engine  # PARSLEY_ENGINE of the workers; None: the default
+        self.batch = batch  # a batch handler (receives_batch) rather than per record
         self.bootstrap = bootstrap
         self.inputs = list(inputs)
         self.output = output
@@ -254,8 +255,9 @@ class ParsleyRelay:
         out = Channel(self.output, serdes.BYTES, serdes.BYTES)
         proc = Process("relay")
         for name in self.inputs:
-            proc = proc.receives(Channel(name, serdes.BYTES, serdes.BYTES).starting_at(EARLIEST),
-                                 relay_handler(out))
+            ch = Channel(name, serdes.BYTES, serdes.BYTES).starting_at(EARLIEST)
+            proc = (proc.receives_batch(ch, batch_relay_handler(out)) if self.batch
+                    else proc.receives(ch, relay_handler(out)))
         return proc.sends(out)
 
     def start(self, timeout_s: float, target: Callable[..., Any] | None = None,
@@ -375,6 +377,21 @@ def _engine_env(engine: str | None) -> Any:
             os.environ["PARSLEY_ENGINE"] = old
 
 
+def batch_relay_handler(out: Any) -> Callable[[Any, Any], Any]:
+    """A batch handler (``Process.receives_batch``) sending each delivery's key, value and
+    timestamp to ``out``: the relay of ``parsley-1-batch``."""
+    from parsley import Effects
+
+    def handle(deliveries: Any, state: Any) -> Any:
+        b = Effects.builder()
+        send = b.send
+        for d in deliveries:
+            send(out, d.key, d.value, timestamp=d.timestamp)
+        return b.build()
+
+    return handle
+
+
 def relay_handler(out: Any) -> Callable[[Any, Any], Any]:
     """A handler sending each delivery's key, value and timestamp to ``out``."""
     from parsley import Effects
@@ -466,13 +483,19 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
     create_topics(admin, [(t, partitions, {}) for t in ins]
                   + [(out, partitions, OUTPUT_CONFIG)])
     cond = conditions(kind, settings)
-    relay: BaselineRelay | ParsleyRelay
+    load_avg = [round(x, 2) for x in os.getloadavg()]
+    relay: Any
     if kind == "baseline":
         relay = BaselineRelay(bootstrap, ins[0], out, tag, settings.commit_interval_ms,
                               cond.consume_batch)
+    elif kind in PEER_KINDS:
+        from perf.peers import peer_relay
+
+        relay = peer_relay(kind, bootstrap, ins[0], out, tag, cond.consume_batch)
     else:
         relay = ParsleyRelay(bootstrap, ins, out, tag, settings.commit_interval_ms,
-                             tempfile.mkdtemp(prefix="state-", dir=workdir), ENGINES.get(kind))
+                             tempfile.mkdtemp(prefix="state-", dir=workdir), ENGINES.get(kind),
+                             batch=kind == "parsley-1-batch")
     _say(f"{kind} {size} B: starting the relay")
     t_start = time.monotonic()
     if worker_patches and isinstance(relay, ParsleyRelay):
@@ -501,6 +524,16 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         loader.flush()
         if not reader.read_until(expected, settings.timeout_s):
             raise RuntimeError(f"{kind}: warm-up records not relayed")
+        warm = getattr(relay, "warmup_records", 0) and settings.messages
+        if warm:  # a JVM's JIT compiles the hot path before the timed backlog (perf.peers)
+            _say(f"{kind} {size} B: warming up with {warm} records (not timed)")
+            for _ in range(warm):
+                loader.plain(ins[0], partitions, seq)
+                seq += 1
+            loader.flush()
+            expected += warm
+            if not reader.read_until(expected, settings.timeout_s):
+                raise RuntimeError(f"{kind}: warm-up backlog not relayed")
         # throughput
         n = cond.pairs if diamond else cond.backlog
         pids = relay.pids()
@@ -563,15 +596,22 @@ def run_one(kind: str, size: int, settings: Settings, bootstrap: str, admin: Adm
         with contextlib.suppress(Exception):
             reader.close()
         relay.stop()
-        delete_topics(admin, [*ins, out], None if kind == "baseline" else tag)
+        parsley = isinstance(relay, ParsleyRelay)
+        left = delete_topics(admin, [*ins, out], tag if parsley else None,
+                             settle_s=settings.settle_s)
+        if left:
+            _say(f"{kind} {size} B: topics still listed {settings.settle_s:g} s after their "
+                 f"deletion: {left}")
     per_pid = cpu.per_pid()
     cpu_s = [round(per_pid.get(pid, 0.0), 3) for pid in pids]
     total_cpu = sum(cpu_s)
     result: dict[str, Any] = {
         "kind": kind,
         "value_bytes": size,
-        "tasks": len(pids) if kind != "baseline" else 1,
-        "engine": None if kind == "baseline" else ENGINES.get(kind, "native"),
+        "load_avg": load_avg,
+        "warmup_records": warm or 0,
+        "tasks": len(pids) if isinstance(relay, ParsleyRelay) else 1,
+        "engine": ENGINES.get(kind, "native") if isinstance(relay, ParsleyRelay) else None,
         "backlog_records": backlog,
         "msgs_per_s": rate,
         "startup_s": round(startup_s, 2),

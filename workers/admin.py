@@ -16,6 +16,7 @@ describes and offset listings raise :class:`workers.kafka_errors.SubstrateError`
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from uuid import UUID
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
+    KafkaError,
     KafkaException,
     TopicCollection,
     TopicPartition,
@@ -36,7 +38,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from workers.calls import CallStalled, call
+from workers.authorization import Grant
+from workers.calls import CallStalled, await_future, call
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -60,6 +63,7 @@ __all__ = [
     "describe_topic",
     "group_members",
     "kafka_uuid",
+    "lacking_topic",
     "leaders_known",
     "list_topics",
     "log_starts",
@@ -94,7 +98,7 @@ def group_members(admin: AdminClient, group: str, *, request_timeout_s: float,
         TimeoutError: no answer within ``answer_s``.
     """
     future = admin.describe_consumer_groups([group], request_timeout=request_timeout_s)[group]
-    desc = future.result(timeout=answer_s)
+    desc = await_future(future, answer_s)
     return [GroupMember(str(m.member_id), str(m.client_id), str(m.host),
                         getattr(m, "group_instance_id", None) or None)
             for m in (desc.members or [])]
@@ -173,7 +177,7 @@ def stable_committed_offsets(
                 group, [TopicPartition(t.topic, t.partition) for t in tps])]
             future = admin.list_consumer_group_offsets(
                 request, require_stable=True, request_timeout=request_timeout_s)[group]
-            result = future.result(timeout=answer_s)
+            result = await_future(future, answer_s)
         except KafkaException as exc:
             if not (unstable_offsets(exc) or group_coordinator_busy(
                     exc, not_available=retry_coordinator_not_available)):
@@ -208,7 +212,7 @@ def answer(future: Any, timeout_s: float, what: str) -> Any:
         SubstrateError: ``SUBSTRATE_TRANSIENT`` when no answer came in time.
     """
     try:
-        return future.result(timeout=timeout_s + 5.0)
+        return await_future(future, timeout_s + 5.0)
     except concurrent.futures.TimeoutError as exc:
         raise SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT,
                              f"{what}: no answer within {timeout_s + 5.0:g} s") from exc
@@ -280,11 +284,13 @@ def describe_topic(
 
     Returns:
         The :class:`TopicInfo`, or ``None`` when the broker answers that the
-        topic does not exist (one answer; callers that must be sure ask again).
+        topic does not exist, to the describe or to the configs' describe (one
+        answer; callers that must be sure ask again).
 
     Raises:
-        SubstrateError: any other failure, classified (``TOPIC_AUTHORIZATION_FAILED``
-            included).
+        SubstrateError: any other failure, classified.
+        NotAuthorized: ``TOPIC_AUTHORIZATION_FAILED``, naming Describe or
+            DescribeConfigs on the topic (:mod:`workers.authorization`).
     """
     futures = admin.describe_topics(
         TopicCollection([name]), request_timeout=timeout_s
@@ -294,11 +300,21 @@ def describe_topic(
     except KafkaException as exc:
         if unknown_topic(exc):
             return None
-        raise to_exception(exc, f"describing topic {name}") from exc
+        raise to_exception(exc, f"describing topic {name}",
+                           grant=Grant("Topic", name, ("Describe",))) from exc
     resource = ConfigResource(ResourceType.TOPIC, name)
-    with map_kafka_errors(f"describing the configs of topic {name}"):
-        configs = answer(admin.describe_configs([resource], request_timeout=timeout_s)[resource],
-                         timeout_s, f"describing the configs of topic {name}")
+    try:
+        with map_kafka_errors(f"describing the configs of topic {name}",
+                              Grant("Topic", name, ("DescribeConfigs",))):
+            configs = answer(
+                admin.describe_configs([resource], request_timeout=timeout_s)[resource],
+                timeout_s, f"describing the configs of topic {name}")
+    except SubstrateError as exc:
+        if unknown_topic(exc):
+            # A broker other than the one that described it has not learned of it yet
+            # (a topic just created, on a cluster): not known, as for the describe.
+            return None
+        raise
     return TopicInfo(
         name=name,
         topic_id=kafka_uuid(desc.topic_id),
@@ -362,7 +378,7 @@ def topic_ids(admin: AdminClient, names: Sequence[str],
                                     request_timeout=max(0.5, timeout_s))
     for name in names:
         try:
-            desc = futures[name].result(timeout=timeout_s + 5)
+            desc = await_future(futures[name], timeout_s + 5)
         except (KafkaException, TimeoutError) as exc:
             yield name, exc
         else:
@@ -388,3 +404,32 @@ def log_starts(
             isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
         return {tp.partition: int(answer(f, timeout_s, f"listing the log start of {name}").offset)
                 for tp, f in futures.items()}
+
+
+def lacking_topic(admin: Any, topics: tuple[str, ...], operations: tuple[str, ...],
+                  timeout_s: float = 10.0) -> str | None:
+    """The first of ``topics`` on which the admin client's principal lacks one of
+    ``operations`` (``describe_topics`` with the authorized operations; a topic it may not
+    even describe lacks them all), or None when none can be told (no answer in time).
+    """
+    try:
+        futures = admin.describe_topics(TopicCollection(list(topics)),
+                                        include_authorized_operations=True,
+                                        request_timeout=timeout_s)
+    except KafkaException:
+        return None
+    wanted = {re.sub(r"(?<!^)(?=[A-Z])", "_", op).upper() for op in operations}
+    for topic in topics:
+        try:
+            desc = await_future(futures[topic], timeout_s + 5.0)
+        except KafkaException as exc:
+            if exc.args and getattr(exc.args[0], "code", lambda: None)() \
+                    == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                return topic
+            continue
+        except Exception:  # no answer in time: this one cannot be told
+            continue
+        allowed = {op.name for op in (desc.authorized_operations or [])}
+        if not wanted <= allowed:
+            return topic
+    return None

@@ -13,6 +13,7 @@ the watchdog's stop grace (:func:`workers.watchdog.bounded`, with a margin over 
 
 from __future__ import annotations
 
+import concurrent.futures
 import queue
 import threading
 import time
@@ -22,13 +23,16 @@ from typing import Any, Final, TypeVar
 from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.watchdog import bound_of, bounded
 
-__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "call", "set_heartbeat"]
+__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "await_future", "call",
+           "set_heartbeat"]
 
 T = TypeVar("T")
 
 WATCHDOG_MARGIN_S: Final = 10.0
 """How far past a call's bound the watchdog's own bound lies, s: the watchdog only acts
 when the main thread itself is stuck, never for a call this module gives up on."""
+IDLE_CHECK_S: Final = 5.0
+"""How often an idle helper thread checks that its calling thread still lives, s."""
 HEARTBEAT_S: Final = 0.5
 """How often a waiting main thread calls the heartbeat, s at most."""
 
@@ -84,13 +88,19 @@ class _Runner:
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.abandoned = False
+        self.owner = threading.current_thread()
         self.thread = threading.Thread(target=self._loop, name="parsley-client-call",
                                        daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while not self.abandoned:
-            job = self.jobs.get()
+            try:
+                job = self.jobs.get(timeout=IDLE_CHECK_S)
+            except queue.Empty:
+                if self.owner.is_alive():
+                    continue
+                return  # its calling thread ended: nothing more will come
             job.run()
             del job  # the client goes with the job, not with the idle thread
 
@@ -112,6 +122,35 @@ def set_heartbeat(fn: Callable[[], None] | None) -> None:
     waits: the worker pushes its status from it, so a long call never looks like a
     stalled task."""
     _caller.heartbeat = fn
+
+
+def _beat(caller: _Caller) -> None:
+    beat = caller.heartbeat
+    if beat is not None and not caller.beating:
+        caller.beating = True
+        try:
+            beat()
+        finally:
+            caller.beating = False
+
+
+def await_future(future: Any, timeout_s: float) -> Any:
+    """``future.result(timeout=timeout_s)`` of an admin call, the heartbeat served meanwhile
+    (:func:`set_heartbeat`): a describe awaited 11 s never makes the task look stalled.
+
+    Raises:
+        concurrent.futures.TimeoutError: no answer within ``timeout_s``.
+        BaseException: what the future raised.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return future.result(timeout=max(0.0, min(HEARTBEAT_S, left)))
+        except concurrent.futures.TimeoutError:
+            if left <= HEARTBEAT_S:
+                raise
+        _beat(_caller)
 
 
 def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = None,
@@ -145,14 +184,9 @@ def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = No
             if time.monotonic() >= deadline:
                 runner.abandoned = True
                 caller.runner = None
+                del fn, args, kwargs  # the traceback keeps this frame: not the wedged client
                 raise CallStalled(name, bound)
-            beat = caller.heartbeat
-            if beat is not None and not caller.beating:
-                caller.beating = True
-                try:
-                    beat()
-                finally:
-                    caller.beating = False
+            _beat(caller)
     if job.error is not None:
         error, job.error = job.error, None
         raise error

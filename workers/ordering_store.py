@@ -6,11 +6,14 @@ sqlite file, so held message bodies live on disk rather than in Python
 memory (a deep hold-back must not grow the worker without bound).
 
 The changelog is the source of truth (docs/model.md, "Restart"; "a local
-copy is a cache only"): :meth:`SqliteOrderingStore.create` always starts from
+copy is a cache only"): :meth:`SqliteOrderingStore.create` starts from
 an empty file, and :meth:`SqliteOrderingStore.rebuild` loads the changelog's
-latest value per key. Hence no durability is paid for: ``synchronous=OFF``
-and an in-memory journal; a crash can leave a corrupt file, which the next
-start deletes unread.
+latest value per key. The one exception is a file a clean stop left and its
+checkpoint proves equal to the changelog (``workers.checkpoint``; docs/model.md,
+"When the local stores are trusted"), flushed to disk before that checkpoint is
+written. Hence no durability is paid for while running: ``synchronous=OFF`` and
+an in-memory journal; a crash can leave a corrupt file, which the next start
+deletes unread (a crash leaves no checkpoint).
 
 sqlite compares BLOB keys with ``memcmp`` (shorter first on a tie), which is
 exactly Python's ``bytes`` order, so ``ORDER BY k`` is the protocol's
@@ -56,11 +59,16 @@ def task_state_dir(state_dir: str | Path, application_id: str, task: int) -> Pat
     return Path(state_dir) / application_id / str(task)
 
 
-def store_cache_factory(directory: str | Path) -> Callable[[str], SqliteOrderingStore]:
+def store_cache_factory(directory: str | Path,
+                        kept: bool = False) -> Callable[[str], SqliteOrderingStore]:
     """The worker's cache of each declared store (``parsley.task_stores.TaskStores``):
-    for store ``name`` a fresh file ``<directory>/store-<name>.sqlite``, any previous one
-    deleted (:meth:`SqliteOrderingStore.create`: the cache is never trusted across starts).
+    for store ``name`` the file ``<directory>/store-<name>.sqlite``: a fresh one, any
+    previous one deleted (:meth:`SqliteOrderingStore.create`), unless ``kept``: the file as
+    the last clean stop left it, which only a trusted checkpoint allows
+    (``workers.checkpoint``).
     """
+    if kept:
+        return lambda name: SqliteOrderingStore(Path(directory) / f"store-{name}.sqlite")
     return lambda name: SqliteOrderingStore.create(directory, f"store-{name}")
 
 
@@ -104,9 +112,10 @@ class SqliteOrderingStore:
     def create(cls, directory: str | Path, name: str = "ordering") -> SqliteOrderingStore:
         """A fresh, empty store in ``directory``: any previous file is deleted first.
 
-        The local copy is a cache only (docs/model.md, "Restart"), always
-        rebuilt from the changelog at task start, so an old or half-written
-        file is never trusted or even read.
+        The local copy is a cache only (docs/model.md, "Restart"), rebuilt
+        from the changelog at task start, so an old or half-written file is
+        never trusted or even read (but for a clean stop's checkpoint, which
+        opens the file as it is instead: ``workers.checkpoint``).
 
         Args:
             directory: the task's state directory (see :func:`task_state_dir`).

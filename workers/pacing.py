@@ -139,7 +139,8 @@ class BatchSizer:
         return max(1, min(n, int(time_left_s / cost)))
 
 
-def delivery_batches(close_after_s: float | None, pass_s: float | None) -> BatchSizer:
+def delivery_batches(close_after_s: float | None, pass_s: float | None,
+                     max_records: int = MAX_DELIVERY_BATCH) -> BatchSizer:
     """The sizer of one step's delivery batches (heads per ``ProcessEngine.deliver_batch``).
 
     A head taken from the engine counts as delivered in its next deltas, so the step
@@ -158,6 +159,9 @@ def delivery_batches(close_after_s: float | None, pass_s: float | None) -> Batch
     Args:
         close_after_s: the step's close time, s, or ``None`` (it never commits mid-drain).
         pass_s: the step's pass length, s, or ``None`` (no limit).
+        max_records: the most heads per batch: :data:`MAX_DELIVERY_BATCH`, or more for
+            a process with a batch handler (``Process.receives_batch``), whose calls
+            get as many of one batch's heads as its ``max_records`` allows.
 
     Returns:
         A :class:`BatchSizer`; the step calls ``observe(delivered, elapsed_s)`` per batch.
@@ -165,5 +169,5 @@ def delivery_batches(close_after_s: float | None, pass_s: float | None) -> Batch
     bounds = [b for b in (close_after_s, pass_s) if b is not None and b > 0]
     target_s = (DELIVERY_TARGET_FRACTION * min(bounds) if bounds
                 else DEFAULT_DELIVERY_TARGET_S)
-    return BatchSizer(target_s, max_records=MAX_DELIVERY_BATCH, initial=1,
+    return BatchSizer(target_s, max_records=max_records, initial=1,
                       peak_decay=DELIVERY_PEAK_DECAY)

@@ -53,7 +53,8 @@ stalled loop shows as an ageing entry (docs/failing-closed.md, "Diagnosis")::
                 "blockers": [{"topic", "partition", "required", "settled"}]} ],
      "held_total": int, "frontier_channels": int, "frontier_bytes": int, "budget_bytes": int,
      "lag": int | None,                       # sum over owned partitions, offsets
-     "restore": {"records": int, "position": int, "end": int, "done": bool} | None,
+     "restore": {"records": int, "position": int, "end": int, "done": bool,
+                 "checkpoint": bool} | None,   # checkpoint: local stores trusted
      "delivered": int, "commits": int, "commit_latency_ms": float | None,
      "metrics": METRICS,
      "rss_bytes": int, "cpu_percent": float}
@@ -71,6 +72,7 @@ worker (the coordinator adds up a task's successive workers; docs/operations.md,
 
     {"received": int, "delivered": int,      # in transactions that committed
      "commits": int, "aborts": int,          # transactions
+     "handler_batches": int,                 # batch-handler calls, committed
      "transaction_seconds": {"counts": [int, ...], "sum": float},
      "handler_seconds": {"counts": [int, ...], "sum": float}}
 

@@ -26,6 +26,7 @@ from parsley.engine.channel import ChannelId
 from parsley.engine.cross_partition import cross_partition_policy
 from parsley.engine.engine import ProcessEngine
 from parsley.task_stores import TaskStores
+from workers import checkpoint
 from workers.admin import (
     ADMIN_CALL_BOUND_S,
     OffsetsStayedUnstable,
@@ -114,6 +115,8 @@ class Restorer:
         self.on_progress = on_progress
         self.restores = 0
         """Restores begun by this worker (every one but the first renews the admin client)."""
+        self.from_checkpoint = False
+        """The last restore trusted the local stores (a clean stop's checkpoint)."""
 
     def rebuild(self, opened: OpenState, clients: TaskClients, reads: Reads,
                 restoring: Callable[[], None], attempts: int = 3) -> Identity:
@@ -167,15 +170,70 @@ class Restorer:
             SubstrateError: a changelog read failed or stalled.
         """
         opened.close()
-        opened.store = SqliteOrderingStore.create(self.dir)
-        self.read_ordering(opened.store, admin)
+        trusted = self.from_checkpoint = self.trusted_checkpoint(admin)
+        if trusted:  # the local stores are the changelogs' (workers.checkpoint)
+            opened.store = SqliteOrderingStore(self.dir / "ordering.sqlite")
+        else:
+            opened.store = SqliteOrderingStore.create(self.dir)
+            self.read_ordering(opened.store, admin)
         engine = self.engine(opened.store)
         store_ids = self.store_ids(admin, engine)
-        opened.stores = TaskStores(store_cache_factory(self.dir), self.store_topics)
-        self.read_stores(opened.stores, admin)
+        opened.stores = TaskStores(store_cache_factory(self.dir, kept=trusted),
+                                   self.store_topics)
+        if not trusted:
+            self.read_stores(opened.stores, admin)
         found = self.bind(engine, identity, store_ids, read_ends, read_floors)
         opened.engine = engine
         return found
+
+    # -- the checkpoint of a clean stop (workers.checkpoint) ---------------------------
+
+    def changelog_partitions(self) -> list[tuple[str, int]]:
+        """The task's partition of the ordering changelog and of each store changelog."""
+        return [(t, self.task) for t in (self.ordering_topic, *self.store_topics.values())]
+
+    def local_files(self) -> list[str]:
+        """The task's local store files (:mod:`workers.ordering_store`)."""
+        return ["ordering.sqlite", *(f"store-{n}.sqlite" for n in self.store_topics)]
+
+    def trusted_checkpoint(self, admin: AdminClient) -> bool:
+        """Take the checkpoint of the last clean stop, if any, and say whether the local
+        stores may be used as they are (:meth:`workers.checkpoint.Checkpoint.mismatch`).
+
+        Raises:
+            SubstrateError: listing the changelogs failed (the checkpoint is gone: the
+                retry restores in full).
+        """
+        taken = checkpoint.take(self.dir)
+        if taken is None:
+            return False
+        now = checkpoint.listed(admin, self.changelog_partitions())
+        why = None if now is None else taken.mismatch(
+            self.dir, now, self.changelog_partitions(), self.local_files())
+        if why is not None:
+            log.info("%s task %d: the checkpoint of the last clean stop is not trusted (%s); "
+                     "restoring from the changelogs", self.app_id, self.task, why)
+            return False
+        log.info("%s task %d: the local stores equal the changelogs as the last clean stop "
+                 "left them (checkpoint): no changelog read", self.app_id, self.task)
+        return True
+
+    def stop_ends(self, admin: AdminClient) -> list[checkpoint.ChangelogEnd] | None:
+        """After a clean stop's last commit: each changelog partition's end, once no
+        transaction is open on it (at most 2 s); ``None`` when one stays open."""
+        ends = checkpoint.listed(admin, self.changelog_partitions(), settle_s=2.0)
+        if ends is None:
+            return None
+        return [checkpoint.ChangelogEnd(t, i, p, start, end)
+                for (t, p), (i, start, end) in ends.items()]
+
+    def write_checkpoint(self, ends: list[checkpoint.ChangelogEnd]) -> None:
+        """Record the checkpoint (the local stores closed); a failure is logged only."""
+        try:
+            checkpoint.write(self.dir, ends, self.local_files())
+        except OSError as exc:
+            log.warning("%s task %d: no checkpoint written (%s); the next start restores "
+                        "from the changelogs", self.app_id, self.task, exc)
 
     def read_ordering(self, store: SqliteOrderingStore, admin: AdminClient) -> None:
         """Rebuild ``store`` from the task's ordering-changelog partition.

@@ -184,6 +184,7 @@ def status_fields(
     lag: int | None,
     commits: int,
     commit_latency_ms: float | None,
+    from_checkpoint: bool = False,
     classify: Callable[[TaskDiagnosis], TaskDiagnosis] | None = None,
 ) -> dict[str, Any]:
     """A ``status`` message's fields besides kind, process, task, pid, sent_ms, state, rss
@@ -197,6 +198,9 @@ def status_fields(
         delivered: messages delivered by the task since it started.
         lag: from :func:`cached_lag`, or ``None``.
         commits: transactions committed; commit_latency_ms: the last one's, ms.
+        from_checkpoint: the last restore trusted the local stores (a clean stop's
+            checkpoint, ``workers.checkpoint``): ``restore`` then reads
+            ``{"records": 0, ..., "done": true, "checkpoint": true}``.
         classify: classes the diagnosis's blockers (``workers.hold_figures.HoldFigures``);
             ``None`` leaves them unclassed.
     """
@@ -216,7 +220,10 @@ def status_fields(
             "position": sum(p.position - p.start_offset for p in ps),
             "end": sum(p.end_offset - p.start_offset for p in ps),
             "done": all(p.done for p in ps),
+            "checkpoint": False,
         }
+    elif from_checkpoint:
+        progress = {"records": 0, "position": 0, "end": 0, "done": True, "checkpoint": True}
     fields.update({
         "held_total": held_total,
         "lag": lag,

@@ -25,7 +25,7 @@ from parsley.frame import HandlerFrame
 from parsley.task_stores import TaskStores
 from parsley.wire import CAUSES_HEADER
 from workers.fastpath import STOP_EFFECTS, STOP_RAISED, STOP_RECORD, fast_frame
-from workers.pacing import delivery_batches
+from workers.pacing import MAX_DELIVERY_BATCH, delivery_batches
 from workers.transaction import TaskTransaction
 
 __all__ = ["TaskStep"]
@@ -106,13 +106,22 @@ class TaskStep:
         self.close = close
         self.pass_s = pass_s
         self.more = False
-        self.batches = delivery_batches(close_after_s if close is not None else None, pass_s)
+        # Batch-handled channels (Process.receives_batch), by channel object identity:
+        # their deliveries go to the frame's run_batch in runs of at most max_records.
+        limits = frame.batch_limits
+        self._batched = {id(ch): limits[name] for name, ch in channels.items()
+                         if name in limits}
+        self.batches = delivery_batches(close_after_s if close is not None else None, pass_s,
+                                        max([MAX_DELIVERY_BATCH, *limits.values()]))
         self._positions: dict[tuple[str, int], int] = {}
         self.fed = 0
         self.delivered = 0
         self.delivered_committed = 0  # delivered in transactions that committed
         self._delivered_open = 0  # delivered in the open transaction
         self.duplicates = 0
+        self.handler_batches = 0  # batch-handler calls, the open transaction's included
+        self.handler_batches_committed = 0  # of them, in transactions that committed
+        self._batches_open = 0
 
     def feed(self, messages: Sequence[Message]) -> int:
         """Feed fetched records (no errors among them) to the engine.
@@ -162,7 +171,11 @@ class TaskStep:
         handler slows within a batch, by at most that batch at its new cost
         (:func:`workers.pacing.delivery_batches`). Each send gets a fresh header list
         ending with the ``parsley.causes`` stamp: the frame's list, which a
-        headers-aware serializer may have kept, is never changed.
+        headers-aware serializer may have kept, is never changed. A run of consecutive
+        heads of a batch-handled channel (``Process.receives_batch``), at most its
+        ``max_records``, goes to its handler in one call
+        (:meth:`parsley.frame.HandlerFrame.run_batch`), and every send of that call
+        carries the header of the run's last delivery: the frontier as of its end.
 
         A transaction open for ``close_after_s`` is committed between two batches
         (through ``close``), so one long drain spans several transactions, each well
@@ -204,6 +217,7 @@ class TaskStep:
         apply = self.stores.apply
         by_channel = self._by_channel
         latching = self.frame.latching
+        batched = self._batched
         batches = self.batches
         close = self.close
         close_after = self.close_after_s if close is not None else None
@@ -277,7 +291,18 @@ class TaskStep:
                         mark = clock() - spent
                         ch, position, timestamp_ms, key, value, headers, causes = batch[i]
                         topic, partition = by_channel[id(ch)]
-                        if kind == STOP_RECORD:
+                        handled = 1
+                        if kind == STOP_RECORD and id(ch) in batched:
+                            # A run of this batch-handled channel's heads, one handler call;
+                            # every send carries the frontier after the run's last delivery.
+                            end = _run_end(batch, i, batched[id(ch)])
+                            handled = end - i
+                            sends, writes = self.frame.run_batch(topic, partition, [
+                                (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
+                            causes = batch[end - 1][6]
+                            self.handler_batches += 1
+                            self._batches_open += 1
+                        elif kind == STOP_RECORD:
                             sends, writes = run(topic, partition, position, timestamp_ms, key,
                                                 value, headers)
                         elif kind == STOP_EFFECTS:
@@ -307,11 +332,11 @@ class TaskStep:
                                     # the classified failure.
                                     send(out, k, v, stamped, ts)
                                 sent += 1
-                        count += 1
-                        took = clock() - mark
+                        count += handled
+                        took = (clock() - mark) / handled
                         if took > slowest:
                             slowest = took
-                        i += 1
+                        i += handled
                 mark = clock()
                 batches.observe(len(batch), mark - began, slowest)
                 # A short batch: nothing else was deliverable, and handling a batch
@@ -346,6 +371,8 @@ class TaskStep:
         txn.commit(self._positions, group_metadata)
         self.delivered_committed += self._delivered_open
         self._delivered_open = 0
+        self.handler_batches_committed += self._batches_open
+        self._batches_open = 0
         self._positions = {}
         self.stores.committed()
         return True
@@ -371,3 +398,13 @@ class TaskStep:
         """Open a transaction so that engine deltas made outside a feed (an identity
         verdict applied from the punctuation) are committed with the next commit."""
         self.txn.begin()
+
+
+def _run_end(batch: Sequence[tuple[Any, ...]], start: int, limit: int) -> int:
+    """The end (exclusive) of the run of entries of ``batch[start]``'s channel from
+    ``start``: consecutive entries of the same channel object, at most ``limit``."""
+    ch = batch[start][0]
+    end, stop = start + 1, min(len(batch), start + limit)
+    while end < stop and batch[end][0] is ch:
+        end += 1
+    return end

@@ -32,6 +32,7 @@ class Counters:
 
     Attributes:
         delivered_before: messages delivered in committed transactions of earlier steps.
+        batches_before: batch-handler calls in committed transactions of earlier steps.
         fed_committed: records fed in transactions that committed, over every step.
         fed_mark: the current step's ``fed`` at its last commit.
         commit_s: time spent committing, s (taken out of the drain timing).
@@ -39,6 +40,7 @@ class Counters:
     """
 
     delivered_before: int = 0
+    batches_before: int = 0
     fed_committed: int = 0
     fed_mark: int = 0
     commit_s: float = 0.0
@@ -50,6 +52,7 @@ class Counters:
         transaction's deliveries are made again)."""
         if old is not None:
             self.delivered_before += old.delivered_committed
+            self.batches_before += old.handler_batches_committed
         self.fed_mark = 0
 
     def committed(self, step: TaskStep) -> None:
@@ -94,6 +97,8 @@ class Counters:
             "delivered": self.delivered_before + (step.delivered_committed if step else 0),
             "commits": txn.commits,
             "aborts": txn.aborts,
+            "handler_batches": self.batches_before + (step.handler_batches_committed
+                                                      if step else 0),
             "transaction_seconds": txn.durations.to_json(),
             "handler_seconds": self.handler_latency.to_json(),
         }

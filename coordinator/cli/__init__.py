@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import click
 
-from coordinator.cli import inspect, keys, reset, run, status, stop
+from coordinator.cli import acls, inspect, keys, reset, run, status, stop
 from coordinator.cli.common import ExitCode, setup_logging
 
 __all__ = ["cli", "main"]
@@ -48,15 +48,16 @@ def cli(log_level: str) -> None:
     serves status on a control socket; `status` and `stop` talk to that
     socket; `keys` makes the CURVE keys that secure that socket on TCP;
     `inspect` reads a stopped process's ordering state from Kafka; `reset`
-    starts a stopped process anew at a chosen boundary (docs/runbooks.md).
-    APP is `module:attribute`, imported from the current directory.
+    starts a stopped process anew at a chosen boundary (docs/runbooks.md);
+    `acls` prints the kafka-acls commands a process's principal needs. APP is
+    `module:attribute`, imported from the current directory.
     Exit status: 0 clean, 2 usage/declaration, 3 refusal, 4 failure,
     5 retry the start, 6 shutdown incomplete, 7 no coordinator answered.
     """
     setup_logging(log_level)
 
 
-for _module in (run, status, stop, keys, inspect, reset):
+for _module in (run, status, stop, keys, inspect, reset, acls):
     cli.add_command(_module.command)
 
 

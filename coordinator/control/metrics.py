@@ -47,7 +47,7 @@ __all__ = [
     "metric_families",
 ]
 
-_COUNTERS: Final = ("received", "delivered", "commits", "aborts")
+_COUNTERS: Final = ("received", "delivered", "commits", "aborts", "handler_batches")
 _HISTOGRAMS: Final = {"transaction_seconds": TRANSACTION_BUCKETS_S,
                       "handler_seconds": HANDLER_BUCKETS_S}
 
@@ -74,6 +74,8 @@ class TaskTotals:
         delivered: messages delivered in transactions that committed.
         commits: transactions committed.
         aborts: transactions aborted.
+        handler_batches: calls of batch handlers (``Process.receives_batch``) in
+            transactions that committed (their deliveries are counted in ``delivered``).
         transaction_seconds: ``{"counts": [per bucket], "sum": s}`` over
             :data:`workers.histogram.TRANSACTION_BUCKETS_S` (+Inf last).
         handler_seconds: the same over :data:`workers.histogram.HANDLER_BUCKETS_S`.
@@ -92,6 +94,7 @@ class TaskTotals:
     delivered: int = 0
     commits: int = 0
     aborts: int = 0
+    handler_batches: int = 0
     transaction_seconds: Mapping[str, Any] = field(default_factory=dict)
     handler_seconds: Mapping[str, Any] = field(default_factory=dict)
     restarts: int = 0
@@ -234,6 +237,7 @@ class MetricsBook:
                     process=process, task=task,
                     received=total["received"], delivered=total["delivered"],
                     commits=total["commits"], aborts=total["aborts"],
+                    handler_batches=total["handler_batches"],
                     transaction_seconds=total["transaction_seconds"],
                     handler_seconds=total["handler_seconds"],
                     restarts=max(0, acc.spawns - 1),
@@ -322,6 +326,10 @@ def metric_families(
                                     "Transactions committed.", labels=pt)
     aborted = CounterMetricFamily("parsley_transactions_aborted_total",
                                   "Transactions aborted.", labels=pt)
+    batches = CounterMetricFamily(
+        "parsley_handler_batches_total",
+        "Calls of batch handlers (Process.receives_batch), in transactions that committed; "
+        "their messages count in parsley_delivered_total.", labels=pt)
     txn = HistogramMetricFamily(
         "parsley_transaction_duration_seconds",
         "Committed transactions' duration, from their begin to their commit's return.",
@@ -350,6 +358,7 @@ def metric_families(
         delivered.add_metric(labels, float(t.delivered))
         committed.add_metric(labels, float(t.commits))
         aborted.add_metric(labels, float(t.aborts))
+        batches.add_metric(labels, float(t.handler_batches))
         _histogram(txn, labels, t.transaction_seconds, TRANSACTION_BUCKETS_S)
         _histogram(handler, labels, t.handler_seconds, HANDLER_BUCKETS_S)
         trestarts.add_metric(labels, float(t.restarts))
@@ -412,7 +421,8 @@ def metric_families(
             stalled.add_metric(labels, float(entry.recovery.stalled_s))
 
     return [up, started, cstate, pstate, prefused, prestarts, received, delivered, held,
-            blockers, oldest, frontier, budget, lag, committed, aborted, txn, handler, trestarts,
+            blockers, oldest, frontier, budget, lag, committed, aborted, batches, txn, handler,
+            trestarts,
             refusals, exits, tstate, rss, recoveries, stalled]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -37,20 +36,20 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.control.status import ProcessState, ProcessStatus, parse_status
 from coordinator.control.status_socket import NoReplyError, request
-from devtools import devbroker
+from devtools import devbroker, devbroker_cluster
 from devtools.chaos import app
-from devtools.chaos.schedule import KINDS, Fault, schedule
+from devtools.chaos.load import LoadProducer
+from devtools.chaos.schedule import CLUSTER_KINDS, KINDS, Fault, schedule
 from devtools.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
+from devtools.dev_cluster import DevCluster
 from devtools.kafka_support import QUIET, TopicInfo, create_topic
-from parsley.engine.channel import ChannelId
-from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
+from parsley.wire import CAUSES_HEADER, decode_causes
 
 T = TypeVar("T")
 
@@ -114,6 +113,15 @@ class ChaosSettings:
         drain_s: bound on the final drain (RUNNING, lag 0, nothing held), s.
         gap_s: (low, high) seconds of running between a recovery and the next fault.
         workdir: the run's directory (broker data, state, logs); a new temp dir if None.
+        brokers: 1 (a private broker) or 3 (a private KRaft cluster, for the kinds of
+            ``devtools.chaos.schedule.CLUSTER_KINDS``).
+        restart: the coordinator's ``--restart`` policy; ``never`` proves the broker faults
+            never reach it (docs/operations.md, "The task timeout").
+        cluster: a running cluster to play on (a test session's, shared): healed, not
+            stopped, at the end; ``None`` starts a private one when ``brokers`` > 1.
+        stale_task_ms: the coordinator's stale bound (:data:`STALE_TASK_MS`, shorter than
+            the longest worker SIGSTOP; the product's 60 s default where no worker is
+            stopped).
         say: progress lines (default: print to stderr).
     """
 
@@ -126,6 +134,10 @@ class ChaosSettings:
     drain_s: float = 120.0
     gap_s: tuple[float, float] = (2.0, 5.0)
     workdir: Path | None = None
+    brokers: int = 1
+    restart: str = "transient"
+    cluster: DevCluster | None = None
+    stale_task_ms: int = STALE_TASK_MS
     say: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr,
                                                                    flush=True))
 
@@ -162,6 +174,8 @@ class ChaosResult:
             the verdict judges what the input topics hold).
         peak_held: the most messages held at once in any status seen (B records
             waiting for their A cause: the causal check had something to judge).
+        restarts: the most restarts the coordinator's policy had made for the process, in
+            any status seen (respawns included).
         leftovers: processes of the run still alive after the final stop (killed).
         coordinator_exit: the last coordinator's exit status, or ``None``.
         log_dir: where the coordinators' logs are.
@@ -176,6 +190,7 @@ class ChaosResult:
     produced: int = 0
     produce_errors: int = 0
     peak_held: int = 0
+    restarts: int = 0
     leftovers: list[str] = field(default_factory=list)
     coordinator_exit: int | None = None
     log_dir: str = ""
@@ -192,7 +207,7 @@ class ChaosResult:
         lines = [f"chaos run seed {self.seed}: {'PASS' if self.ok else 'FAIL'} in "
                  f"{self.seconds:.0f} s, {self.produced} input records produced "
                  f"({self.produce_errors} delivery errors), peak held {self.peak_held}, "
-                 f"coordinator exit {self.coordinator_exit}"]
+                 f"restarts {self.restarts}, coordinator exit {self.coordinator_exit}"]
         lines += ["  " + f.line() for f in self.faults]
         lines.append("  verdict: " + (self.verdict.summary().replace("\n", "\n    ")
                                       if self.verdict else "none (the run did not get there)"))
@@ -203,114 +218,6 @@ class ChaosResult:
             lines.append("  FAILURE: " + self.failure.replace("\n", "\n    "))
         lines.append(f"  logs: {self.log_dir}")
         return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------ load
-
-
-class LoadProducer(threading.Thread):
-    """Produces ``A`` records at ``rate``/s and ``B`` records naming ``A`` records as causes.
-
-    Two kinds of ``B`` record, so that the pipeline has to hold messages:
-
-    * about 30% of acknowledged ``A`` records get a ``B`` record naming them (a cause
-      in the past, possibly not yet delivered by the task);
-    * about 30% of ``A`` records are followed at once by a ``B`` record naming an ``A``
-      offset up to :attr:`LEAD` ahead on the same partition, not produced yet, so the
-      task holds the ``B`` record until its cause arrives. One idempotent producer
-      without transactions writes every ``A`` record, so counting predicts the offsets.
-
-    On :meth:`stop`, ``LEAD + 5`` more ``A`` records per partition make every named
-    offset exist, then the producer flushes (bounded). Idempotent: no duplicates from
-    retries across a broker restart; a fatal producer error replaces the producer.
-    """
-
-    LEAD = 10
-    """How far ahead (offsets) a ``B`` record's cause may be."""
-
-    def __init__(self, bootstrap: str, a: TopicInfo, b: TopicInfo, rate: float,
-                 seed: int, tasks: int = TASKS) -> None:
-        super().__init__(name="chaos-producer", daemon=True)
-        self._tasks = tasks
-        self._servers = bootstrap
-        self._a, self._b = a, b
-        self._period = 1.0 / rate
-        self._rng = random.Random(seed)
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
-        self._causes: list[tuple[int, int]] = []  # (partition, offset) of acked A records
-        self._next = [0] * tasks  # predicted next offset of A per partition
-        self.acked = 0
-        self.errors = 0
-        self.last_error = ""
-        self.flushed: int | None = None
-
-    def _config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self._servers, "enable.idempotence": True,
-                "linger.ms": 5, "message.timeout.ms": 600_000, **QUIET}
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        with self._lock:
-            if err is not None:
-                self.errors += 1
-                self.last_error = str(err)
-                return
-            self.acked += 1
-            if msg.topic() == self._a.name and self._rng.random() < 0.3:
-                self._causes.append((msg.partition() or 0, msg.offset() or 0))
-
-    def _produce_b(self, producer: Producer, partition: int, offset: int) -> None:
-        header = encode_causes({ChannelId(self._a.topic_id, partition): offset})
-        producer.produce(self._b.name, key=b"c%d" % offset,
-                         value=b"b-for-%d-%d" % (partition, offset), partition=partition,
-                         headers=[(CAUSES_HEADER, header)], on_delivery=self._on_delivery)
-
-    def _produce_a(self, producer: Producer, partition: int) -> None:
-        seq = self._next[partition]
-        producer.produce(self._a.name, key=b"k%d" % seq, value=b"a%d-%d" % (partition, seq),
-                         partition=partition, on_delivery=self._on_delivery)
-        self._next[partition] += 1
-
-    def run(self) -> None:
-        """Produce until :meth:`stop`, then the tail, then flush (bounded, 60 s)."""
-        producer = Producer(self._config())
-        turn = 0
-        next_at = time.monotonic()
-        while not self._halt.is_set():
-            now = time.monotonic()
-            if now >= next_at:
-                next_at += self._period
-                if next_at < now - 1.0:  # fell behind (queue full, broker down): no burst
-                    next_at = now
-                try:
-                    partition = turn % self._tasks
-                    self._produce_a(producer, partition)
-                    turn += 1
-                    if self._rng.random() < 0.3:
-                        ahead = self._next[partition] - 1 + self._rng.randint(0, self.LEAD)
-                        self._produce_b(producer, partition, ahead)
-                    with self._lock:
-                        causes, self._causes = self._causes, []
-                    for p, offset in causes:
-                        self._produce_b(producer, p, offset)
-                except BufferError:
-                    pass  # queue full while the broker is away: produce less
-                except Exception as exc:  # a fatal producer error: start a new one
-                    with self._lock:
-                        self.errors += 1
-                        self.last_error = f"{type(exc).__name__}: {exc}"
-                    producer = Producer(self._config())
-            producer.poll(min(0.05, max(0.0, next_at - time.monotonic())))
-        for _ in range(self.LEAD + 5):
-            for partition in range(self._tasks):
-                with contextlib.suppress(BufferError):
-                    self._produce_a(producer, partition)
-        self.flushed = producer.flush(60)
-
-    def stop(self, timeout_s: float = 75.0) -> None:
-        """Stop producing and wait (bounded) for the tail and the flush."""
-        self._halt.set()
-        self.join(timeout_s)
 
 
 # ------------------------------------------------------------------------------ the run
@@ -344,6 +251,7 @@ class ChaosRun:
         self.t0 = time.monotonic()
         self.bootstrap = ""
         self.port = 0
+        self.cluster: DevCluster | None = None  # with brokers > 1
         self.coordinators: list[_Coordinator] = []
         self.known: dict[int, psutil.Process] = {}  # every process of the run's coordinators
         self.last_status: dict[str, ProcessStatus] | None = None
@@ -368,7 +276,7 @@ class ChaosRun:
         head = [str(script)] if script.exists() else [sys.executable, "-m", "coordinator.cli"]
         return [*head, "run", "devtools.chaos.app:processes", "--bootstrap-servers",
                 self.bootstrap, "--prefix", self.prefix, "--state-dir", str(self.state_dir),
-                "--restart", "transient", "--listen", self.endpoint,
+                "--restart", self.s.restart, "--listen", self.endpoint,
                 "--log-status-every", "10"]
 
     def _start_coordinator(self) -> None:
@@ -378,7 +286,7 @@ class ChaosRun:
         env.update({app.ENV_A: self.topics["A"].name, app.ENV_B: self.topics["B"].name,
                     app.ENV_OUT: self.topics["OUT"].name,
                     "PARSLEY_STATUS_INTERVAL_MS": str(STATUS_INTERVAL_MS),
-                    "PARSLEY_STALE_TASK_MS": str(STALE_TASK_MS),
+                    "PARSLEY_STALE_TASK_MS": str(self.s.stale_task_ms),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                 env.get("PYTHONPATH")]))})
         with open(log, "ab") as out:
@@ -419,6 +327,7 @@ class ChaosRun:
         self.last_status = parse_status(reply["status"])
         for st in self.last_status.values():
             self.result.peak_held = max(self.result.peak_held, st.held_count)
+            self.result.restarts = max(self.result.restarts, st.restarts)
         self.last_status_error = ""
         return self.last_status
 
@@ -547,7 +456,14 @@ class ChaosRun:
         self._log(f"fault {fault.describe()}")
         dead: list[psutil.Process] = []
         pid = -1
-        if fault.kind == "broker_restart":
+        if fault.kind in CLUSTER_KINDS:
+            result.note = self._play_on_cluster(fault)
+        elif fault.kind == "broker_restart" and self.cluster is not None:
+            devbroker_cluster.down_cluster(self.broker_dir, keep=True)
+            time.sleep(fault.duration_s)
+            devbroker_cluster.up_cluster(self.broker_dir, start_timeout_s=180.0)
+            result.note = "every broker answering again"
+        elif fault.kind == "broker_restart":
             devbroker.down(self.broker_dir, keep=True, deadline_s=30.0)
             time.sleep(fault.duration_s)
             state, _ = devbroker.up(self.broker_dir, port=self.port, warm=True,
@@ -605,12 +521,60 @@ class ChaosRun:
         self._log(f"recovered from #{fault.index} in {result.recovered_s:.1f} s")
         return result
 
+    def _play_on_cluster(self, fault: Fault) -> str:
+        """Play a fault of :data:`~devtools.chaos.schedule.CLUSTER_KINDS`; its note."""
+        cluster = self.cluster
+        if cluster is None:
+            raise ChaosFailure(f"fault {fault.describe()} needs a cluster: run with brokers=3")
+        if fault.kind == "rolling_restart":
+            took = []
+            for broker in range(1, cluster.brokers + 1):
+                began = time.monotonic()
+                cluster.stop(broker)
+                cluster.start(broker)
+                devbroker_cluster.wait_in_sync(cluster.bootstrap, cluster.client, 180.0)
+                took.append(f"{broker}: {time.monotonic() - began:.1f} s")
+            return "restarted brokers in turn (" + ", ".join(took) + ")"
+        if fault.kind == "txn_coordinator_kill":
+            tid = f"{self.prefix}-{app.PROCESS_NAME}-task-{fault.task}"
+            victim = bounded(lambda: cluster.transaction_coordinator_of(tid), 60.0,
+                             f"finding the transaction coordinator of {tid}")
+            what = f"the transaction coordinator of {tid}"
+        else:
+            topic = self.topics["A"].name
+            victim = bounded(lambda: cluster.leader_of(topic, fault.task), 60.0,
+                             f"finding the leader of {topic}[{fault.task}]")
+            what = f"the leader of {topic}[{fault.task}]"
+        if fault.kind == "broker_freeze":
+            cluster.freeze(victim)
+            time.sleep(fault.duration_s)
+            cluster.thaw(victim)
+            return f"froze broker {victim}, {what}"
+        cluster.stop(victim, kill=True)
+        time.sleep(fault.duration_s)
+        cluster.start(victim)
+        return f"killed broker {victim}, {what}, and started it again"
+
     # -------------------------------------------------------------- phases
 
     def _setup(self) -> None:
-        self._log(f"starting a private broker in {self.broker_dir}")
-        state, _ = devbroker.up(self.broker_dir, warm=True, start_timeout_s=120.0)
-        self.bootstrap, self.port = state.bootstrap, state.port
+        if self.s.cluster is not None:
+            self.cluster = given = self.s.cluster
+            self.broker_dir = given.data_dir
+            self._log(f"playing on the cluster of {given.brokers} brokers in {given.data_dir}")
+            self.bootstrap, self.port = given.bootstrap, 0
+        elif self.s.brokers > 1:
+            self._log(f"starting a private cluster of {self.s.brokers} brokers in "
+                      f"{self.broker_dir}")
+            spec, _ = devbroker_cluster.up_cluster(self.broker_dir, self.s.brokers,
+                                                    start_timeout_s=300.0)
+            self.cluster = DevCluster(data_dir=self.broker_dir, bootstrap=spec.bootstrap,
+                                      brokers=self.s.brokers, security=spec.security)
+            self.bootstrap, self.port = spec.bootstrap, spec.nodes[0].port
+        else:
+            self._log(f"starting a private broker in {self.broker_dir}")
+            state, _ = devbroker.up(self.broker_dir, warm=True, start_timeout_s=120.0)
+            self.bootstrap, self.port = state.bootstrap, state.port
         admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
         tag = uuid.uuid4().hex[:6]
         for label, partitions in (("A", TASKS), ("B", TASKS), ("OUT", 1)):
@@ -733,7 +697,12 @@ class ChaosRun:
                 self._stop()
         finally:
             with contextlib.suppress(Exception):
-                devbroker.down(self.broker_dir, deadline_s=20.0)
+                if self.s.cluster is not None:
+                    self.s.cluster.heal()
+                elif self.cluster is not None:
+                    devbroker_cluster.down_cluster(self.broker_dir)
+                else:
+                    devbroker.down(self.broker_dir, deadline_s=20.0)
             self.result.seconds = self._t()
         if self.result.ok and self._own_tmp:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -8,6 +8,18 @@ Fault kinds (docs/operations.md, "Chaos test and soak"):
 * ``coordinator_kill``: SIGKILL the coordinator, wait ``duration_s``, start a new one;
 * ``worker_stop``: SIGSTOP the worker of task ``task`` for ``duration_s``, then SIGCONT.
 
+On a cluster of three brokers (:data:`CLUSTER_KINDS`; docs/operations.md, "Production
+clusters"):
+
+* ``leader_kill``: SIGKILL the broker leading the received partition of task ``task``,
+  leave it down ``duration_s``, start it again;
+* ``txn_coordinator_kill``: SIGKILL the broker coordinating the transactions of task
+  ``task``'s transactional id, leave it down ``duration_s``, start it again;
+* ``rolling_restart``: stop (SIGTERM) and start each broker in turn, the next once the
+  cluster is in sync again, as a rolling upgrade does;
+* ``broker_freeze``: SIGSTOP the broker leading the received partition of task ``task``
+  for ``duration_s`` (past the consumers' 6 s session timeout), then SIGCONT.
+
 Each fault comes ``gap_s`` after the previous recovery.
 """
 
@@ -18,14 +30,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 KINDS: tuple[str, ...] = ("broker_restart", "worker_kill", "coordinator_kill", "worker_stop")
-"""Every fault kind, in the order a schedule's first round covers them when shuffled."""
+"""The fault kinds of one broker, in the order a schedule's first round covers them when
+shuffled."""
+CLUSTER_KINDS: tuple[str, ...] = ("leader_kill", "txn_coordinator_kill", "rolling_restart",
+                                  "broker_freeze")
+"""The fault kinds that need a cluster of three brokers (each leaves two running)."""
+ALL_KINDS: tuple[str, ...] = KINDS + CLUSTER_KINDS
 
 _DURATION_S = {
     "broker_restart": (2.0, 12.0),
     "worker_kill": (0.0, 0.0),
     "coordinator_kill": (0.0, 3.0),
     "worker_stop": (2.0, 14.0),
+    "leader_kill": (2.0, 10.0),
+    "txn_coordinator_kill": (2.0, 10.0),
+    "rolling_restart": (0.0, 0.0),
+    "broker_freeze": (8.0, 14.0),
 }
+_TASK_KINDS = frozenset({"worker_kill", "worker_stop", "leader_kill", "txn_coordinator_kill",
+                         "broker_freeze"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +94,9 @@ def schedule(seed: int, count: int, kinds: Sequence[str] = KINDS, tasks: int = 2
     Raises:
         ValueError: an unknown kind, no kinds, or a negative count.
     """
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in ALL_KINDS]
     if unknown or not kinds or count < 0:
-        raise ValueError(f"kinds must be a non-empty subset of {KINDS} and count >= 0, "
+        raise ValueError(f"kinds must be a non-empty subset of {ALL_KINDS} and count >= 0, "
                          f"got {list(kinds)}, {count}")
     rng = random.Random(seed)
     order: list[str] = []
@@ -87,20 +110,23 @@ def schedule(seed: int, count: int, kinds: Sequence[str] = KINDS, tasks: int = 2
         faults.append(Fault(
             index=i, kind=kind, gap_s=round(rng.uniform(*gap_s), 1),
             duration_s=round(rng.uniform(low, high), 1),
-            task=rng.randrange(tasks) if kind in ("worker_kill", "worker_stop") else -1))
+            task=rng.randrange(tasks) if kind in _TASK_KINDS else -1))
     return faults
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
-    """``"worker_kill,worker_stop"`` -> the kinds; ``None``, ``""`` or ``"all"`` -> :data:`KINDS`.
+    """``"worker_kill,worker_stop"`` -> the kinds; ``None``, ``""`` or ``"all"`` -> :data:`KINDS`;
+    ``"cluster"`` -> :data:`CLUSTER_KINDS` (three brokers).
 
     Raises:
         ValueError: an unknown kind.
     """
     if not text or text.strip() == "all":
         return KINDS
+    if text.strip() == "cluster":
+        return CLUSTER_KINDS
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in ALL_KINDS]
     if unknown:
-        raise ValueError(f"unknown fault kind(s) {unknown}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown fault kind(s) {unknown}; known: {', '.join(ALL_KINDS)}")
     return kinds

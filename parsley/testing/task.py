@@ -16,7 +16,7 @@ The step's procedure: docs/architecture.md, "parsley/testing/task.py".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,8 +33,10 @@ from parsley.testing.records import Record
 __all__ = ["DrivenTask", "StepSend"]
 
 _DELIVER_BATCH: Final = 256
-"""Heads taken per ``ProcessEngine.deliver_batch`` call; the batch size changes nothing
-the handlers see (each entry carries the header after its own delivery)."""
+"""Heads taken per ``ProcessEngine.deliver_batch`` call; the batch size changes nothing a
+per-record handler sees (each entry carries the header after its own delivery). A batch
+handler gets a run of consecutive heads of its channel within one such call, at most its
+``max_records``, as in the worker (which takes up to the largest ``max_records``)."""
 
 _CREATE_TIME: Final = 1
 """``confluent_kafka.TIMESTAMP_CREATE_TIME``: what a fetched record's ``timestamp()``
@@ -97,6 +99,8 @@ class DrivenTask:
         stores: the task's declared stores.
         positions: committed read positions, topic -> next offset to feed.
         delivered: messages delivered in committed steps.
+        batch_calls: batch-handler calls (``Process.receives_batch``) made, aborted
+            steps' included.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class DrivenTask:
         self.stores = TaskStores(None, [s.name for s in process.declared_stores])
         self.positions: dict[str, int] = dict.fromkeys(self.channels, 0)
         self.delivered = 0
+        self.batch_calls = 0
         self.engine: ProcessEngine | None = None
         self._frame: HandlerFrame | None = None
         self.restart()
@@ -197,14 +202,31 @@ class DrivenTask:
                 for name, offset in last.items():
                     positions[name] = offset + 1
             topics = self._topics
-            while entries := engine.deliver_batch(_DELIVER_BATCH):
-                for ch, position, ts, key, value, headers, causes in entries:
-                    result = frame.deliver(topics[ch.topic_id], ch.partition, position, ts,
-                                           key, value, headers)
+            limits = frame.batch_limits
+            size = max([_DELIVER_BATCH, *limits.values()])
+            while entries := engine.deliver_batch(size):
+                i = 0
+                while i < len(entries):
+                    ch, position, ts, key, value, headers, causes = entries[i]
+                    topic = topics[ch.topic_id]
+                    limit = limits.get(topic)
+                    if limit is None:
+                        result = frame.deliver(topic, ch.partition, position, ts, key, value,
+                                               headers)
+                        end = i + 1
+                    else:
+                        # As the worker: a run of this channel's heads in one call, its
+                        # sends stamped with the frontier after the run's last delivery.
+                        end = _run_end(entries, i, limit)
+                        result = frame.deliver_batch(topic, ch.partition, [
+                            (e[1], e[2], e[3], e[4], e[5]) for e in entries[i:end]])
+                        causes = entries[end - 1][6]
+                        self.batch_calls += 1
                     if result.writes:
                         self.stores.apply(result.writes)
                     sends.extend(StepSend(s, causes) for s in result.sends)
-                    delivered += 1
+                    delivered += end - i
+                    i = end
             if not fed and not delivered:
                 return None
             engine.take_deltas()
@@ -217,3 +239,13 @@ class DrivenTask:
         self.positions = positions
         self.delivered += delivered
         return sends
+
+
+def _run_end(entries: Sequence[tuple[object, ...]], start: int, limit: int) -> int:
+    """The end (exclusive) of the run of ``entries[start]``'s channel from ``start``: its
+    consecutive entries, at most ``limit`` (``workers.step`` cuts runs the same way)."""
+    ch = entries[start][0]
+    end, stop = start + 1, min(len(entries), start + limit)
+    while end < stop and entries[end][0] is ch:
+        end += 1
+    return end

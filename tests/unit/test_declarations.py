@@ -349,8 +349,8 @@ def test_the_facade_re_exports_every_declaration_from_its_own_module() -> None:
 
     homes = {"parsley.channels": ["EARLIEST", "LATEST", "RESERVED_NAME_PREFIX", "Channel",
                                   "InitialPosition", "Store", "same_store"],
-             "parsley.effects": ["Delivery", "Effects", "EffectsBuilder", "Handler",
-                                 "RefusalLatch", "Send", "State", "Write"],
+             "parsley.effects": ["BatchHandler", "Delivery", "Effects", "EffectsBuilder",
+                                 "Handler", "RefusalLatch", "Send", "State", "Write"],
              "parsley.process": ["Input", "Process"],
              "parsley.naming": ["TASK_ID_MIN_DIGITS", "application_id", "group_instance_id",
                                 "ordering_changelog", "store_changelog", "task_width",

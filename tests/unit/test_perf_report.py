@@ -25,15 +25,13 @@ from perf.measure import (
 from perf.report import (
     SECTION_BEGIN,
     SECTION_END,
-    best_of,
     build_report,
     markdown_section,
     markdown_table,
-    ratios,
-    ratios_for,
     replace_section,
     run_key,
 )
+from perf.rounds import per_round, summarize
 
 
 def test_percentile_nearest_rank() -> None:
@@ -158,14 +156,14 @@ def _runs() -> dict:
 
 def test_ratios_per_size_and_headline_worst() -> None:
     runs = _runs()
-    r100 = ratios_for(runs, 100)
+    r100 = per_round(runs, 100)
     assert r100["parsley1_vs_baseline"] == pytest.approx(0.9)
     assert r100["parsley2_vs_parsley1"] == pytest.approx(1.5)
     assert r100["parsley2_cpu_efficiency"] == pytest.approx(0.9)
     assert r100["held_added_p99_ms"] == pytest.approx(50.0)
     assert r100["parsley1_vs_baseline_cpu"] == pytest.approx(0.2)
     assert r100["parsley1_python_vs_baseline"] == pytest.approx(0.3)
-    r = ratios(runs)
+    r = summarize([runs])["ratios"]
     assert r["parsley2_cpu_efficiency"] == pytest.approx(0.9)   # min(0.9, 0.95)
     assert r["held_added_p99_ms"] == pytest.approx(110.0)       # max(50, 110)
     assert set(r["by_size"]) == {"100", "1024"}
@@ -173,17 +171,67 @@ def test_ratios_per_size_and_headline_worst() -> None:
 
 def test_ratios_missing_runs_are_none() -> None:
     runs = {run_key("baseline", 100): _run("baseline", 100, 1000.0, 100.0, 1.0)}
-    r = ratios(runs)
+    r = summarize([runs])["ratios"]
     assert r["parsley1_vs_baseline"] is None and r["held_added_p99_ms"] is None
     zero = {run_key("baseline", 100): _run("baseline", 100, 0.0, 100.0, None),
             run_key("parsley-1", 100): _run("parsley-1", 100, 10.0, 100.0, None)}
-    assert ratios_for(zero, 100)["parsley1_vs_baseline"] is None
+    assert per_round(zero, 100)["parsley1_vs_baseline"] is None
+
+
+def _scaled(runs: dict, kind: str, factor: float) -> dict:
+    out = {k: dict(v) for k, v in runs.items()}
+    for run in out.values():
+        if run["kind"] == kind:
+            run["msgs_per_s"] *= factor
+    return out
+
+
+def test_each_ratio_is_the_median_of_per_round_ratios_with_its_min_and_max() -> None:
+    # Round 2's baseline is lucky (twice as fast): a best-of would keep it against
+    # parsley-1's best round and halve the ratio; the median of per-round ratios does not.
+    rounds = [_runs(), _scaled(_runs(), "baseline", 2.0), _scaled(_runs(), "parsley-1", 1.1)]
+    by = summarize(rounds)["ratios"]["by_size"]["100"]
+    assert by["parsley1_vs_baseline_rounds"] == pytest.approx([0.9, 0.45, 0.99])
+    assert by["parsley1_vs_baseline"] == pytest.approx(0.9)
+    assert (by["parsley1_vs_baseline_min"], by["parsley1_vs_baseline_max"]) == \
+        pytest.approx((0.45, 0.99))
+    assert by["cpu_us_per_record"]["baseline"] == pytest.approx(10.0)  # 1e6 / 100,000
+    assert by["cpu_us_per_record"]["parsley-1"] == pytest.approx(50.0)
+
+
+def test_a_kinds_row_is_its_median_round_with_every_round_beside_it() -> None:
+    rounds = [_scaled(_runs(), "parsley-1", f) for f in (1.0, 3.0, 2.0)]
+    for r, load1 in zip(rounds, (1.5, 2.5, 3.5), strict=True):
+        for run in r.values():
+            run["load_avg"] = [load1, 0.0, 0.0]
+    row = summarize(rounds)["runs"][run_key("parsley-1", 100)]
+    assert row["msgs_per_s"] == pytest.approx(18_000.0 * 2.0)
+    assert row["rounds_msgs_per_s"] == pytest.approx([18_000.0, 54_000.0, 36_000.0])
+    assert [x[0] for x in row["rounds_load_avg"]] == [1.5, 2.5, 3.5]
+
+
+def test_peer_and_batch_ratios_come_from_the_same_rounds() -> None:
+    runs = _runs()
+    for size, base in ((100, 20_000.0), (1024, 10_000.0)):
+        runs[run_key("parsley-1-batch", size)] = _run("parsley-1-batch", size, base * 0.95,
+                                                      150.0, 90_000.0)
+        runs[run_key("quix-100ms", size)] = _run("quix-100ms", size, base * 0.3, 150.0, 1.0)
+        runs[run_key("kstreams", size)] = _run("kstreams", size, base * 0.6, 150.0, 1.0)
+    r = per_round(runs, 100)
+    assert r["parsley1_batch_vs_baseline"] == pytest.approx(0.95)
+    assert r["parsley1_vs_quix"] == pytest.approx(3.0)
+    assert r["parsley1_vs_kstreams"] == pytest.approx(1.5)
+    assert r["parsley1_batch_cpu_over_baseline"] == pytest.approx(100_000.0 / 90_000.0)
+    assert r["parsley1_vs_quix_5s"] is None
 
 
 def test_report_shape_is_json_and_has_the_issue_keys() -> None:
-    rep = build_report(_runs(), {"cores": 2, "cpu": "x"}, restore={"held": 10},
-                       settings={"quick": True})
-    assert set(rep) == {"runs", "ratios", "machine", "restore", "settings"}
+    rep = build_report([_runs(), _runs()], {"cores": 2, "cpu": "x"}, restore={"held": 10},
+                       settings={"quick": True},
+                       round_load=[{"round": 1, "start": [1.0], "end": [2.0]}])
+    assert set(rep) == {"runs", "ratios", "rounds", "round_load_avg", "machine", "restore",
+                        "settings"}
+    assert rep["ratios"]["by_size"]["100"]["parsley1_vs_baseline_min"] == pytest.approx(0.9)
     assert {"parsley1_vs_baseline", "parsley2_vs_parsley1",
             "parsley2_cpu_efficiency"} <= set(rep["ratios"])
     assert rep["machine"]["cores"] == 2
@@ -191,17 +239,17 @@ def test_report_shape_is_json_and_has_the_issue_keys() -> None:
 
 
 def test_markdown_table_has_one_row_per_run() -> None:
-    rep = build_report(_runs(), {"cores": 2})
+    rep = build_report([_runs()], {"cores": 2})
     table = markdown_table(rep)
     lines = table.splitlines()
     assert len(lines) == 2 + 10
-    assert "| parsley-2 | – | 1024 B | 13,500 |" in table
+    assert "| parsley-2 | – | 1024 B | 13,500 | 13,500–13,500 |" in table
     assert "| 200.0 |" in table  # worker CPU µs per message of 5,000 msg per CPU-second
     assert "| 50 |" in table  # RSS in MiB
 
 
 def test_replace_section_keeps_other_sections() -> None:
-    rep = build_report(_runs(), {"cores": 2, "load_avg": [1.0]})
+    rep = build_report([_runs()], {"cores": 2, "load_avg": [1.0]})
     section = markdown_section(rep)
     assert section.startswith(SECTION_BEGIN) and section.endswith(SECTION_END)
     doc = "# Performance\n\n## Codec\n\ntable\n"
@@ -210,17 +258,6 @@ def test_replace_section_keeps_other_sections() -> None:
     twice = replace_section(once + "\n## Later\n", markdown_section(rep, heading="### Again"))
     assert twice.count(SECTION_BEGIN) == 1 and "### Again" in twice
     assert "## Codec" in twice and "## Later" in twice and "last `python -m perf` run" not in twice
-
-
-def test_best_of_keeps_the_faster_round_and_lists_all() -> None:
-    r1 = {"kind": "baseline", "msgs_per_s": 100.0, "tag": 1}
-    r2 = {"kind": "baseline", "msgs_per_s": 300.0, "tag": 2}
-    r3 = {"kind": "baseline", "msgs_per_s": 200.0, "tag": 3}
-    kept = best_of(None, r1)
-    assert kept["rounds_msgs_per_s"] == [100.0] and kept["tag"] == 1
-    kept = best_of(kept, r2)
-    kept = best_of(kept, r3)
-    assert kept["tag"] == 2 and kept["rounds_msgs_per_s"] == [100.0, 300.0, 200.0]
 
 
 def test_baseline_and_parsley_run_under_the_same_conditions() -> None:

@@ -72,6 +72,8 @@ class _Stores:
 class _Frame:
     """A handler whose sends' header lists a headers-aware serializer kept."""
 
+    batch_limits: dict[str, int] = {}  # noqa: RUF012 - no batch handler (receives_batch)
+
     def __init__(self, cost_s: Sequence[float] = (), clock: Any = None) -> None:
         self.kept: list[list[tuple[str, bytes]]] = []
         self._costs = iter(cost_s)

@@ -98,7 +98,12 @@ def test_status_fields_sum_restore_progress_over_the_changelogs_without_an_engin
         "held": [], "frontier_channels": 0, "frontier_bytes": 0, "budget_bytes": 4096,
         "cross_partition_causes": 0, "waited": 0,
         "held_total": 0, "lag": None, "delivered": 7, "commits": 2, "commit_latency_ms": 1.5,
-        "restore": {"records": 18, "position": 23, "end": 28, "done": False},
+        "restore": {"records": 18, "position": 23, "end": 28, "done": False,
+                    "checkpoint": False},
     }
     assert status_fields(engine=None, budget_bytes=1, restore={}, delivered=0, lag=0,
                          commits=0, commit_latency_ms=None)["restore"] is None
+    # A restore that trusted a clean stop's checkpoint read nothing, and says so.
+    assert status_fields(engine=None, budget_bytes=1, restore={}, delivered=0, lag=0,
+                         commits=0, commit_latency_ms=None, from_checkpoint=True)["restore"] \
+        == {"records": 0, "position": 0, "end": 0, "done": True, "checkpoint": True}

@@ -1,0 +1,128 @@
+"""The chaos run's load: ``A`` records at a steady rate, ``B`` records naming them as causes.
+
+:class:`LoadProducer` is the producer of the chaos harness (:mod:`devtools.chaos.harness`);
+what it writes and why: its docstring, and docs/operations.md, "Chaos test and soak".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from devtools.kafka_support import QUIET, TopicInfo
+from parsley.engine.channel import ChannelId
+from parsley.wire import CAUSES_HEADER, encode_causes
+
+TASKS = 2
+"""The pipeline's task count (input partitions): the default number of partitions fed."""
+
+class LoadProducer(threading.Thread):
+    """Produces ``A`` records at ``rate``/s and ``B`` records naming ``A`` records as causes.
+
+    Two kinds of ``B`` record, so that the pipeline has to hold messages:
+
+    * about 30% of acknowledged ``A`` records get a ``B`` record naming them (a cause
+      in the past, possibly not yet delivered by the task);
+    * about 30% of ``A`` records are followed at once by a ``B`` record naming an ``A``
+      offset up to :attr:`LEAD` ahead on the same partition, not produced yet, so the
+      task holds the ``B`` record until its cause arrives. One idempotent producer
+      without transactions writes every ``A`` record, so counting predicts the offsets.
+
+    On :meth:`stop`, ``LEAD + 5`` more ``A`` records per partition make every named
+    offset exist, then the producer flushes (bounded). Idempotent: no duplicates from
+    retries across a broker restart; a fatal producer error replaces the producer.
+    """
+
+    LEAD = 10
+    """How far ahead (offsets) a ``B`` record's cause may be."""
+
+    def __init__(self, bootstrap: str, a: TopicInfo, b: TopicInfo, rate: float,
+                 seed: int, tasks: int = TASKS) -> None:
+        super().__init__(name="chaos-producer", daemon=True)
+        self._tasks = tasks
+        self._servers = bootstrap
+        self._a, self._b = a, b
+        self._period = 1.0 / rate
+        self._rng = random.Random(seed)
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._causes: list[tuple[int, int]] = []  # (partition, offset) of acked A records
+        self._next = [0] * tasks  # predicted next offset of A per partition
+        self.acked = 0
+        self.errors = 0
+        self.last_error = ""
+        self.flushed: int | None = None
+
+    def _config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self._servers, "enable.idempotence": True,
+                "linger.ms": 5, "message.timeout.ms": 600_000, **QUIET}
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        with self._lock:
+            if err is not None:
+                self.errors += 1
+                self.last_error = str(err)
+                return
+            self.acked += 1
+            if msg.topic() == self._a.name and self._rng.random() < 0.3:
+                self._causes.append((msg.partition() or 0, msg.offset() or 0))
+
+    def _produce_b(self, producer: Producer, partition: int, offset: int) -> None:
+        header = encode_causes({ChannelId(self._a.topic_id, partition): offset})
+        producer.produce(self._b.name, key=b"c%d" % offset,
+                         value=b"b-for-%d-%d" % (partition, offset), partition=partition,
+                         headers=[(CAUSES_HEADER, header)], on_delivery=self._on_delivery)
+
+    def _produce_a(self, producer: Producer, partition: int) -> None:
+        seq = self._next[partition]
+        producer.produce(self._a.name, key=b"k%d" % seq, value=b"a%d-%d" % (partition, seq),
+                         partition=partition, on_delivery=self._on_delivery)
+        self._next[partition] += 1
+
+    def run(self) -> None:
+        """Produce until :meth:`stop`, then the tail, then flush (bounded, 60 s)."""
+        producer = Producer(self._config())
+        turn = 0
+        next_at = time.monotonic()
+        while not self._halt.is_set():
+            now = time.monotonic()
+            if now >= next_at:
+                next_at += self._period
+                if next_at < now - 1.0:  # fell behind (queue full, broker down): no burst
+                    next_at = now
+                try:
+                    partition = turn % self._tasks
+                    self._produce_a(producer, partition)
+                    turn += 1
+                    if self._rng.random() < 0.3:
+                        ahead = self._next[partition] - 1 + self._rng.randint(0, self.LEAD)
+                        self._produce_b(producer, partition, ahead)
+                    with self._lock:
+                        causes, self._causes = self._causes, []
+                    for p, offset in causes:
+                        self._produce_b(producer, p, offset)
+                except BufferError:
+                    pass  # queue full while the broker is away: produce less
+                except Exception as exc:  # a fatal producer error: start a new one
+                    with self._lock:
+                        self.errors += 1
+                        self.last_error = f"{type(exc).__name__}: {exc}"
+                    producer = Producer(self._config())
+            producer.poll(min(0.05, max(0.0, next_at - time.monotonic())))
+        for _ in range(self.LEAD + 5):
+            for partition in range(self._tasks):
+                with contextlib.suppress(BufferError):
+                    self._produce_a(producer, partition)
+        self.flushed = producer.flush(60)
+
+    def stop(self, timeout_s: float = 75.0) -> None:
+        """Stop producing and wait (bounded) for the tail and the flush."""
+        self._halt.set()
+        self.join(timeout_s)
+
+
