@@ -127,7 +127,9 @@ def command(process: str, bootstrap_servers: str | None, local_broker: bool,
     """Read a stopped process's ordering state from its changelog.
 
     For each task (changelog partition): which channels hold messages and how
-    many, how far each channel is covered (fed, or known never to arrive;
+    many, each held head and the causes it waits for, classed as status classes
+    them (behind, in open txn, not produced, no record: from the partitions'
+    offsets now), how far each channel is covered (fed, or known never to arrive;
     "fed to end" for a deleted topic), and which topic id each name was
     bound to. Run it on a stopped process: a running one changes underneath,
     and a warning on stderr says so when the process's consumer group has
