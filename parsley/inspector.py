@@ -86,6 +86,24 @@ class OrderingStateInspector:
                 counts[ch] = counts.get(ch, 0) + 1
         return dict(sorted(counts.items()))
 
+    def held_heads(self) -> dict[ChannelId, int]:
+        """The head of each channel's hold-back buffer: its lowest held position.
+
+        Returns:
+            ``{channel: head position}``, in channel order; the head is the message the
+            decision reads (docs/model.md, "Hold-back").
+
+        Raises:
+            ParsleyFailClosedError: as :meth:`held_channels`.
+        """
+        heads: dict[ChannelId, int] = {}
+        for key in self._latest:
+            if key[:1] == b"h":
+                ch, position = sc.held_key_parts(key)
+                if ch not in heads or position < heads[ch]:
+                    heads[ch] = position
+        return dict(sorted(heads.items()))
+
     def covered_positions(self) -> dict[ChannelId, int]:
         """How far each channel is covered (``fedUpTo``: fed, or will never arrive).
 

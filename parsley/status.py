@@ -8,18 +8,102 @@ channels and bytes against the metadata budget. A head with no blockers is
 deliverable and goes on the next drain.
 
 These values are produced by :meth:`parsley.engine.engine.ProcessEngine.diagnose`;
-their :meth:`to_json` forms use the field names of the status JSON (docs/operations.md, "Status"):
+a host that knows each blocker channel's last stable offset and log end classes every
+blocker (:class:`HoldClass`, :meth:`TaskDiagnosis.with_figures`). The :meth:`to_json`
+forms use the field names of the status JSON (docs/operations.md, "Status"):
 ``held[{topic, partition, count, head, blockers[{topic, partition, required,
-settled}]}], frontier_channels, frontier_bytes, budget_bytes,
+settled, class, last_stable, end}]}], frontier_channels, frontier_bytes, budget_bytes,
 cross_partition_causes``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Blocker", "HeldChannel", "TaskDiagnosis"]
+__all__ = ["Blocker", "ChannelFigures", "HeldChannel", "HoldClass", "TaskDiagnosis",
+           "classify_blocker"]
+
+
+class HoldClass(enum.Enum):
+    """Why a blocker's required position has not settled: the classes of docs/runbooks.md,
+    "A message is held and not moving", each with its next command there.
+
+    The value is the status JSON's ``class`` and the metrics' ``class`` label.
+    """
+
+    BEHIND = "behind"
+    """The required position lies below the last stable offset: the record is there,
+    committed, and this task has not delivered it yet (lag, or a chain of holds)."""
+    OPEN_TRANSACTION = "open_transaction"
+    """Between the last stable offset and the log end: inside a transaction still open
+    on that partition; it settles when the transaction commits or is aborted."""
+    NOT_PRODUCED = "not_produced"
+    """At or beyond the log end: not produced yet, or a stale or forged stamp."""
+    NO_RECORD = "no_record"
+    """Below the last stable offset, and the reader's position is already past it
+    without having fed a record there: no committed record occupies it (a transaction
+    marker, an aborted batch); held until a later record on the channel arrives."""
+
+    @property
+    def label(self) -> str:
+        """The words the status table uses: ``behind``, ``in open txn``,
+        ``not produced``, ``no record``."""
+        return _LABELS[self]
+
+
+_LABELS = {HoldClass.BEHIND: "behind", HoldClass.OPEN_TRANSACTION: "in open txn",
+           HoldClass.NOT_PRODUCED: "not produced", HoldClass.NO_RECORD: "no record"}
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelFigures:
+    """The figures that class a blocker on one partition.
+
+    Attributes:
+        last_stable: the partition's last stable offset (what a ``read_committed``
+            reader may read up to, exclusive): the log end unless a transaction is open,
+            else the offset of its first record.
+        end: the log end offset (the high watermark, exclusive; what
+            ``kafka-get-offsets --time latest`` prints).
+        position: the reader's position on the partition (the next offset it returns;
+            the worker's consumer, or the group's committed offset for a stopped
+            process), ``None`` when not known.
+    """
+
+    last_stable: int
+    end: int
+    position: int | None = None
+
+
+def classify_blocker(required: int, figures: ChannelFigures, held_head: int | None) -> HoldClass:
+    """The class of a blocker needing ``required`` on a partition with ``figures`` (pure).
+
+    Args:
+        required: the cause's position (inclusive offset).
+        figures: the partition's offsets.
+        held_head: the head of this task's own held messages on that partition, if any
+            (a chain: the cause was fed and is itself held).
+
+    Returns:
+        ``NOT_PRODUCED`` at or beyond the end; ``OPEN_TRANSACTION`` at or beyond the last
+        stable offset; below it, ``NO_RECORD`` when the reader is past ``required`` and
+        did not hold a record there, else ``BEHIND``.
+
+    Source: docs/runbooks.md, "A message is held and not moving"; docs/failing-closed.md,
+    "Diagnosis".
+    """
+    if required >= figures.end:
+        return HoldClass.NOT_PRODUCED
+    if required >= figures.last_stable:
+        return HoldClass.OPEN_TRANSACTION
+    chain = held_head is not None and held_head <= required
+    if not chain and figures.position is not None and figures.position > required:
+        return HoldClass.NO_RECORD
+    return HoldClass.BEHIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +119,31 @@ class Blocker:
             or ``None`` when it has settled nothing yet (docs/failing-closed.md, "Diagnosis": "a
             channel
             the task starts at position 0 and has received nothing on yet").
+        hold_class: why ``required`` has not settled (:class:`HoldClass`), once a host
+            classed it; ``None`` while the figures are not known.
+        last_stable: the partition's last stable offset the class was decided on.
+        end: the partition's log end offset the class was decided on.
     """
 
     topic: str
     partition: int
     required: int
     settled: int | None
+    hold_class: HoldClass | None = None
+    last_stable: int | None = None
+    end: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"topic", "partition", "required", "settled"}``; ``settled`` may be ``None``."""
+        """``{"topic", "partition", "required", "settled", "class", "last_stable", "end"}``;
+        ``settled`` may be ``None``, and the last three are ``None`` until classed."""
         return {
             "topic": self.topic,
             "partition": self.partition,
             "required": self.required,
             "settled": self.settled,
+            "class": None if self.hold_class is None else self.hold_class.value,
+            "last_stable": self.last_stable,
+            "end": self.end,
         }
 
 
@@ -120,6 +215,30 @@ class TaskDiagnosis:
     def held_count(self) -> int:
         """Total messages held across channels."""
         return sum(h.count for h in self.held)
+
+    def with_figures(self, figures: Mapping[tuple[str, int], ChannelFigures]) -> TaskDiagnosis:
+        """This diagnosis with every blocker on a partition in ``figures`` classed.
+
+        Args:
+            figures: ``{(topic, partition): ChannelFigures}``, keyed as the blockers
+                name their channel (the topic's name, else its id).
+
+        Returns:
+            A new diagnosis; blockers without figures keep ``hold_class`` ``None``.
+        """
+        heads = {(h.topic, h.partition): h.head for h in self.held}
+
+        def classed(b: Blocker) -> Blocker:
+            f = figures.get((b.topic, b.partition))
+            if f is None:
+                return b
+            return dataclasses.replace(
+                b, hold_class=classify_blocker(b.required, f, heads.get((b.topic, b.partition))),
+                last_stable=f.last_stable, end=f.end)
+
+        held = tuple(dataclasses.replace(h, blockers=tuple(classed(b) for b in h.blockers))
+                     for h in self.held)
+        return dataclasses.replace(self, held=held)
 
     def to_json(self) -> dict[str, Any]:
         """The status JSON fields for one task (without task, pid, lag, age)."""

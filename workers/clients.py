@@ -9,6 +9,8 @@ main consumer itself is built when the loop starts). It imports nothing of
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from typing import Any
 
@@ -20,6 +22,7 @@ from workers.client_log import with_task_logger
 from workers.identity import IdentityChecker
 from workers.kafka_config import (
     DEFAULT_SESSION_TIMEOUT_MS,
+    WorkerOwner,
     admin_config,
     consumer_config,
     producer_config,
@@ -68,7 +71,8 @@ class TaskClients:
         self.producer = self.new_producer()
         self.restore_consumer = self.new_restore_consumer()
         self.consumer_conf = consumer_config(
-            servers, spec.prefix, process.name, task, props, task_count=w)
+            servers, spec.prefix, process.name, task, props, task_count=w,
+            owner=WorkerOwner(socket.gethostname(), os.getppid()))  # the spawning coordinator
         self.consumer: Consumer | None = None
         self.identity = IdentityChecker(self.admin)
         self.renewals = 0

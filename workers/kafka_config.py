@@ -16,7 +16,7 @@ session timeout.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from parsley.declarations import application_id, group_instance_id, transactional_id
 
@@ -24,10 +24,13 @@ __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
     "OWNED_PROPERTIES",
     "TRANSACTION_TIMEOUT_MS",
+    "WorkerOwner",
     "admin_config",
     "consumer_config",
+    "parse_worker_client_id",
     "producer_config",
     "restore_consumer_config",
+    "worker_client_id",
 ]
 
 TRANSACTION_TIMEOUT_MS: Final = 10_000
@@ -121,6 +124,31 @@ def _check_common(bootstrap_servers: str, prefix: str, process: str) -> None:
             raise ValueError(f"{what} must be non-blank, got {name!r}")
 
 
+class WorkerOwner(NamedTuple):
+    """The coordinator a worker's client id names: the host it runs on and its pid."""
+
+    host: str
+    pid: int
+
+
+def worker_client_id(instance: str, owner: WorkerOwner | None) -> str:
+    """A worker consumer's ``client.id`` (pure): ``<instance>|<host>|<coordinator pid>``, or the
+    bare ``group.instance.id`` without an owner. What ``kafka-consumer-groups --describe
+    --members`` lists as CLIENT-ID; a start that finds the group held by workers of this
+    process reads it back (:func:`parse_worker_client_id`) to name the coordinator running
+    them (docs/operations.md, "One coordinator per prefix")."""
+    return instance if owner is None else f"{instance}|{owner.host}|{owner.pid}"
+
+
+def parse_worker_client_id(client_id: str) -> tuple[str, WorkerOwner] | None:
+    """``(instance, owner)`` from :func:`worker_client_id`'s form, else ``None`` (pure)."""
+    instance, sep, rest = client_id.partition("|")
+    host, sep2, pid = rest.rpartition("|")
+    if not sep or not sep2 or not instance or not host or not pid.isdigit():
+        return None
+    return instance, WorkerOwner(host, int(pid))
+
+
 def consumer_config(
     bootstrap_servers: str,
     prefix: str,
@@ -130,6 +158,7 @@ def consumer_config(
     *,
     task_count: int | None = None,
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    owner: WorkerOwner | None = None,
 ) -> dict[str, Any]:
     """The main consumer of task ``task``: a static member of group ``<app-id>``.
 
@@ -146,6 +175,8 @@ def consumer_config(
             (``parsley.declarations.group_instance_id``).
         session_timeout_ms: ms a static member stays in the group after it
             stops heart-beating (a crash or a close).
+        owner: the coordinator running the worker, named in its ``client.id``
+            (:func:`worker_client_id`); ``None`` leaves the bare instance id.
 
     Returns:
         A librdkafka config: ``group.id = <prefix>-<process>``,
@@ -164,7 +195,7 @@ def consumer_config(
     user = _select(_check_user_properties(kafka_properties), "consumer")
     instance = group_instance_id(prefix, process, task, task_count)
     config: dict[str, Any] = {
-        "client.id": instance,
+        "client.id": worker_client_id(instance, owner),
         "session.timeout.ms": session_timeout_ms,
         "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
         "enable.auto.offset.store": False,

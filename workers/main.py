@@ -35,6 +35,7 @@ from workers.clients import TaskClients
 from workers.consumer_errors import consumer_error
 from workers.fetched import split_errors
 from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
+from workers.hold_figures import HoldFigures, consumer_positions
 from workers.identity import Backoff, apply_received_verdicts
 from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import ErrorKind, SubstrateError, classify
@@ -116,6 +117,7 @@ class Worker:
         self.names_learned = False
         self.counters = Counters()
         self.status = StatusClock(reporter, spec.status_interval_ms / 1000.0)
+        self.hold_figures = HoldFigures(spec.status_interval_ms / 1000.0)
         self.abortable_in_a_row = 0
         self.reads = Reads()
         self.shape_guard = ShapeGuard({t: spec.partitions[t] for t in self.received})
@@ -281,9 +283,10 @@ class Worker:
         return status_fields(
             engine=self.engine, budget_bytes=self.spec.metadata_budget_bytes,
             restore=self.restore, delivered=self.counters.delivered(self.step), lag=lag,
-            commits=self.txn.commits,
-            commit_latency_ms=self.txn.last_commit_ms,
-            from_checkpoint=self.restorer.from_checkpoint) | {
+            commits=self.txn.commits, commit_latency_ms=self.txn.last_commit_ms,
+            from_checkpoint=self.restorer.from_checkpoint,
+            classify=lambda d: self.hold_figures.classify(d, self.clients.admin,
+                                                          consumer_positions(consumer))) | {
                 "metrics": self.metric_fields(),
                 "recovery": self.task_timeout.status(time.monotonic()),
                 "recoveries": self.task_timeout.recoveries}

@@ -7,8 +7,8 @@ ordering state they belong to. These rules judge what the cluster shows against 
 * :func:`lost_positions` / :func:`ordering_state_lost`: committed positions with no
   ordering records behind them (``ORDERING_STATE_LOST``), at the bootstrap and at every
   rebuild of a worker's engine;
-* :func:`unaccounted_positions` / :func:`skipped_positions_refusal`: a position beyond
-  the channel's coverage + 1 over records Parsley never read (``SUBSTRATE_MISCONFIGURED``);
+* :func:`foreign_positions` / :func:`foreign_position_warning`: a position Parsley did
+  not commit over ordering state, which a start overrides with coverage + 1;
 * :func:`foreign_members` / :func:`foreign_member_refusal`: a group member that is not
   one of the process's tasks (``SUBSTRATE_MISCONFIGURED``); :class:`GroupMember` is how
   every refusal and warning describes a member.
@@ -31,15 +31,14 @@ __all__ = [
     "BOOTSTRAP_METADATA",
     "TASK_METADATA",
     "ForeignCommit",
+    "ForeignPosition",
     "GroupMember",
-    "Unaccounted",
     "foreign_member_refusal",
     "foreign_members",
+    "foreign_position_warning",
+    "foreign_positions",
     "lost_positions",
     "ordering_state_lost",
-    "skipped_offset",
-    "skipped_positions_refusal",
-    "unaccounted_positions",
 ]
 
 BOOTSTRAP_METADATA: Final = "parsley.bootstrap"
@@ -113,15 +112,15 @@ def ordering_state_lost(
     )
 
 
-class Unaccounted(NamedTuple):
-    """A committed read position the ordering state's coverage does not reach.
+class ForeignPosition(NamedTuple):
+    """A committed read position Parsley did not commit, over ordering state that covers it.
 
     Attributes:
         topic, partition: the channel.
         committed: the group's committed offset (next offset to fetch).
         covered: the channel's coverage in the ordering state (inclusive
             offset), or ``None`` when the state never covered it.
-        metadata: the commit's metadata.
+        metadata: the commit's metadata ("" when none).
     """
 
     topic: str
@@ -130,25 +129,21 @@ class Unaccounted(NamedTuple):
     covered: int | None
     metadata: str
 
-    @property
-    def first_unread(self) -> int:
-        """The first offset Parsley would read next: coverage + 1 (0 when never covered)."""
-        return 0 if self.covered is None else self.covered + 1
 
-
-def unaccounted_positions(
+def foreign_positions(
     committed: Mapping[tuple[str, int], tuple[int, str]],
     covered: Mapping[tuple[str, int], int | None],
-) -> list[Unaccounted]:
-    """Committed positions Parsley did not commit itself, beyond coverage + 1.
+) -> list[ForeignPosition]:
+    """Committed positions Parsley did not commit itself, on channels the ordering state holds.
 
-    A task commits the last fed offset + 1, or its consumer's position when
-    only transaction markers or aborted records follow (docs/failing-closed.md,
-    "Read positions"), with the metadata :data:`TASK_METADATA`; the bootstrap
-    commits covered + 1 or a declared start with :data:`BOOTSTRAP_METADATA`.
-    Any other commit beyond coverage + 1 is a suspect: whether it skipped a
-    record is for the caller to read (the records' offsets, never a guess:
-    :func:`skipped_offset`).
+    A task commits its read positions with :data:`TASK_METADATA` in the transaction
+    that commits the ordering state they belong to, and the bootstrap commits with
+    :data:`BOOTSTRAP_METADATA`; a commit with any other metadata (a
+    ``kafka-console-consumer --group <app-id>``, ``kafka-consumer-groups
+    --reset-offsets``) over state is not where the process stopped reading, which the
+    state itself records as its coverage (docs/model.md, "The session floor: replays
+    and feed order"). The caller overrides each one with the position the bootstrap
+    would have pre-committed (docs/failing-closed.md, "Read positions").
 
     Args:
         committed: ``{(topic, partition): (offset, metadata)}``, committed only.
@@ -158,72 +153,52 @@ def unaccounted_positions(
             :func:`lost_positions` decides).
 
     Returns:
-        The suspects in (topic, partition) order; a channel at the fed-to-end
-        sentinel (deleted) is never one.
+        Every such commit in (topic, partition) order, whatever its offset; a channel
+        at the fed-to-end sentinel (its topic deleted) is never one.
     """
-    out: list[Unaccounted] = []
+    out: list[ForeignPosition] = []
     for key, (offset, metadata) in sorted(committed.items()):
         if metadata in (BOOTSTRAP_METADATA, TASK_METADATA) or key not in covered:
             continue
         cov = covered[key]
         if cov == FED_TO_END:
             continue
-        first = 0 if cov is None else cov + 1
-        if offset > first:
-            out.append(Unaccounted(key[0], key[1], offset, cov, metadata))
+        out.append(ForeignPosition(key[0], key[1], offset, cov, metadata))
     return out
 
 
-def skipped_offset(suspect: Unaccounted, log_start: int, first_record: int | None) -> int | None:
-    """The first offset a suspect commit skipped without Parsley reading it, or ``None``.
+def foreign_position_warning(found: ForeignPosition, resume: int, group: str) -> str:
+    """The WARNING a start logs when it overrides ``found`` with ``resume`` (pure).
+
+    Names the group, the partition, the foreign commit's offset and metadata, the
+    coverage and the position resumed at; says what became of the records between
+    (read and delivered once: forward; dropped as replays had the commit been kept:
+    backward). Source: docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``, "Read positions
+    Parsley did not commit".
 
     Args:
-        suspect: from :func:`unaccounted_positions`.
-        log_start: the partition's log start now.
-        first_record: the first committed record at or after
-            ``max(suspect.first_unread, log_start)``, or ``None`` when none is.
-
-    Returns:
-        ``suspect.first_unread`` when it lies below the log start (whatever was
-        there is gone, and a commit Parsley did not make cannot vouch that it
-        was only markers); else ``first_record`` when it lies below the
-        committed position; else ``None`` (only markers or aborted records between).
+        found: from :func:`foreign_positions`.
+        resume: the offset the start commits instead (coverage + 1, or the
+            bootstrap's rule for a channel never covered); never ``found.committed``
+            (a foreign commit already there is kept, with nothing to warn about).
+        group: the consumer group (the application id).
     """
-    if suspect.first_unread < log_start:
-        return suspect.first_unread
-    if first_record is not None and first_record < suspect.committed:
-        return first_record
-    return None
-
-
-def skipped_positions_refusal(
-    suspect: Unaccounted, first_record: int, app_id: str
-) -> ParsleyFailClosedError:
-    """``SUBSTRATE_MISCONFIGURED`` for records below a committed position Parsley never read.
-
-    Args:
-        suspect: the committed position (:func:`unaccounted_positions`).
-        first_record: the first offset skipped (:func:`skipped_offset`).
-        app_id: the application id (the group).
-
-    Source: docs/failing-closed.md ("Read positions"); remedy: docs/runbooks.md,
-    ``SUBSTRATE_MISCONFIGURED``, "Read positions Parsley did not commit".
-    """
-    tp = f"{suspect.topic}-{suspect.partition}"
-    cov = "none" if suspect.covered is None else str(suspect.covered)
-    return ParsleyFailClosedError(
-        Reason.SUBSTRATE_MISCONFIGURED,
-        f"read positions were committed in group '{app_id}' by something other than "
-        f"Parsley: {tp} committed read position {suspect.committed} is beyond what the "
-        f"ordering state accounts for (coverage {cov}), and {tp}@{first_record} between "
-        "them was never read by this process (a consumer outside Parsley with "
-        f"group.id {app_id}, or an offset reset). Remove the foreign consumer, then reset "
-        f"the position to coverage + 1 so the skipped records are delivered: "
-        f"kafka-consumer-groups --bootstrap-server <servers> --group {app_id} "
-        f"--reset-offsets --topic {suspect.topic}:{suspect.partition} "
-        f"--to-offset {suspect.first_unread} --execute; then start (runbook: "
-        "SUBSTRATE_MISCONFIGURED, read positions Parsley did not commit).",
-    )
+    tp = f"{found.topic}-{found.partition}"
+    cov = ("never covered it" if found.covered is None
+           else f"covers it up to offset {found.covered}")
+    if found.committed > resume:
+        what = (f"this process never read offsets {resume}..{found.committed - 1}; it reads "
+                "them now and delivers each record among them once")
+    else:
+        what = (f"offsets {found.committed}..{resume - 1} were delivered already and would be "
+                "dropped as replays; to deliver them again, reset the process "
+                "(parsley-coordinator reset --to-offset)")
+    return (f"group '{group}' has a read position on {tp} that Parsley did not commit: offset "
+            f"{found.committed}, commit metadata {found.metadata!r} (a consumer outside "
+            f"Parsley with group.id {group}, or kafka-consumer-groups --reset-offsets); the "
+            f"ordering state {cov}, so this start overrides it and resumes at offset {resume}: "
+            f"{what} (docs/runbooks.md, SUBSTRATE_MISCONFIGURED, read positions Parsley did "
+            "not commit)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -19,6 +19,7 @@ import zmq
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from parsley.refusals import Reason
+from parsley.status import TaskDiagnosis
 from workers.changelog import RestoreProgress
 from workers.protocol import FINAL, STATUS, StopKind, TaskState
 
@@ -184,6 +185,7 @@ def status_fields(
     commits: int,
     commit_latency_ms: float | None,
     from_checkpoint: bool = False,
+    classify: Callable[[TaskDiagnosis], TaskDiagnosis] | None = None,
 ) -> dict[str, Any]:
     """A ``status`` message's fields besides kind, process, task, pid, sent_ms, state, rss
     and cpu (:mod:`workers.protocol`).
@@ -199,9 +201,12 @@ def status_fields(
         from_checkpoint: the last restore trusted the local stores (a clean stop's
             checkpoint, ``workers.checkpoint``): ``restore`` then reads
             ``{"records": 0, ..., "done": true, "checkpoint": true}``.
+        classify: classes the diagnosis's blockers (``workers.hold_figures.HoldFigures``);
+            ``None`` leaves them unclassed.
     """
     if engine is not None:
-        fields = engine.diagnose().to_json()
+        diagnosis = engine.diagnose()
+        fields = (diagnosis if classify is None else classify(diagnosis)).to_json()
         held_total = engine.held_count()
     else:
         fields = {"held": [], "frontier_channels": 0, "frontier_bytes": 0,

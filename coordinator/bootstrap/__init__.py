@@ -59,7 +59,7 @@ from coordinator.bootstrap.positions import (
     list_offsets,
     lost_positions,
     ordering_state_lost,
-    refuse_skipped_positions,
+    override_foreign_positions,
 )
 from coordinator.bootstrap.resolve import (
     ResolvedTopic,
@@ -324,12 +324,15 @@ def bootstrap_process(
                     )
             raise ordering_state_lost(suspects[0], changelog_name, changelog is not None,
                                       app_id)
-        if read_consumer is not None:  # state was read: positions it does not account for
-            coverage = {
-                (t, p): states[p].inspector.covered_positions().get(
-                    ChannelId(topics[t].topic_id, p))
-                for (t, p) in committed if p < len(states) and states[p].records > 0}
-            refuse_skipped_positions(admin, read_consumer, app_id, committed, coverage)
+        named: set[str] = set()
+        for s in states:
+            named.update(s.inspector.name_bindings())
+        # Positions Parsley did not commit, over state: resume where the state says.
+        coverage = {
+            (t, p): states[p].inspector.covered_positions().get(
+                ChannelId(topics[t].topic_id, p))
+            for (t, p) in committed if p < len(states) and states[p].records > 0}
+        overridden = override_foreign_positions(admin, app_id, committed, coverage, named)
 
         missing = [tp for tp in (all_tps if lead else tps)
                    if (tp.topic, tp.partition) not in committed_all]
@@ -339,11 +342,8 @@ def bootstrap_process(
                 f"{[f'{tp.topic}-{tp.partition}' for tp in missing]}: the coordinator that "
                 "owns task 0 pre-commits them (docs/operations.md, \"Several coordinators\")")
         positions = {k: v[0] for k, v in committed_all.items()}
-        precommit: dict[tuple[str, int], int] = {}
+        precommit: dict[tuple[str, int], int] = dict(overridden)
         if missing:
-            named: set[str] = set()
-            for s in states:
-                named.update(s.inspector.name_bindings())
             earliest = list_offsets(admin, missing, latest=False)
             latest = list_offsets(admin, missing, latest=True)
             for tp in missing:

@@ -18,6 +18,8 @@ docs/operations.md, "The consumer group at a start".
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +62,7 @@ __all__ = [
     "is_own_member",
     "leave_window_s",
     "members_remain",
+    "other_coordinator",
     "own_members_remain",
     "session_timeout_ms",
 ]
@@ -185,6 +188,61 @@ def own_members_remain(group: str, remaining: Sequence[GroupMember], waited_s: f
     )
 
 
+def _command_line(pid: int) -> str | None:
+    """The command line of live process ``pid`` on this host, ``None`` when it is not alive
+    (psutil; ``""`` when it lives but cannot be read)."""
+    import psutil  # type: ignore[import-untyped]
+
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.NoSuchProcess:
+        return None
+    except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return ""
+
+
+def other_coordinator(group: str, present: Sequence[GroupMember], *, host: str, own_pid: int,
+                      command_line: Callable[[int], str | None] = _command_line,
+                      ) -> StartError | None:
+    """The start error naming another live coordinator on this host whose workers hold
+    ``group``, else ``None``.
+
+    A worker's client id names the coordinator that spawned it
+    (:func:`workers.kafka_config.worker_client_id`): ``<instance>|<host>|<pid>``. A member
+    of this process's own instance ids (:func:`is_own_member`) whose coordinator runs on
+    this host, is alive, and is not this one, is a second ``run`` of the prefix (another
+    state dir hides it from the control-socket check: docs/operations.md, "One coordinator
+    per prefix"); waiting for it to leave would only end in "Retry this start.".
+
+    Args:
+        group: the consumer group.
+        present: its members now.
+        host: this host's name (``socket.gethostname()``).
+        own_pid: this coordinator's pid (its own workers are never another's).
+        command_line: a live pid's command line, ``None`` when it is not alive.
+    """
+    from workers.kafka_config import parse_worker_client_id
+
+    for m in sorted(present, key=lambda m: m.client_id):
+        parsed = parse_worker_client_id(m.client_id)
+        if not is_own_member(group, m) or parsed is None:
+            continue
+        owner = parsed[1]
+        if owner.host != host or owner.pid == own_pid:
+            continue
+        cmd = command_line(owner.pid)
+        if cmd is None:
+            continue  # its coordinator is gone: the member leaves at its session timeout
+        return StartError(
+            f"group '{group}' is held by the workers of another coordinator on this host, "
+            f"pid {owner.pid}{f' ({cmd})' if cmd else ''}: {m.describe()}. Without --join one "
+            "coordinator runs a process (docs/operations.md, \"One coordinator per "
+            "prefix\"); another state dir or --listen only hides it from this start's check. "
+            "Stop that coordinator first (parsley-coordinator stop with its --prefix and "
+            f"--state-dir, or kill {owner.pid}), or talk to it where it runs")
+    return None
+
+
 def await_group_vacated(
     admin: AdminClient,
     group: str,
@@ -221,14 +279,22 @@ def await_group_vacated(
         StartRetryableError: (:func:`own_members_remain`) when the members that
             remain all carry this process's own instance ids.
         StartError: the group could not be described, or its coordinator did
-            not answer within ``window_s``.
+            not answer within ``window_s``; or at once, when the workers of another live
+            coordinator on this host hold it (:func:`other_coordinator`).
     """
     def refusal(remaining: Sequence[GroupMember]) -> Exception:
         if all(is_own_member(group, m) for m in remaining):
             return own_members_remain(group, remaining, window_s, session_ms, bootstrap_servers)
         return members_remain(group, remaining, window_s, session_ms, bootstrap_servers)
 
-    return _await_gone(admin, group, window_s, waiting=list, refusal=refusal,
+    def waiting(present: list[GroupMember]) -> list[GroupMember]:
+        other = other_coordinator(group, present, host=socket.gethostname(),
+                                  own_pid=os.getpid())
+        if other is not None:
+            raise other
+        return present
+
+    return _await_gone(admin, group, window_s, waiting=waiting, refusal=refusal,
                        what="the previous members of group {group}",
                        gone="the previous members", sleep=sleep, clock=clock, poll_s=poll_s)
 

@@ -1,19 +1,17 @@
 """Bootstrap step 3 (positions): committed read positions, ORDERING_STATE_LOST, pre-commits.
 
 The rules are pure (:func:`initial_position` here; :func:`lost_positions`,
-:func:`ordering_state_lost` and the skipped-positions rule in
+:func:`ordering_state_lost` and the foreign-positions rule in
 :mod:`workers.positions`, shared with the worker's rebuilds); the Kafka calls
-that feed them (:func:`committed_positions`, :func:`list_offsets`,
-:func:`first_record_between`) are kept apart.
+that feed them (:func:`committed_positions`, :func:`list_offsets`) are kept apart, and
+:func:`override_foreign_positions` joins the two.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from confluent_kafka import (
-    Consumer,
     IsolationLevel,
     KafkaException,
     TopicPartition,
@@ -41,26 +39,23 @@ from workers.admin import (
     stable_committed_offsets,
 )
 from workers.authorization import Grant
-from workers.kafka_errors import partition_eof, topic_authorization_failed
+from workers.kafka_errors import topic_authorization_failed
 from workers.positions import (
     ForeignCommit,
-    Unaccounted,
+    foreign_position_warning,
+    foreign_positions,
     lost_positions,
     ordering_state_lost,
-    skipped_offset,
-    skipped_positions_refusal,
-    unaccounted_positions,
 )
 
 __all__ = [
     "ForeignCommit",
     "committed_positions",
-    "first_record_between",
     "initial_position",
     "list_offsets",
     "lost_positions",
     "ordering_state_lost",
-    "refuse_skipped_positions",
+    "override_foreign_positions",
 ]
 
 
@@ -206,90 +201,61 @@ def list_offsets(
                          f"{sorted({t.topic for t in tps})}: {exc}") from exc
 
 
-RANGE_READ_DEADLINE_S = 30.0
-"""Bound on reading one channel's unaccounted range, s (our own deadline)."""
-
-
-def first_record_between(
-    consumer: Consumer, topic: str, partition: int, start: int, end: int,
-    *, deadline_s: float = RANGE_READ_DEADLINE_S,
-) -> int | None:
-    """The offset of the first committed record in ``[start, end)``, or ``None``.
-
-    Reads with ``consumer`` (assign-only, ``read_committed``,
-    ``enable.partition.eof``: ``workers.kafka_config.restore_consumer_config``), so
-    transaction markers and aborted records are skipped as the tasks skip
-    them. ``start`` must be at or above the log start (the caller clamps it).
-
-    Raises:
-        StartError: the read failed, or reached neither a record, ``end``
-            nor the partition's end within ``deadline_s``.
-    """
-    if start >= end:
-        return None
-    consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + deadline_s
-    try:
-        while time.monotonic() < deadline:
-            for msg in consumer.consume(100, 0.5):
-                err = msg.error()
-                if err is not None:
-                    if partition_eof(err):
-                        return None
-                    refusal = not_authorized(err, f"reading {topic}-{partition}",
-                                             Grant("Topic", topic, ("Read",)))
-                    if refusal is not None:
-                        raise refusal
-                    raise StartError(f"could not read {topic}-{partition} from offset {start} "
-                                     f"to check its committed position: {err}")
-                offset = msg.offset()
-                assert offset is not None
-                return offset if offset < end else None
-            pos = consumer.position([TopicPartition(topic, partition)])[0].offset
-            if pos >= end:
-                return None
-    except KafkaException as exc:
-        raise StartError(f"could not read {topic}-{partition} from offset {start} to check "
-                         f"its committed position: {exc}") from exc
-    finally:
-        consumer.unassign()
-    raise StartError(f"reading {topic}-{partition} from offset {start} to {end} to check its "
-                     f"committed position did not finish in {deadline_s:g} s")
-
-
-def refuse_skipped_positions(
+def override_foreign_positions(
     admin: AdminClient,
-    consumer: Consumer,
     app_id: str,
     committed: Mapping[tuple[str, int], tuple[int, str]],
     covered: Mapping[tuple[str, int], int | None],
-) -> None:
-    """Refuse a committed position beyond coverage + 1 over records Parsley never read.
+    named: Collection[str],
+) -> dict[tuple[str, int], int]:
+    """The positions that replace commits Parsley did not make, each logged as a WARNING.
 
-    For every suspect of :func:`workers.positions.unaccounted_positions` (a
-    commit neither the bootstrap nor a task made), reads
-    ``[coverage + 1, committed)``: a committed record there was skipped without
-    being read (a consumer outside Parsley committed in the group); a range
-    reaching below the log start cannot be vouched for, and is refused too
-    (:func:`workers.positions.skipped_offset`; docs/failing-closed.md,
-    "Read positions").
+    A committed position with metadata other than ``parsley.task`` or
+    ``parsley.bootstrap`` over ordering state (:func:`workers.positions.foreign_positions`)
+    was made by something else in the group: a ``kafka-console-consumer --group
+    <app-id>``, or ``kafka-consumer-groups --reset-offsets``. The state records how far
+    the process fed each channel (its coverage, committed in the same transaction as the
+    process's own positions), so the start resumes there, exactly as it would with no
+    commit at all (:func:`initial_position` with prior state: coverage + 1; 0 for a
+    channel the state names but never covered; the log start for a topic it never
+    named). Forward, the records the foreign commit skipped are then delivered once;
+    backward (a rewind), the records it would re-read are ones the engine drops as
+    replays anyway. A foreign commit over no state is ``ORDERING_STATE_LOST``'s
+    (:func:`lost_positions`), decided before this runs. Rules: docs/failing-closed.md,
+    "Read positions"; docs/runbooks.md, ``SUBSTRATE_MISCONFIGURED``.
+
+    Args:
+        admin: for the log start of a topic the state never named.
+        app_id: the application id (the group), named in the warnings.
+        committed: ``{(topic, partition): (offset, metadata)}``, committed only.
+        covered: ``{(topic, partition): coverage}`` for every channel of a changelog
+            partition that holds state (``None``: never covered).
+        named: the topic names the ordering state binds.
+
+    Returns:
+        ``{(topic, partition): offset}`` to commit with ``parsley.bootstrap``, one per
+        foreign commit that differs from it; empty when there is none.
 
     Raises:
-        ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED``
-            (:func:`workers.positions.skipped_positions_refusal`).
-        StartError: a listing or a read failed.
+        StartError: a log start could not be listed.
+        ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for a coverage
+            outside ``0..FED_TO_END`` (:func:`initial_position`).
     """
-    suspects: list[Unaccounted] = unaccounted_positions(committed, covered)
-    if not suspects:
-        return
-    earliest = list_offsets(admin, [TopicPartition(s.topic, s.partition) for s in suspects],
-                            latest=False)
-    for s in suspects:
-        log_start = earliest[(s.topic, s.partition)]
-        found = None
-        if s.first_unread >= log_start:
-            found = first_record_between(consumer, s.topic, s.partition, s.first_unread,
-                                         s.committed)
-        skipped = skipped_offset(s, log_start, found)
-        if skipped is not None:
-            raise skipped_positions_refusal(s, skipped, app_id)
+    found = foreign_positions(committed, covered)
+    unnamed = [TopicPartition(f.topic, f.partition) for f in found
+               if f.covered is None and f.topic not in named]
+    earliest = list_offsets(admin, unnamed, latest=False)
+    out: dict[tuple[str, int], int] = {}
+    for f in found:
+        key = (f.topic, f.partition)
+        start = earliest.get(key, 0)
+        resume = initial_position(True, f.covered, f.topic in named, InitialPosition.EARLIEST,
+                                  start, start, where=f"{f.topic}-{f.partition}")
+        if resume == f.committed:
+            log.info("%s: %s-%d's committed position %d (commit metadata %r) was not made by "
+                     "Parsley but is where the ordering state resumes; kept", app_id,
+                     f.topic, f.partition, f.committed, f.metadata)
+            continue
+        log.warning("%s: %s", app_id, foreign_position_warning(f, resume, app_id))
+        out[key] = resume
+    return out

@@ -8,8 +8,10 @@ docs/operations.md, "Commands"):
 1     unexpected error (a bug: the traceback is logged)
 2     usage error or a wrong declaration (``ValueError``)
 3     a refusal: a start, a process, ``inspect`` or ``reset`` refused
+      (``status``: a process stands refused)
 4     a failure: a process stopped with no reason, or a start prerequisite
-      is missing (a topic, connectivity, ACLs)
+      is missing (a topic, connectivity, ACLs) (``status``: a process stands
+      stopped by a failure)
 5     the start should be retried ("Retry this start.")
 6     shutdown incomplete: a worker had to be killed or did not stop
 7     no coordinator answered on the control endpoint
@@ -44,9 +46,11 @@ def cli(log_level: str) -> None:
 
     `run` starts the declared processes (one worker OS process per task) and
     serves status on a control socket; `status` and `stop` talk to that
-    socket; `inspect` reads a stopped process's ordering state from Kafka;
-    `reset` starts a stopped process anew at a chosen boundary (docs/runbooks.md);
-    `acls` prints the kafka-acls commands a process's principal needs.
+    socket; `keys` makes the CURVE keys that secure that socket on TCP;
+    `inspect` reads a stopped process's ordering state from Kafka; `reset`
+    starts a stopped process anew at a chosen boundary (docs/runbooks.md);
+    `acls` prints the kafka-acls commands a process's principal needs. APP is
+    `module:attribute`, imported from the current directory.
     Exit status: 0 clean, 2 usage/declaration, 3 refusal, 4 failure,
     5 retry the start, 6 shutdown incomplete, 7 no coordinator answered.
     """

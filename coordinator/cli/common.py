@@ -69,7 +69,11 @@ def load_app(spec: str) -> list[Any]:
     try:
         obj: Any = import_module(module_name)
     except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}. APP is imported from the current "
+            f"directory ({Path.cwd()}), then the Python path: run from the directory that "
+            f"holds {module_name.split('.')[0]}.py (or its package), or add that directory "
+            "to PYTHONPATH") from exc
     except Exception as exc:  # the application's own module failed while importing
         where = traceback.extract_tb(exc.__traceback__)[-1]
         raise click.BadParameter(

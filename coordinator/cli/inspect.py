@@ -30,7 +30,9 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
         "group_members": [str] | None}``: ``group_members`` describes each member
         of the process's consumer group ``<prefix>-<process>`` (empty: no worker is
         running; ``None``: the group could not be described), read before the
-        changelog.
+        changelog. Each ``held`` entry also carries its ``head`` and the head's
+        ``blockers``, each classed against the cluster's offsets
+        (:func:`coordinator.control.held_heads.held_heads`).
 
     Raises:
         ParsleyFailClosedError: ``UNKNOWN_ORDERING_STATE_FORMAT`` for state that
@@ -43,6 +45,7 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
     from coordinator.bootstrap import StartError, kafka_topic_id, read_ordering_state
     from coordinator.bootstrap.common import check_reachable, with_client_logger
     from coordinator.bootstrap.group import group_members
+    from coordinator.control.held_heads import committed_offsets, held_heads
     from parsley.declarations import ordering_changelog
     from parsley.naming import application_id
     from workers.admin import describe_topic
@@ -64,20 +67,23 @@ def inspect_process(config: Any, process: str) -> dict[str, Any]:
                                   process, 0, config.kafka_properties)
     cfg["client.id"] = f"parsley-inspect-{process}"
     consumer = Consumer(with_client_logger(cfg))
+    group = application_id(config.application_id_prefix, process)
     try:
         states = read_ordering_state(admin, consumer, name, info.partitions)
+        committed = committed_offsets(admin, group) if any(
+            s.inspector.held_channels() for s in states) else {}
+        held = [held_heads(admin, consumer, name, s.task, s.inspector, committed)
+                for s in states]
     finally:
         consumer.close()
     tasks = []
-    for s in states:
+    for s, h in zip(states, held, strict=True):
         bindings = s.inspector.name_bindings()
         names = {v: k for k, v in bindings.items()}
         tasks.append({
             "task": s.task,
             "records": s.records,
-            "held": [{"topic_id": kafka_topic_id(ch.topic_id), "topic": names.get(ch.topic_id),
-                      "partition": ch.partition, "count": n}
-                     for ch, n in s.inspector.held_channels().items()],
+            "held": h,
             "covered": [{"topic_id": kafka_topic_id(ch.topic_id),
                          "topic": names.get(ch.topic_id),
                          "partition": ch.partition, "covered": pos,
@@ -121,7 +127,9 @@ def command(process: str, bootstrap_servers: str | None, local_broker: bool,
     """Read a stopped process's ordering state from its changelog.
 
     For each task (changelog partition): which channels hold messages and how
-    many, how far each channel is covered (fed, or known never to arrive;
+    many, each held head and the causes it waits for, classed as status classes
+    them (behind, in open txn, not produced, no record: from the partitions'
+    offsets now), how far each channel is covered (fed, or known never to arrive;
     "fed to end" for a deleted topic), and which topic id each name was
     bound to. Run it on a stopped process: a running one changes underneath,
     and a warning on stderr says so when the process's consumer group has
@@ -129,6 +137,7 @@ def command(process: str, bootstrap_servers: str | None, local_broker: bool,
     """
     from coordinator.bootstrap import StartError
     from parsley.refusals import ParsleyFailClosedError
+    from parsley.status import HoldClass
 
     if local_broker:
         bootstrap_servers = start_local_broker()
@@ -155,7 +164,17 @@ def command(process: str, bootstrap_servers: str | None, local_broker: bool,
             click.echo(f"task {t['task']}: {t['records']} record(s)")
             for h in t["held"]:
                 click.echo(f"  held     {h['topic'] or h['topic_id']}[{h['partition']}]: "
-                           f"{h['count']} message(s)  (topic id {h['topic_id']})")
+                           f"{h['count']} message(s), head {h['head']}  "
+                           f"(topic id {h['topic_id']})")
+                for b in h["blockers"] or ():
+                    cls = "" if b["class"] is None else (
+                        f" ({HoldClass(b['class']).label}, LSO {b['last_stable']} "
+                        f"end {b['end']})")
+                    settled = "-" if b["settled"] is None else b["settled"]
+                    click.echo(f"    waits for {b['topic']}[{b['partition']}] needs "
+                               f"{b['required']} settled {settled}{cls}")
+                if h["blockers"] == []:
+                    click.echo("    deliverable: goes on the next drain once running")
             for c in t["covered"]:
                 pos = "fed to end" if c["fed_to_end"] else str(c["covered"])
                 click.echo(f"  covered  {c['topic'] or c['topic_id']}[{c['partition']}] "

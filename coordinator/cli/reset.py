@@ -49,7 +49,10 @@ def _default_state_dir() -> str:
               help="Start at each partition's end: everything retained is skipped.")
 @click.option("--to-offset", multiple=True, metavar="N|TOPIC:PARTITION=N",
               help="Start at offset N on every received partition, or per partition "
-                   "(repeatable); each must lie in [log start, log end].")
+                   "(repeatable); each must lie in [log start, log end]. With "
+                   "TOPIC:PARTITION=N entries and no plain N, the partitions not named "
+                   "stay where the process stands: at its first held message there, else "
+                   "where it reads next.")
 @click.option("--to-datetime", metavar="ISO8601",
               help="Start at the first record at or after this time (UTC unless the time "
                    "gives an offset); the log end where none is.")

@@ -111,6 +111,9 @@ def command(app: str, bootstrap_servers: str | None, local_broker: bool, config_
             metrics_host: str | None, join: bool = False) -> None:
     """Start the processes APP (module:attribute, required) and supervise them until they stop.
 
+    APP is imported from the current directory first, then the Python path
+    (run from the directory that holds the module, or set PYTHONPATH).
+
     The start is all-or-nothing: the bootstrap resolves topics, checks the
     ordering state (refusing what cannot be resumed against), creates the
     changelogs and commits initial positions, then one worker per task is

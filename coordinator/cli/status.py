@@ -89,6 +89,19 @@ def _fetch_status(ep: str, timeout: float) -> dict[str, Any]:
     return {"running": True, "last_report": None, **dict(reply["status"])}
 
 
+def exit_code_of(doc: dict[str, Any]) -> ExitCode:
+    """The exit status of ``status`` for a running coordinator's document: ``REFUSAL`` (3)
+    while a process stands stopped with a refusal reason, else ``FAILURE`` (4) while one
+    stands stopped with a failure, else ``CLEAN`` (0); the codes of docs/operations.md,
+    "Commands", so that a health check on the exit status sees a stop."""
+    stopped = [p for p in (doc.get("processes") or {}).values() if p.get("state") == "STOPPED"]
+    if any(p.get("refusal_reason") for p in stopped):
+        return ExitCode.REFUSAL
+    if any(p.get("failure_detail") for p in stopped):
+        return ExitCode.FAILURE
+    return ExitCode.CLEAN
+
+
 def _last_or_nothing(message: str, last_file: Path | None) -> dict[str, Any]:
     """What ``status`` shows when no coordinator answers: the last report, else a
     document saying there is none. The note goes to stderr.
@@ -140,9 +153,10 @@ def command(config_file: str | None, prefix: str | None, state_dir: str | None,
     nothing held), the head's blockers (required and settled positions),
     frontier channels and bytes, and how old the entry is (STALE beyond three
     status intervals); --wide and --json give every detail. A stopped process
-    shows its refusal reason and failure detail. With no coordinator running
-    it shows the last report `run` kept in the state dir (marked, with the
-    exit time and code) and exits 7.
+    shows its refusal reason and failure detail, and the exit status says so:
+    3 while a process stands refused, 4 while one stands stopped by a failure,
+    else 0. With no coordinator running it shows the last report `run` kept in
+    the state dir (marked, with the exit time and code) and exits 7.
     """
     from rich.console import Console
 
@@ -160,7 +174,12 @@ def command(config_file: str | None, prefix: str | None, state_dir: str | None,
     with quiet_on_closed_pipe():
         try:
             if not watch:
-                show(_fetch_status(ep, timeout))
+                doc = _fetch_status(ep, timeout)
+                show(doc)
+                code = exit_code_of(doc)
+                if code is not ExitCode.CLEAN:
+                    sys.stdout.flush()
+                    sys.exit(code)
                 return
             from rich.live import Live
 

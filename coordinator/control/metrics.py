@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from coordinator.bootstrap import StartError
 from coordinator.control.status import ProcessState, ProcessStatus
 from parsley.refusals import Reason
+from parsley.status import HoldClass
 from workers.histogram import HANDLER_BUCKETS_S, TRANSACTION_BUCKETS_S, add_counts
 from workers.protocol import STATUS, StopKind, TaskState
 
@@ -393,9 +394,19 @@ def metric_families(
         "parsley_task_stalled_seconds",
         "While the task recovers in place: s since its first failure not followed by "
         "progress (it stops SUBSTRATE at the task timeout); absent otherwise.", labels=pt)
+    blockers = GaugeMetricFamily(
+        "parsley_held_blockers",
+        "Causes the task's held heads wait for, by class: behind, open_transaction, "
+        "not_produced, no_record, or unknown before the offsets that decide it are known "
+        "(docs/runbooks.md, \"A message is held and not moving\").",
+        labels=[*pt, "class"])
     for (name, index), entry in sorted(live.items()):
         labels = [name, str(index)]
         held.add_metric(labels, float(entry.held_count))
+        by_class = Counter(b.hold_class.value if b.hold_class is not None else "unknown"
+                           for h in entry.held for b in h.blockers)
+        for cls in (*(c.value for c in HoldClass), "unknown"):
+            blockers.add_metric([*labels, cls], float(by_class.get(cls, 0)))
         frontier.add_metric(labels, float(entry.frontier_bytes))
         budget.add_metric(labels, float(entry.budget_bytes))
         if entry.lag is not None:
@@ -410,7 +421,8 @@ def metric_families(
             stalled.add_metric(labels, float(entry.recovery.stalled_s))
 
     return [up, started, cstate, pstate, prefused, prestarts, received, delivered, held,
-            oldest, frontier, budget, lag, committed, aborted, batches, txn, handler, trestarts,
+            blockers, oldest, frontier, budget, lag, committed, aborted, batches, txn, handler,
+            trestarts,
             refusals, exits, tstate, rss, recoveries, stalled]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from parsley.refusals import Reason
-from parsley.status import Blocker, HeldChannel
+from parsley.status import Blocker, HeldChannel, HoldClass
 from workers.protocol import TaskState
 
 __all__ = [
@@ -222,7 +222,10 @@ def _held(items: Iterable[Mapping[str, Any]]) -> tuple[HeldChannel, ...]:
             head=int(h["head"]),
             blockers=tuple(
                 Blocker(str(b["topic"]), int(b["partition"]), int(b["required"]),
-                        None if b.get("settled") is None else int(b["settled"]))
+                        None if b.get("settled") is None else int(b["settled"]),
+                        None if b.get("class") is None else HoldClass(b["class"]),
+                        None if b.get("last_stable") is None else int(b["last_stable"]),
+                        None if b.get("end") is None else int(b["end"]))
                 for b in h.get("blockers") or ()
             ),
         )

@@ -2,11 +2,11 @@
 
 Two layouts (docs/operations.md, "Reading the `status` table"):
 
-- the default fits 100 columns with one line per task: process, state, task,
+- the default fits the terminal with one line per task: process, state, task,
   held, lag, caught up, the first held channel's head blockers (``+N more`` when
-  several channels hold messages), frontier bytes, entry age. A cell too long for
-  the terminal (a process name past 20 characters, the blockers) ends in an
-  ellipsis rather than wrapping the row.
+  several channels hold messages), frontier bytes, entry age. A process name past
+  20 characters ends in an ellipsis; head blockers too long for what the other
+  columns leave move under the table, one line per task, wrapped, never cut.
 - ``--wide`` shows every detail: every held channel's blockers on its own line, the
   task's own state and pid, frontier channels and bytes against the budget, restore
   progress, memory, CPU, restarts and cross-partition causes. Rendered without a
@@ -34,21 +34,30 @@ from coordinator.control.status import (
     TaskStatus,
     parse_status,
 )
-from parsley.status import HeldChannel
+from parsley.status import Blocker, HeldChannel
 
-__all__ = ["FIT_COLUMNS", "held_line", "recovery_line", "render", "report_header"]
+__all__ = ["FIT_COLUMNS", "blocker_text", "held_line", "recovery_line", "render",
+           "report_header"]
 
 FIT_COLUMNS: Final = 100
-"""The width the default layout fits in, characters."""
+"""The width the default layout is rendered for when none is given, characters."""
+
+
+def blocker_text(b: Blocker) -> str:
+    """One blocker, e.g. ``a[0] needs 9 settled 8 (in open txn, LSO 9 end 10)``: the class
+    and the offsets that decide it once the task has them (:class:`parsley.status.HoldClass`;
+    docs/operations.md, "Reading the `status` table")."""
+    text = (f"{b.topic}[{b.partition}] needs {b.required} settled "
+            f"{'-' if b.settled is None else b.settled}")
+    if b.hold_class is not None:
+        text += f" ({b.hold_class.label}, LSO {b.last_stable} end {b.end})"
+    return text
 
 
 def held_line(h: HeldChannel) -> str:
     """One held channel and its head's blockers, e.g. ``b[0]@7 x2: a[0] needs 9 settled -``
     (docs/operations.md, "Reading the `status` table")."""
-    waits = ", ".join(
-        f"{b.topic}[{b.partition}] needs {b.required} settled "
-        f"{'-' if b.settled is None else b.settled}" for b in h.blockers
-    ) or "deliverable"
+    waits = ", ".join(blocker_text(b) for b in h.blockers) or "deliverable"
     return f"{h.topic}[{h.partition}]@{h.head} x{h.count}: {waits}"
 
 
@@ -97,45 +106,51 @@ def recovery_line(r: RecoveryStatus) -> str:
             + (f": {r.cause}" if r.cause else ""))
 
 
-def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
-    heads = ("process", "state", "task", "held", "lag", "caught up", "head blockers",
-             "frontier", "age")
-    blockers_at = heads.index("head blockers")
+def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> list[RenderableType]:
+    """The default layout: the table, and, when a head blocker does not fit in its column,
+    the blockers under the table instead, one line per task, wrapped to ``width``."""
+    heads = ["process", "state", "task", "held", "lag", "caught up", "head blockers",
+             "frontier", "age"]
     rows: list[list[str]] = []
-    more: list[str] = []  # per row: the "(+N more)" kept when the blockers are shortened
     for name, st in statuses.items():
         if not st.tasks:
             rows.append([name, st.state.value, "-", "-", "-", _no_tasks_caught_up(st), "-",
                          "-", "-"])
-            more.append("")
         for t in st.tasks:
             first = held_line(t.held[0]) if t.held else "-"
             if t.recovery is not None:
                 first = recovery_line(t.recovery) + ("" if first == "-" else f"; {first}")
-            more.append(f" (+{len(t.held) - 1} more)" if len(t.held) > 1 else "")
+            more = f" (+{len(t.held) - 1} more)" if len(t.held) > 1 else ""
             rows.append([name, st.state.value, str(t.task), str(t.held_count),
                          "-" if t.lag is None else str(t.lag), _yes(t.caught_up),
-                         first + more[-1], _bytes(t.frontier_bytes), _age(t)])
+                         first + more, _bytes(t.frontier_bytes), _age(t)])
+    blockers_at = heads.index("head blockers")
     natural = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(heads)]
     natural[0] = min(natural[0], _PROCESS_MAX)
     # SIMPLE_HEAD with collapsed padding and no edge padding: 2 spaces between columns
-    # and 1 at each edge. The blockers column gets what the others leave of the width.
+    # and 1 at each edge. The blockers column gets what the others leave of the width;
+    # where that is too little, the blockers leave the table for lines of their own.
     rest = sum(n for i, n in enumerate(natural) if i != blockers_at) + 2 * len(heads)
-    blockers_width = max(len("head blockers"), min(natural[blockers_at], width - rest))
+    below: list[str] = []
+    if natural[blockers_at] > width - rest:
+        below = [f"{r[0]} task {r[2]}: {r[blockers_at]}" for r in rows
+                 if r[blockers_at] != "-"]
+        del heads[blockers_at]
+        for r in rows:
+            del r[blockers_at]
     table = Table(title="parsley processes", box=box.SIMPLE_HEAD, pad_edge=False,
                   collapse_padding=True)
     for i, col in enumerate(heads):
         table.add_column(col, justify="right" if col in ("task", "held", "lag", "frontier",
                                                          "age") else "left",
                          no_wrap=True, overflow="ellipsis",
-                         max_width=_PROCESS_MAX if i == 0 else blockers_width
-                         if i == blockers_at else None)
-    for r, tail in zip(rows, more, strict=True):
-        if len(r[blockers_at]) > blockers_width and tail:
-            keep = max(0, blockers_width - len(tail) - 1)
-            r[blockers_at] = r[blockers_at][:keep] + "…" + tail
+                         max_width=_PROCESS_MAX if i == 0 else None)
+    for r in rows:
         table.add_row(*r)
-    return table
+    if not below:
+        return [table]
+    return [table, Text("head blockers (every held channel: status --wide)", style="bold"),
+            *(Text(line) for line in below)]
 
 
 def _wide(statuses: Mapping[str, ProcessStatus]) -> Table:
@@ -173,8 +188,8 @@ def render(doc: Mapping[str, Any], *, wide: bool = False,
         doc: a live status document (``{"processes": ...}``, coordinator.control.status) or a
             last report's (``{"running": false, "last_report": {...}, ...}``).
         wide: the ``--wide`` layout (module docstring).
-        width: the terminal's width, characters: the default layout shortens the
-            head blockers (ending them in an ellipsis) to fit it.
+        width: the terminal's width, characters: the default layout moves the head
+            blockers under the table when their column would not fit it.
 
     Raises:
         KeyError, TypeError, ValueError: a malformed document.
@@ -187,7 +202,10 @@ def render(doc: Mapping[str, Any], *, wide: bool = False,
     else:
         statuses = parse_status(doc)
     if statuses or report is None:  # a start that failed ran no process: no empty table
-        parts.append(_wide(statuses) if wide else _compact(statuses, width))
+        if wide:
+            parts.append(_wide(statuses))
+        else:
+            parts += _compact(statuses, width)
     if report is not None and report.start_error is not None:
         err = report.start_error
         what = "refused" if err.refusal_reason is not None else "failed"

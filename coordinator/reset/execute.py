@@ -47,6 +47,7 @@ from coordinator.reset.plan import (
     ResetPlan,
     Target,
     choose_positions,
+    current_positions,
     iso_utc,
     members_refusal,
 )
@@ -139,11 +140,12 @@ def wait_for_no_members(admin: AdminClient, group: str, window_s: float, *,
 
 def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Process,
                       topic_ids: Mapping[str, Any], partitions: int | None
-                      ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int], str]:
-    """``({(topic, p): held count}, {(topic, p): covered}, what was read)`` from the
-    ordering changelog. State the bootstrap refuses (``UNKNOWN_ORDERING_STATE_FORMAT``,
-    a refusal that asks for a reset) is reported as unreadable, never raised: the reset
-    is its remedy."""
+                      ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int],
+                                 dict[tuple[str, int], int], str]:
+    """``({(topic, p): held count}, {(topic, p): covered}, {(topic, p): held head}, what
+    was read)`` from the ordering changelog. State the bootstrap refuses
+    (``UNKNOWN_ORDERING_STATE_FORMAT``, a refusal that asks for a reset) is reported as
+    unreadable, never raised: the reset is its remedy."""
     from confluent_kafka import Consumer
 
     from coordinator.bootstrap.common import StartRetryableError
@@ -151,7 +153,7 @@ def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Proces
     from workers.kafka_config import restore_consumer_config
 
     if partitions is None:
-        return {}, {}, "absent"
+        return {}, {}, {}, "absent"
     cfg = restore_consumer_config(config.bootstrap_servers, config.application_id_prefix,
                                   process.name, 0, config.kafka_properties)
     cfg["client.id"] = f"parsley-reset-{process.name}"
@@ -163,20 +165,24 @@ def _held_and_covered(config: ParsleyConfig, admin: AdminClient, process: Proces
     except (ParsleyFailClosedError, StartRetryableError) as exc:
         log.warning("%s: the ordering state is unreadable, so the record has no held or "
                     "covered positions: %s", process.name, exc)
-        return {}, {}, f"unreadable: {exc}"
+        return {}, {}, {}, f"unreadable: {exc}"
     finally:
         consumer.close()
     by_id = {v: k for k, v in topic_ids.items()}
     held: dict[tuple[str, int], int] = {}
     covered: dict[tuple[str, int], int] = {}
+    heads: dict[tuple[str, int], int] = {}
     for s in states:
         for ch, n in s.inspector.held_channels().items():
             if ch.topic_id in by_id:
                 held[(by_id[ch.topic_id], ch.partition)] = n
+        for ch, pos in s.inspector.held_heads().items():
+            if ch.topic_id in by_id:
+                heads[(by_id[ch.topic_id], ch.partition)] = pos
         for ch, pos in s.inspector.covered_positions().items():
             if ch.topic_id in by_id:
                 covered[(by_id[ch.topic_id], ch.partition)] = pos
-    return held, covered, f"read ({partitions} partition(s))"
+    return held, covered, heads, f"read ({partitions} partition(s))"
 
 
 def _by_time(admin: AdminClient, tps: Sequence[TopicPartition],
@@ -219,16 +225,17 @@ def plan_reset(config: ParsleyConfig, process: Process, target: Target,
     except SubstrateError as exc:
         raise StartError(f"could not describe the changelogs of '{process.name}': {exc}") from exc
     ordering = infos[names[0]]
-    held, covered, state = _held_and_covered(config, admin, process,
-                                      {t: r.topic_id for t, r in topics.items()},
-                                      None if ordering is None else ordering.partitions)
+    held, covered, heads, state = _held_and_covered(
+        config, admin, process, {t: r.topic_id for t, r in topics.items()},
+        None if ordering is None else ordering.partitions)
     committed = committed_positions(admin, group, tps, time.sleep)
     start = list_offsets(admin, tps, latest=False)
     end = list_offsets(admin, tps, latest=True)
     bounds = {k: (start[k], end[k]) for k in start}
     by_time = _by_time(admin, tps, target.timestamp_ms) \
         if target.mode == "datetime" and target.timestamp_ms is not None else None
-    chosen = choose_positions(target, bounds, by_time)
+    chosen = choose_positions(target, bounds, by_time,
+                              current=current_positions(heads, covered, committed))
     parts = tuple(PartitionBoundary(
         t.topic, t.partition,
         committed[(t.topic, t.partition)][0] if (t.topic, t.partition) in committed else None,

@@ -25,6 +25,7 @@ __all__ = [
     "ResetRefused",
     "Target",
     "choose_positions",
+    "current_positions",
     "iso_utc",
     "members_refusal",
     "parse_target",
@@ -56,11 +57,14 @@ class Target:
     timestamp_ms: int | None = None
 
     def describe(self) -> str:
-        """``earliest``, ``latest``, ``offset 5``, ``offset orders:0=5, ...`` or
+        """``earliest``, ``latest``, ``offset 5``, ``offset orders:0=5, ...`` (``, the others
+        where the process stands`` without a plain ``N``) or
         ``datetime 2026-12-01T05:00:00.000+00:00 (1796101200000 ms)``."""
         if self.mode == "offset":
             parts = [] if self.offset is None else [str(self.offset)]
             parts += [f"{t}:{p}={o}" for (t, p), o in sorted(self.per_partition.items())]
+            if self.offset is None:
+                parts.append("the others where the process stands")
             return "offset " + ", ".join(parts)
         if self.mode == "datetime":
             assert self.timestamp_ms is not None
@@ -168,10 +172,37 @@ class PartitionBoundary:
                 "chosen": self.chosen}
 
 
+def current_positions(
+    heads: Mapping[tuple[str, int], int],
+    covered: Mapping[tuple[str, int], int],
+    committed: Mapping[tuple[str, int], tuple[int, str]],
+) -> dict[tuple[str, int], int]:
+    """Where the process stands on each partition: the first offset it has not delivered (pure).
+
+    The head of a channel's held messages where it holds any (they are re-read and
+    delivered in the new lifetime rather than discarded with the ordering state); else
+    the coverage + 1 (what it reads next: docs/model.md, "Covered and settled"); else the
+    group's committed offset. A channel fed to its end (a deleted topic) has none.
+
+    Args:
+        heads: ``{(topic, partition): held head}`` from the ordering state.
+        covered: ``{(topic, partition): covered position}`` from the ordering state.
+        committed: ``{(topic, partition): (offset, metadata)}`` of the group.
+
+    Returns:
+        ``{(topic, partition): offset}`` for every partition one of the three names.
+    """
+    out = {k: o for k, (o, _m) in committed.items()}
+    out.update({k: c + 1 for k, c in covered.items() if c != FED_TO_END})
+    out.update(heads)
+    return out
+
+
 def choose_positions(
     target: Target,
     bounds: Mapping[tuple[str, int], tuple[int, int]],
     by_time: Mapping[tuple[str, int], int] | None = None,
+    current: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[tuple[str, int], int]:
     """The read position of each received partition under ``target`` (pure).
 
@@ -181,6 +212,9 @@ def choose_positions(
         by_time: with ``datetime``, ``{(topic, partition): offset}`` ListOffsets answered
             for the time (``-1``: no record at or after it, so the log end, as
             ``kafka-consumer-groups --to-datetime`` does).
+        current: with ``offset`` and no default ``N``, where the process stands on each
+            partition (:func:`current_positions`): the partitions no
+            ``TOPIC:PARTITION=N`` names are left there.
 
     Returns:
         ``{(topic, partition): offset}`` for every key of ``bounds``.
@@ -189,7 +223,8 @@ def choose_positions(
         ResetRefused: an offset outside ``[log start, log end]`` (below the start, the
             first fetch refuses ``POSITIONS_DISCARDED_UNREAD``; beyond the end, the
             position names records that do not exist), a ``TOPIC:PARTITION`` that is
-            not a received partition, or a partition no entry gives an offset for.
+            not a received partition, or a partition neither an entry nor ``current``
+            gives an offset for.
     """
     out: dict[tuple[str, int], int] = {}
     if target.mode == "offset":
@@ -203,14 +238,19 @@ def choose_positions(
         for key, (start, end) in sorted(bounds.items()):
             offset = target.per_partition.get(key, target.offset)
             if offset is None:
+                offset = (current or {}).get(key)
+            if offset is None:
                 unset.append(f"{key[0]}:{key[1]}")
                 continue
             if not start <= offset <= end:
                 bad.append(f"{key[0]}:{key[1]} offset {offset} (log start {start}, end {end})")
             out[key] = offset
         if unset:
-            raise ResetRefused(f"--to-offset gives no offset for {unset}; add "
-                               "--to-offset N for every other partition, or one per partition")
+            raise ResetRefused(f"--to-offset gives no offset for {unset}, and the process "
+                               "has no position there to leave it at (no ordering state "
+                               "covers it and the group committed none); add --to-offset "
+                               "TOPIC:PARTITION=N for it, or --to-offset N for every "
+                               "partition not named")
         if bad:
             raise ResetRefused(
                 f"offsets outside their partition's retained range: {bad}. Below the log "

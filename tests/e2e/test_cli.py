@@ -49,7 +49,8 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def test_help_explains_each_command(tmp_path: Path) -> None:
     env = dict(os.environ)
-    for cmd, phrase in [([], "Exit status"), (["run"], "all-or-nothing"),
+    for cmd, phrase in [([], "Exit status"), ([], "`keys` makes the CURVE keys"),
+                        ([], "imported from the current directory"), (["run"], "all-or-nothing"),
                         (["status"], "held counts"), (["stop"], "SIGKILL"),
                         (["inspect"], "ordering state from its changelog"),
                         (["reset"], "new causal boundary")]:
@@ -95,6 +96,18 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
         assert relay["tasks"][0]["task"] == 0 and relay["tasks"][0]["budget_bytes"] == 262144
         table = _cli(["status", *where], tmp_path, env)
         assert table.returncode == 0 and "relay" in table.stdout and "RUNNING" in table.stdout
+        # A second run under another state dir: the first coordinator is named, at once.
+        began = time.monotonic()
+        second = _cli(["run", "cliapp:processes", "--bootstrap-servers", kafka_bootstrap,
+                       "--prefix", prefix, "--state-dir", str(tmp_path / "other")], tmp_path,
+                      env, timeout=60)
+        took = time.monotonic() - began
+        assert second.returncode == ExitCode.FAILURE, second.stderr
+        assert f"the workers of another coordinator on this host, pid {run.pid} (" \
+            in second.stderr, second.stderr
+        assert "Retry this start" not in second.stderr, second.stderr
+        assert took < 10, f"{took:.1f} s: the second run waited out the group window"
+        assert _cli(["status", *where], tmp_path, env).returncode == 0, "the first runs on"
         got: list[bytes] = []
         while time.monotonic() < deadline and len(got) < 2:
             got = [r.value for r in read_committed(kafka_bootstrap, out.name)]
@@ -252,6 +265,35 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
     assert "grant Describe" not in res.stderr
     connect_lines = [ln for ln in res.stderr.splitlines() if "Connect to" in ln]
     assert len(connect_lines) <= 2, res.stderr  # none when the probe answers first
+
+
+def test_a_port_that_does_not_speak_kafka_is_named_at_once(tmp_path: Path) -> None:
+    """An HTTP server on the bootstrap port (python's own http.server, as an operator might
+    have one on a neighbouring port): "not a Kafka broker" within seconds, not _TRANSPORT
+    after the 10 s metadata wait."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "cliapp.py").write_text(RELAY_APP)
+    try:
+        port = server.server_address[1]
+        began = time.monotonic()
+        res = _cli(["run", "cliapp:processes", "--bootstrap-servers", f"127.0.0.1:{port}",
+                    "--prefix", "nobody", "--state-dir", str(tmp_path)], tmp_path,
+                   _env("cli-http-src", "cli-http-out"), timeout=60)
+        took = time.monotonic() - began
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.returncode == ExitCode.FAILURE, res.stderr
+    # The request line has no HTTP version, so http.server answers as HTTP/0.9: a bare body.
+    assert f"127.0.0.1:{port}: not a Kafka broker: it answered the Kafka handshake with " \
+        "'<!DOCTYPE HTML>" in res.stderr, res.stderr
+    assert "_TRANSPORT" not in res.stderr, res.stderr
+    assert took < 8, f"took {took:.1f} s: the 10 s metadata wait ran"
 
 
 def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(

@@ -393,3 +393,48 @@ def test_positions_before_the_boundary_are_settled_causes(
         op.stop()
     finally:
         op.kill()
+
+
+def test_reset_to_one_partitions_offset_leaves_the_others_where_the_process_stands(
+    kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
+) -> None:
+    """``--to-offset TOPIC:PARTITION=N`` alone: the partition named starts at N, the other
+    resumes where the process stood, so it neither re-delivers nor skips (docs/runbooks.md,
+    "Resetting a process")."""
+    src, out = create_topic(partitions=2), create_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **QUIET})
+
+    def produce(partition: int, values: list[str]) -> None:
+        for v in values:
+            producer.produce(src.name, key=b"k", value=v.encode(), partition=partition)
+        assert producer.flush(30) == 0
+
+    def await_sorted(expected: list[str]) -> None:
+        deadline = time.monotonic() + 90
+        while sorted(got := _values(kafka_bootstrap, out.name)) != sorted(expected):
+            assert len(got) <= len(expected), f"delivered {sorted(got)}, expected {expected}"
+            assert time.monotonic() < deadline, f"delivered {sorted(got)}, expected {expected}"
+            time.sleep(0.5)
+
+    produce(0, ["v0", "v1", "v2", "v3"])
+    produce(1, ["w0", "w1"])
+    op = _operator(kafka_bootstrap, tmp_path, APP, RS_SRC=src.name, RS_OUT=out.name)
+    delivered = ["v0", "v1", "v2", "v3", "w0", "w1"]
+    try:
+        op.start()
+        await_sorted(delivered)
+        op.stop()
+        produce(1, ["w2"])
+        res = op.reset("--to-offset", f"{src.name}:0=2", "--yes")
+        assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+        assert "the others where the process stands" in res.stdout, res.stdout
+        chosen = {p["partition"]: p["chosen"] for p in _record(res.stdout)["partitions"]}
+        assert chosen == {0: 2, 1: 2}, chosen
+        op.start()
+        delivered += ["v2", "v3", "w2"]  # p0 again from 2; p1 on from where it stood
+        await_sorted(delivered)
+        time.sleep(1.0)
+        assert sorted(_values(kafka_bootstrap, out.name)) == sorted(delivered)
+        op.stop()
+    finally:
+        op.kill()

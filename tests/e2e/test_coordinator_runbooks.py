@@ -172,6 +172,25 @@ def test_the_documented_causes_decoder_prints_each_cause(
                      headers=[(CAUSES_HEADER, encode_causes({a: 5, b: 11}))])
     producer.produce(topic.name, value=b"bad", partition=0, headers=[(CAUSES_HEADER, b"\x01")])
     assert producer.flush(30) == 0
+    # A record in a transaction: "txn" at 3, its commit marker at 4, "after" at 5.
+    txn = Producer({"bootstrap.servers": kafka_bootstrap,
+                    "transactional.id": f"runbook-{uuid.uuid4().hex[:8]}", **QUIET})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic.name, value=b"txn", partition=0)
+    txn.commit_transaction(30)
+    # The coordinator writes the marker after commit_transaction returns: wait for it
+    # (log end 5) before the next record, so that it lands at 5.
+    from confluent_kafka import Consumer, TopicPartition
+
+    watcher = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused", **QUIET})
+    deadline = time.monotonic() + 30
+    while watcher.get_watermark_offsets(TopicPartition(topic.name, 0), timeout=10)[1] < 5:
+        assert time.monotonic() < deadline, "the commit marker was not written"
+        time.sleep(0.1)
+    watcher.close()
+    producer.produce(topic.name, value=b"after", partition=0)
+    assert producer.flush(30) == 0
     [command] = [c for c in runbook_commands(RUNBOOKS.read_text()) if "decode_causes" in c]
     argv = shlex.split(command.replace("<servers>", kafka_bootstrap)
                        .replace("<topic>", topic.name).replace("<partition>", "0"))
@@ -182,9 +201,17 @@ def test_the_documented_causes_decoder_prints_each_cause(
                                                  for x in argv[1:]]],
                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
-    plain, caused, bad = decode(0), decode(1), decode(2)
+    plain, caused, bad, marker, beyond = decode(0), decode(1), decode(2), decode(4), decode(9)
     assert plain.returncode == 0 and plain.stdout.strip() == "no parsley.causes header"
     assert caused.returncode == 0, caused.stderr
     assert caused.stdout.splitlines() == [f"{kafka_topic_id(a.topic_id)}[0] 5",
                                           f"{kafka_topic_id(b.topic_id)}[2] 11"]
-    assert bad.returncode != 0 and "UNDECODABLE_METADATA" in bad.stderr, bad.stderr
+    assert bad.returncode == 1 and bad.stderr.startswith("UNDECODABLE_METADATA: "), bad.stderr
+    # The one-liner's own errors are one line on stderr, never a traceback.
+    for res in (bad, marker, beyond):
+        assert "Traceback" not in res.stderr and res.stdout == "", (res.stdout, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert marker.returncode == 1 and "no committed record at offset 4: a transaction " \
+        "marker or an aborted record occupies it (the next committed record is at offset " \
+        "5)" in marker.stderr, marker.stderr
+    assert beyond.returncode == 1 and "offset 9" in beyond.stderr, beyond.stderr

@@ -6,10 +6,16 @@ independent ``read_committed`` consumer (``devtools.worker_support.read_committe
 * a partition fully relayed, then emptied by retention (log start = log end),
   resumes on restart: the committed position was moved past the trailing
   transaction marker, so nothing is reported discarded unread;
-* a consumer outside Parsley that committed positions in the application's
-  group is refused at the next start (``SUBSTRATE_MISCONFIGURED``, naming the
-  channel, the committed offset and the coverage); the runbook's reset to
-  coverage + 1 then delivers every skipped record exactly once;
+* a ``kafka-console-consumer --group <app-id>`` joining a running relay is refused
+  (``SUBSTRATE_MISCONFIGURED``) after it committed past four records; the runbook's
+  remedy, removing it and restarting, delivers the four exactly once: the start
+  overrides a commit Parsley did not make with the ordering state's coverage + 1 and
+  logs a WARNING naming it;
+* ``kafka-consumer-groups --reset-offsets`` alone, forward or back, neither refuses
+  the next start nor skips nor repeats a record;
+* a deliberate reset (``parsley-coordinator reset``, the runbook's by-hand reset)
+  leaves no ordering state and is honoured; a tool's commit over a deleted changelog
+  stays ``ORDERING_STATE_LOST``;
 * a foreign member in the group while the process runs is refused
   (``SUBSTRATE_MISCONFIGURED`` naming its client id and host);
 * an ordering-changelog partition emptied under a live process is refused
@@ -19,6 +25,7 @@ independent ``read_committed`` consumer (``devtools.worker_support.read_committe
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import signal
@@ -29,6 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
@@ -45,13 +53,15 @@ from confluent_kafka.admin import (
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.control.status import ProcessState
+from coordinator.reset.execute import execute_reset, open_admin, plan_reset
+from coordinator.reset.plan import parse_target
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
 from parsley.declarations import application_id, ordering_changelog
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES
-from workers.positions import TASK_METADATA
+from workers.positions import BOOTSTRAP_METADATA, TASK_METADATA
 
 DEVBROKER_TOOL = [sys.executable, "-c", "from devtools.devbroker_cli import main; main()", "tool"]
 
@@ -155,9 +165,31 @@ def test_a_quiet_partition_emptied_by_retention_after_a_full_relay_resumes(
             b"relayed:a0", b"relayed:a1", b"relayed:a2", b"relayed:b0", b"relayed:b1"]
 
 
-def test_positions_a_foreign_consumer_committed_are_refused_at_start_then_reset_delivers_all(
-    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
+def _tool(command: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run one Kafka command-line tool, as the runbooks write it, from the dev broker's jars."""
+    return subprocess.run([*DEVBROKER_TOOL, *shlex.split(command)], capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def _assignment_of(admin: AdminClient, group: str, client_prefix: str) -> list[int]:
+    desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    return [tp.partition for m in desc.members if m.client_id.startswith(client_prefix)
+            for tp in (m.assignment.topic_partitions if m.assignment else [])]
+
+
+def _overrides(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "parsley.coordinator.bootstrap" and r.levelno == logging.WARNING
+            and "that Parsley did not commit" in r.getMessage()]
+
+
+def test_a_console_consumer_in_the_group_is_refused_then_its_removal_and_a_restart_cure_it(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """docs/runbooks.md, SUBSTRATE_MISCONFIGURED: the runbook's remedy "remove the foreign
+    consumer, then restart" is the whole cure; the restart needs no --reset-offsets."""
+    caplog.set_level(logging.INFO, logger="parsley.coordinator.bootstrap")
     src = create_topic(partitions=1)
     out = create_topic(partitions=1)
     _produce(kafka_bootstrap, src.name, [b"a0", b"a1"])
@@ -165,52 +197,165 @@ def test_positions_a_foreign_consumer_committed_are_refused_at_start_then_reset_
     app_id = application_id(config.application_id_prefix, "relay")
     with Parsley.start(config, relay("relay", src.name, out.name)) as parsley:
         _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) == 2, 90, "two relayed")
-        parsley.close(deadline_s=20)
-    assert _committed(kafka_admin, app_id, src.name) == 2
-    assert _metadata(kafka_admin, app_id, src.name) == TASK_METADATA
-    _await_empty_group(kafka_admin, app_id)
-    # A consumer outside Parsley in the application's group reads and commits 4 records.
-    _produce(kafka_bootstrap, src.name, [b"f0", b"f1", b"f2", b"f3"])
-    foreign = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": app_id,
-                        "client.id": "console-consumer-1", "auto.offset.reset": "earliest",
-                        "enable.auto.commit": False, **QUIET})
-    foreign.subscribe([src.name])
-    seen: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(seen) < 4 and time.monotonic() < deadline:
-        for m in foreign.consume(10, 0.5):
-            if m.error() is None:
-                seen.append(m.value())
-    assert seen == [b"f0", b"f1", b"f2", b"f3"]
-    foreign.commit(asynchronous=False)
-    foreign.close()
-    assert _committed(kafka_admin, app_id, src.name) == 6
-    started = time.monotonic()
-    try:
-        with Parsley.start(config, relay("relay", src.name, out.name)) as parsley:
-            time.sleep(3)
-            raise AssertionError(f"the start was not refused; relayed "
-                                 f"{_relayed(kafka_bootstrap, out.name)}")
-    except ParsleyFailClosedError as exc:
-        refusal = exc
-    assert refusal.reason is Reason.SUBSTRATE_MISCONFIGURED, refusal
-    detail = refusal.detail
-    assert f"{src.name}-0" in detail and "committed read position 6" in detail, detail
-    assert "coverage 1" in detail and "--to-offset 2" in detail, detail
-    print(f"refused after {time.monotonic() - started:.1f} s: {detail}")
-    # The runbook's remedy, as written there: reset the group's position to coverage + 1.
-    reset = (f"kafka-consumer-groups --bootstrap-server {kafka_bootstrap} --group {app_id} "
-             f"--reset-offsets --topic {src.name}:0 --to-offset 2 --execute")
-    res = subprocess.run([*DEVBROKER_TOOL, *shlex.split(reset)], capture_output=True,
-                         text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert _committed(kafka_admin, app_id, src.name) == 2, res.stdout + res.stderr
+        # The real console consumer joins the running relay's group; the range assignor
+        # gives it the partition (its member id sorts first). It auto-commits what it
+        # read, and commits again when it is stopped.
+        console = subprocess.Popen(
+            [*DEVBROKER_TOOL, "kafka-console-consumer", "--bootstrap-server", kafka_bootstrap,
+             "--group", app_id, "--topic", src.name], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            _wait(lambda: _assignment_of(kafka_admin, app_id, "console-consumer") == [0], 60,
+                  "the console consumer to be assigned the partition")
+            _produce(kafka_bootstrap, src.name, [b"f0", b"f1", b"f2", b"f3"])
+            _wait(lambda: _stopped_with(parsley, "relay") is not None, 60,
+                  "the relay's refusal")
+            _wait(lambda: _committed(kafka_admin, app_id, src.name) == 6, 30,
+                  "the console consumer's commit past the four")
+        finally:
+            console.terminate()  # "remove the foreign consumer"
+            read, err = console.communicate(timeout=60)
+        assert read.split() == ["f0", "f1", "f2", "f3"], (read, err[-2000:])
+        st = parsley.status()["relay"]
+        assert st.refusal_reason is Reason.SUBSTRATE_MISCONFIGURED, st.failure_detail
+        assert "console-consumer" in (st.failure_detail or "")
+    assert _committed(kafka_admin, app_id, src.name) == 6  # past the four, not by Parsley
+    assert _metadata(kafka_admin, app_id, src.name) not in (TASK_METADATA, BOOTSTRAP_METADATA)
+    assert _relayed(kafka_bootstrap, out.name) == [b"relayed:a0", b"relayed:a1"]
+
+    # The foreign consumer is gone (it exited); restart, as the runbook says.
+    caplog.clear()
     with Parsley.start(config, relay("relay", src.name, out.name)) as parsley:
-        _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) >= 6, 90, "six relayed")
+        _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) >= 6
+              or _stopped_with(parsley, "relay") is not None, 90, "six relayed or a stop")
         time.sleep(1.0)
-        assert parsley.status()["relay"].refusal_reason is None
+        st = parsley.status()["relay"]
+        assert st.refusal_reason is None, (st.refusal_reason, st.failure_detail)
     assert _relayed(kafka_bootstrap, out.name) == [
         b"relayed:" + v for v in (b"a0", b"a1", b"f0", b"f1", b"f2", b"f3")]
+    [warning] = _overrides(caplog)
+    for part in (f"group '{app_id}'", f"{src.name}-0", "offset 6", "commit metadata ''",
+                 "covers it up to offset 1", "resumes at offset 2", "offsets 2..5"):
+        assert part in warning, warning
+    assert _committed(kafka_admin, app_id, src.name) == 6
+    assert _metadata(kafka_admin, app_id, src.name) == TASK_METADATA
+    print(f"overridden at the restart: {warning}")
+
+
+def test_kafka_consumer_groups_reset_offsets_alone_neither_refuses_nor_skips(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The "Do not" of docs/runbooks.md made harmless: moved forward, the jumped records are
+    delivered; moved backwards, nothing is delivered twice; every start is clean."""
+    caplog.set_level(logging.INFO, logger="parsley.coordinator.bootstrap")
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    _produce(kafka_bootstrap, src.name, [b"a0", b"a1"])
+    config = _config(kafka_bootstrap, tmp_path)
+    app_id = application_id(config.application_id_prefix, "relay")
+    expected = [b"a0", b"a1"]
+
+    def run_until(count: int) -> None:
+        with Parsley.start(config, relay("relay", src.name, out.name)) as parsley:
+            _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) >= count
+                  or _stopped_with(parsley, "relay") is not None, 90, f"{count} relayed")
+            time.sleep(3 * INTERVAL_MS / 1000)  # a late duplicate would show by now
+            st = parsley.status()["relay"]
+            assert st.refusal_reason is None, (st.refusal_reason, st.failure_detail)
+            report = parsley.close(deadline_s=20)
+            assert report.clean, report.summary()
+        _await_empty_group(kafka_admin, app_id)
+
+    run_until(2)
+    _produce(kafka_bootstrap, src.name, [b"b0", b"b1", b"b2"])
+    for where, then in (("--to-latest", [b"b0", b"b1", b"b2"]), ("--to-earliest", [])):
+        res = _tool(f"kafka-consumer-groups --bootstrap-server {kafka_bootstrap} --group "
+                    f"{app_id} --reset-offsets --topic {src.name}:0 {where} --execute")
+        assert res.returncode == 0, res.stderr
+        moved = _committed(kafka_admin, app_id, src.name)
+        assert moved == (5 if where == "--to-latest" else 0), res.stdout
+        caplog.clear()
+        expected += then
+        run_until(len(expected))
+        assert _relayed(kafka_bootstrap, out.name) == [b"relayed:" + v for v in expected], where
+        [warning] = _overrides(caplog)
+        assert f"offset {moved}," in warning and "resumes at offset" in warning, warning
+        assert ("it reads them now" in warning) == (where == "--to-latest"), warning
+        assert _committed(kafka_admin, app_id, src.name) == 5
+        assert _metadata(kafka_admin, app_id, src.name) in (TASK_METADATA, BOOTSTRAP_METADATA)
+
+
+def test_a_deliberate_reset_is_honoured_not_overridden(
+    kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A reset leaves no ordering state behind, which is how a start tells it from a foreign
+    commit: ``parsley-coordinator reset`` (its commits carry ``parsley.bootstrap``) starts
+    at the chosen offset; the runbook's by-hand reset starts at the declared position; a
+    ``--reset-offsets`` commit over a deleted changelog stays ``ORDERING_STATE_LOST``."""
+    caplog.set_level(logging.INFO, logger="parsley.coordinator.bootstrap")
+    src = create_topic(partitions=1)
+    out = create_topic(partitions=1)
+    _produce(kafka_bootstrap, src.name, [b"a0", b"a1", b"a2", b"a3"])
+    config = _config(kafka_bootstrap, tmp_path)
+    app_id = application_id(config.application_id_prefix, "relay")
+    changelog = ordering_changelog(config.application_id_prefix, "relay")
+    proc = relay("relay", src.name, out.name)
+
+    def run_until(count: int) -> None:
+        with Parsley.start(config, relay("relay", src.name, out.name)) as parsley:
+            _wait(lambda: len(_relayed(kafka_bootstrap, out.name)) >= count
+                  or _stopped_with(parsley, "relay") is not None, 90, f"{count} relayed")
+            time.sleep(3 * INTERVAL_MS / 1000)
+            st = parsley.status()["relay"]
+            assert st.refusal_reason is None, (st.refusal_reason, st.failure_detail)
+            parsley.close(deadline_s=20)
+        _await_empty_group(kafka_admin, app_id)
+
+    run_until(4)
+    # parsley-coordinator reset --to-offset 2 (its functions, as the command calls them).
+    admin = open_admin(config)
+    plan = plan_reset(config, proc, parse_target(to_offset=["2"]), admin)
+    execute_reset(plan, admin)
+    assert _committed(kafka_admin, app_id, src.name) == 2
+    caplog.clear()
+    run_until(6)
+    assert _relayed(kafka_bootstrap, out.name) == [
+        b"relayed:" + v for v in (b"a0", b"a1", b"a2", b"a3", b"a2", b"a3")]
+    assert _overrides(caplog) == []
+
+    # By hand, in the runbook's order; the group deleted: the declared start (earliest).
+    for command in (f"kafka-topics --bootstrap-server {kafka_bootstrap} --delete --if-exists "
+                    f"--topic {changelog}",
+                    f"kafka-consumer-groups --bootstrap-server {kafka_bootstrap} --delete "
+                    f"--group {app_id}"):
+        res = _tool(command)
+        assert res.returncode == 0, res.stderr
+    _wait(lambda: changelog not in kafka_admin.list_topics(timeout=10).topics, 60,
+          "the changelog's deletion")
+    caplog.clear()
+    run_until(10)
+    assert _relayed(kafka_bootstrap, out.name)[6:] == [
+        b"relayed:" + v for v in (b"a0", b"a1", b"a2", b"a3")]
+    assert _overrides(caplog) == []
+
+    # The changelog deleted and the offsets moved by the tool: no state to resume from.
+    for command in (f"kafka-topics --bootstrap-server {kafka_bootstrap} --delete --if-exists "
+                    f"--topic {changelog}",
+                    f"kafka-consumer-groups --bootstrap-server {kafka_bootstrap} --group "
+                    f"{app_id} --reset-offsets --topic {src.name}:0 --to-offset 1 --execute"):
+        res = _tool(command)
+        assert res.returncode == 0, res.stderr
+    _wait(lambda: changelog not in kafka_admin.list_topics(timeout=10).topics, 60,
+          "the changelog's deletion")
+    try:
+        with Parsley.start(config, relay("relay", src.name, out.name)):
+            raise AssertionError("the start was not refused")
+    except ParsleyFailClosedError as exc:
+        assert exc.reason is Reason.ORDERING_STATE_LOST, exc
+        assert f"{src.name}-0 (offset 1)" in exc.detail, exc.detail
+    assert len(_relayed(kafka_bootstrap, out.name)) == 10
 
 
 def test_a_foreign_member_in_the_group_while_running_is_refused_naming_it(

@@ -166,6 +166,9 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
         assert (_get(s, "parsley_transaction_duration_seconds_count", **join0) or 0) >= 1
         assert _get(s, "parsley_refusals_total", **bad0,
                     reason="UNDECODABLE_METADATA") is None, "no refusal yet"
+        healthy = subprocess.run([*CLI, "status", *where], cwd=tmp_path, env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
 
         # A refusal: bad's one task refuses and its process stops; join keeps running.
         plain.produce(bad.name, key=b"k", value=b"x", partition=0,
@@ -184,6 +187,12 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
         assert _get(s, "parsley_held_messages", **bad0) is None, "no live task, no gauge"
         assert _get(s, "parsley_process_state", process="join", state="RUNNING") == 1
         assert _get(s, "parsley_held_messages", **join0) == 2
+        # status exits with the documented code while a process stands refused.
+        for args in ([], ["--json"]):
+            refused = subprocess.run([*CLI, "status", *args, *where], cwd=tmp_path, env=env,
+                                     capture_output=True, text=True, timeout=60)
+            assert refused.returncode == 3, (args, refused.stdout, refused.stderr)
+            assert "UNDECODABLE_METADATA" in refused.stdout, refused.stdout
 
         # Released: A@0 commits; A@0 and the two held messages are delivered.
         upstream.commit_transaction(30)

@@ -25,8 +25,9 @@ The host keeps the host obligations (README.md, "The verification kit"):
   commits its consumer's position, ``workers.offsets.positions_past_markers``),
   and every execution's initialisation applies the worker's and the
   bootstrap's position guards (``workers.positions``): ``ORDERING_STATE_LOST``
-  for commits over an empty changelog partition, ``SUBSTRATE_MISCONFIGURED``
-  for a commit beyond coverage + 1 over visible records (a foreign consumer's).
+  for commits over an empty changelog partition; a commit Parsley did not make
+  (a foreign consumer's) over state is overridden with coverage + 1, as the
+  bootstrap does (``coordinator.bootstrap.positions.override_foreign_positions``).
   ``guards=False`` disables them (the sabotage that proves they are live).
 
 The handler is a deterministic function of the delivered record and the
@@ -70,11 +71,9 @@ from workers.offsets import offset_reset_refusal, positions_past_markers
 from workers.positions import (
     BOOTSTRAP_METADATA,
     TASK_METADATA,
+    foreign_positions,
     lost_positions,
     ordering_state_lost,
-    skipped_offset,
-    skipped_positions_refusal,
-    unaccounted_positions,
 )
 from workers.store_changelogs import judge_store_changelog
 
@@ -202,6 +201,7 @@ class TaskHost:
         # Commit metadata per committed position: the bootstrap's, a step's
         # (TASK_METADATA), or "" (a foreign consumer's).
         self.metadata: dict[ChannelId, str] = {}
+        self.overrides = 0  # foreign commits the guard replaced with coverage + 1
         self.commits = 0
         self.spec = spec
         self.scenario = scenario
@@ -296,10 +296,13 @@ class TaskHost:
     def _check_positions(self, engine: Any) -> None:
         """The worker's and the bootstrap's read-position guards (``workers.positions``).
 
+        A commit Parsley did not make, over state, is replaced by coverage + 1 (0 for a
+        channel never covered), with the bootstrap's metadata, and counted in
+        ``overrides``.
+
         Raises:
             ParsleyFailClosedError: ``ORDERING_STATE_LOST`` (committed positions
-                over a changelog image with no records), ``SUBSTRATE_MISCONFIGURED``
-                (a commit beyond coverage + 1 with a visible record between).
+                over a changelog image with no records).
         """
         channels = {(str(ch.topic_id), ch.partition): ch for ch in self.committed}
         committed = {key: (self.committed[ch], self.metadata.get(ch, BOOTSTRAP_METADATA))
@@ -310,16 +313,16 @@ class TaskHost:
                 raise ordering_state_lost(suspects[0], f"{self.name}.changelog", True,
                                           self.spec.process)
             return
-        covered = {key: engine.covered(ch) for key, ch in channels.items()}
-        for s in unaccounted_positions(committed, covered):
-            ch = channels[(s.topic, s.partition)]
-            if ch.topic_id in self.broker.deleted:
-                continue
-            start = self.broker.log_start(ch)
-            record = self.broker.fetch(ch, s.first_unread) if s.first_unread >= start else None
-            skipped = skipped_offset(s, start, None if record is None else record.offset)
-            if skipped is not None:
-                raise skipped_positions_refusal(s, skipped, self.spec.process)
+        covered = {key: engine.covered(ch) for key, ch in channels.items()
+                   if channels[key].topic_id not in self.broker.deleted}
+        for found in foreign_positions(committed, covered):
+            ch = channels[(found.topic, found.partition)]
+            resume = 0 if found.covered is None else found.covered + 1
+            self.log(f"{self.name} OVERRIDE foreign commit {at(ch, found.committed)} -> "
+                     f"{resume}")
+            self.committed[ch] = resume
+            self.metadata[ch] = BOOTSTRAP_METADATA
+            self.overrides += 1
 
     def _check_retained(self) -> None:
         """The fetch under ``auto.offset.reset=error``: a position below the log start is

@@ -129,7 +129,8 @@ def _engine_class() -> type[Any]:
 
 FOREIGN_COMMIT = "foreign commit"
 """A fault: a consumer outside Parsley in a task's group reads some visible records
-and commits past them while the task is stopped."""
+and commits past them while the task is stopped, or (one time in four) an offset
+reset moves the task's position back below what it covers."""
 EMPTIED_CHANGELOG = "emptied changelog"
 """A fault: a task's ordering-changelog partition is emptied (its records purged)
 under the live process; the task then rebuilds (a crash respawn)."""
@@ -148,6 +149,16 @@ def _inject(fault: str, hosts: list[TaskHost], broker: Broker, rng: random.Rando
                 return f"EMPTY changelog of {h.name}"
             continue
         fed = load_image(sorted((k, v) for k, v in h.image.items() if v is not None)).fed
+        if rng.random() < 0.25:  # a rewind: kafka-consumer-groups --reset-offsets back
+            for ch in sorted(h.committed):
+                covered = fed.get(ch)
+                start = broker.log_start(ch)
+                if covered is None or covered == FED_TO_END or covered < start:
+                    continue
+                h.committed[ch] = rng.randint(start, covered)
+                h.metadata[ch] = ""
+                h.stop()
+                return f"FOREIGN rewind {h.name} {at(ch, covered + 1)} -> {h.committed[ch]}"
         for ch in sorted(h.committed):
             # Past what the task covers: a rewound commit may lie below its coverage.
             pos = max(h.committed[ch], fed.get(ch, -1) + 1)
@@ -184,8 +195,9 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
             that leaves a committed position at a marker, which an emptied quiet
             partition then reports discarded unread).
         fault: one of :data:`FAULTS`, injected once into a task that has
-            committed (``stats["faults"]`` says whether it was); the world is then
-            no longer legal, and the guards must refuse it by name.
+            committed (``stats["faults"]`` says whether it was): the guards must
+            override a foreign commit (``stats["overrides"]``) so that the oracle
+            finds nothing, and refuse an emptied changelog by name.
         store_loss: ``None`` (a legal world), or how one task's store changelog
             is lost once that task has committed a delivery: ``"delete"``,
             ``"recreate"`` or ``"purge"`` (:meth:`tests.sim.host.StoreChangelog.lose`).
@@ -402,6 +414,7 @@ def run(seed: int, engine_cls: type[Any] | None = None, *, max_ticks: int = 20_0
     stats["replays"] = sum(h.replays for h in hosts)
     stats["truncations"] = truncations
     stats["faults"] = injected
+    stats["overrides"] = sum(h.overrides for h in hosts)
     stats["joins"] = sum(1 for line in trace if line.startswith("JOIN"))
     stats["join_clamps"] = oracle.clamps
     stats["budget_warnings"] = sum(len(h.warnings) for h in hosts)

@@ -153,3 +153,45 @@ def test_a_join_start_fails_plainly_when_the_group_never_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(StartError, match="did not answer a describe"):
         _wait_foreign(monkeypatch, [(1e9, None)])
+
+
+def test_a_worker_client_id_names_its_coordinator_and_reads_back() -> None:
+    from workers.kafka_config import (
+        WorkerOwner,
+        consumer_config,
+        parse_worker_client_id,
+        worker_client_id,
+    )
+
+    cid = worker_client_id("shop-p-task-000", WorkerOwner("node-7", 4242))
+    assert cid == "shop-p-task-000|node-7|4242"
+    assert parse_worker_client_id(cid) == ("shop-p-task-000", WorkerOwner("node-7", 4242))
+    for other in ("shop-p-task-000", "console-consumer-1", "a|b", "a|b|c", "|h|1"):
+        assert parse_worker_client_id(other) is None, other
+    cfg = consumer_config("k:1", "shop", "p", 0, owner=WorkerOwner("node-7", 4242))
+    assert cfg["client.id"] == cid and cfg["group.instance.id"] == "shop-p-task-000"
+
+
+def test_workers_of_another_live_coordinator_on_this_host_are_named_at_once() -> None:
+    from coordinator.bootstrap.group import other_coordinator
+
+    def member(client_id: str, instance: str | None = "shop-p-task-000") -> GroupMember:
+        return GroupMember(f"{client_id}-m", client_id, "/127.0.0.1", instance)
+
+    alive = {4242: "parsley-coordinator run app:P --prefix shop --state-dir /tmp/a"}
+    err = other_coordinator("shop-p", [member("shop-p-task-000|vm|4242")], host="vm",
+                            own_pid=99, command_line=alive.get)
+    assert isinstance(err, StartError) and not isinstance(err, StartRetryableError)
+    text = str(err)
+    assert "another coordinator on this host, pid 4242 (parsley-coordinator run app:P " \
+           "--prefix shop --state-dir /tmp/a)" in text, text
+    assert "One coordinator per prefix" in text and "Retry this start" not in text
+    # Not named: this coordinator's own workers, a dead coordinator's (they leave at their
+    # session timeout), another host's, an old-style client id, a foreign member.
+    for present, host in (([member("shop-p-task-000|vm|99")], "vm"),
+                          ([member("shop-p-task-000|vm|5555")], "vm"),
+                          ([member("shop-p-task-000|other|4242")], "vm"),
+                          ([member("shop-p-task-000")], "vm"),
+                          ([member("x|vm|4242", instance=None)], "vm")):
+        assert other_coordinator("shop-p", present, host=host, own_pid=99,
+                                 command_line=alive.get) is None, present

@@ -56,5 +56,7 @@ def test_a_spec_without_a_colon_is_refused() -> None:
 
 
 def test_a_module_that_does_not_exist_is_named() -> None:
-    with pytest.raises(click.BadParameter, match="cannot import 'no_such_module_xyz'"):
+    with pytest.raises(click.BadParameter, match="cannot import 'no_such_module_xyz'") as info:
         load_app("no_such_module_xyz:P")
+    text = " ".join(info.value.message.split())
+    assert "imported from the current directory" in text and "no_such_module_xyz.py" in text

@@ -225,6 +225,8 @@ def test_the_exposition_parses_with_the_documented_names_types_and_labels() -> N
     assert _value(fams, "parsley_transactions_committed_total", process="p", task="0") == 3
     assert _value(fams, "parsley_transactions_aborted_total", process="p", task="0") == 1
     assert _value(fams, "parsley_held_messages", process="p", task="0") == 2
+    assert _value(fams, "parsley_held_blockers", process="p", task="0", **{"class": "unknown"}) == 1
+    assert _value(fams, "parsley_held_blockers", process="p", task="0", **{"class": "behind"}) == 0
     assert _value(fams, "parsley_held_oldest_age_seconds", process="p", task="0") == 3.0
     assert _value(fams, "parsley_frontier_bytes", process="p", task="0") == 40
     assert _value(fams, "parsley_metadata_budget_bytes", process="p", task="0") == 4096
@@ -259,6 +261,24 @@ def test_the_exposition_parses_with_the_documented_names_types_and_labels() -> N
                   le="0.0005") == 1
     # gauges of tasks with no live entry are absent; the dead task 1 has none
     assert not [s for s in fams["parsley_held_messages"].samples if s.labels["task"] == "1"]
+
+
+def test_held_blockers_are_counted_by_class() -> None:
+    held = [{"topic": "b", "partition": 0, "count": 2, "head": 4, "blockers": [
+        {"topic": "a", "partition": 0, "required": 5, "settled": 1,
+         "class": "open_transaction", "last_stable": 5, "end": 6},
+        {"topic": "c", "partition": 0, "required": 9, "settled": None,
+         "class": "not_produced", "last_stable": 3, "end": 3}]},
+             {"topic": "d", "partition": 0, "count": 1, "head": 0, "blockers": [
+        {"topic": "a", "partition": 0, "required": 7, "settled": 1,
+         "class": "open_transaction", "last_stable": 5, "end": 8}]}]
+    entry = task_status_from_report(_status(40, None, held=held), age_ms=10,
+                                    status_interval_ms=1000)
+    fams = _families({"p": ProcessStatus(ProcessState.RUNNING, None, None, (entry,))}, [])
+    assert fams["parsley_held_blockers"].type == "gauge"
+    got = {s.labels["class"]: s.value for s in fams["parsley_held_blockers"].samples}
+    assert got == {"behind": 0, "open_transaction": 2, "not_produced": 1, "no_record": 0,
+                   "unknown": 0}, got
 
 
 def test_before_the_start_only_the_coordinator_is_reported() -> None:

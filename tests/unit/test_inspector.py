@@ -50,6 +50,7 @@ def changelog() -> list[tuple[bytes, bytes | None]]:
 def test_answers_from_the_latest_value_per_key() -> None:
     inspector = OrderingStateInspector(changelog())
     assert inspector.held_channels() == {O0: 2, O1: 1}
+    assert inspector.held_heads() == {O0: 5, O1: 9}  # O0@4 delivered: the head moved on
     assert inspector.covered_positions() == {O0: 5, O1: 9, P0: FED_TO_END}
     assert inspector.name_bindings() == {"orders": ORDERS, "payments": PAYMENTS}
     assert inspector.has_version() and not inspector.is_empty()

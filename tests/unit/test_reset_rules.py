@@ -13,6 +13,7 @@ from coordinator.reset.plan import (
     ResetRefused,
     Target,
     choose_positions,
+    current_positions,
     members_refusal,
     parse_target,
 )
@@ -72,6 +73,33 @@ def test_offsets_outside_the_retained_range_are_refused_naming_each() -> None:
         choose_positions(Target("offset", per_partition={("orders", 0): 3}), BOUNDS)
     with pytest.raises(ResetRefused, match="not received"):
         choose_positions(Target("offset", offset=3, per_partition={("orders", 9): 3}), BOUNDS)
+
+
+def test_one_partition_named_leaves_the_others_where_the_process_stands() -> None:
+    # orders:0 refused a record at 6 (covered 5): step past it to 7. orders:1 holds
+    # messages from 1 (re-read, not lost); pay:0 is read up to its end.
+    current = current_positions(heads={("orders", 1): 1},
+                                covered={("orders", 0): 5, ("orders", 1): 3, ("pay", 0): 4},
+                                committed={("orders", 0): (6, "parsley.task"),
+                                           ("orders", 1): (4, "parsley.task"),
+                                           ("pay", 0): (5, "parsley.task")})
+    assert current == {("orders", 0): 6, ("orders", 1): 1, ("pay", 0): 5}
+    target = parse_target(to_offset=["orders:0=7"])
+    assert target.describe() == "offset orders:0=7, the others where the process stands"
+    assert choose_positions(target, BOUNDS, current=current) == {
+        ("orders", 0): 7, ("orders", 1): 1, ("pay", 0): 5}
+    # A plain N still applies to every partition not named.
+    assert choose_positions(parse_target(to_offset=["3", "orders:0=7", "pay:0=5"]), BOUNDS,
+                            current=current)[("orders", 1)] == 3
+    # Where the process stands is judged like any offset: below the log start, refused.
+    with pytest.raises(ResetRefused, match=r"orders:1 offset 1 \(log start 2"):
+        choose_positions(target, {**BOUNDS, ("orders", 1): (2, 4)}, current=current)
+    # A partition with no position at all (no state, no commit) must be named.
+    with pytest.raises(ResetRefused, match=r"no offset for \['pay:0'\]"):
+        choose_positions(target, BOUNDS, current={("orders", 1): 1})
+    # Fed to its end (a deleted topic) is no position; the commit is.
+    assert current_positions({}, {("pay", 0): FED_TO_END}, {("pay", 0): (5, "x")}) == {
+        ("pay", 0): 5}
 
 
 def test_the_members_refusal_names_client_host_and_instance() -> None:

@@ -50,18 +50,42 @@ def _lines(doc: dict[str, Any], width: int, wide: bool = False) -> list[str]:
     return buf.getvalue().splitlines()
 
 
-@pytest.mark.parametrize("width", [100, 120, 200])
+@pytest.mark.parametrize("width", [80, 100, 120, 200])
 def test_the_default_table_fits_the_width_with_one_line_per_task(width: int) -> None:
     lines = _lines(DOC, width)
     assert max(len(ln) for ln in lines) <= width, "\n".join(lines)
-    rows = [ln for ln in lines if ln.lstrip().startswith(("mailing-list-digest", "shipper "))]
+    rows = [ln for ln in lines if ln.lstrip().startswith(("mailing-list-digest", "shipper "))
+            and (" RUNNING " in ln or " STOPPED " in ln)]
     assert len(rows) == 5, "\n".join(lines)  # 4 tasks and the stopped process
     assert "caught up" in lines[2]
     assert " yes " in rows[0] and all(" no " in r for r in rows[1:4]), "\n".join(rows)
     assert " no " not in rows[4], "a stopped process is not 'not caught up': '-'"
-    assert "(+2 more)" in rows[3]
     assert any("shipper: UNDECODABLE_METADATA: b[0]@12: truncated causes header" in ln
                for ln in lines)
+    # The head blockers are never cut: in their column where they fit, else under the
+    # table, one (wrapped) line per task.
+    text = " ".join(" ".join(lines).split())
+    blocker = ("subscriptions-changed-0[3]@7123456 x2: subscribers-registered[3] needs "
+               "91234567 settled - (+2 more)")
+    assert blocker in text, "\n".join(lines)
+    assert "…" not in text, "\n".join(lines)
+    if width >= 200:
+        assert blocker in rows[3] and "status --wide" not in text
+    else:
+        assert "head blockers (every held channel: status --wide)" in text
+        assert "mailing-list-digest task 3: " + blocker in text
+
+
+def test_a_blocker_that_fits_keeps_its_column() -> None:
+    doc = {"processes": {"p": {"state": "RUNNING", "refusal_reason": None,
+                               "failure_detail": None, "restarts": 0, "tasks": [
+        {**_task(0, 0), "held": [{"topic": "b", "partition": 0, "count": 1, "head": 7,
+                                  "blockers": [{"topic": "a", "partition": 0, "required": 9,
+                                                "settled": None}]}]}]}}}
+    lines = _lines(doc, 100)
+    [row] = [ln for ln in lines if ln.lstrip().startswith("p ") and " RUNNING " in ln]
+    assert "b[0]@7 x1: a[0] needs 9 settled -" in row, "\n".join(lines)
+    assert "status --wide" not in "\n".join(lines)
 
 
 def test_the_wide_table_has_every_held_channel_and_the_detail() -> None:
@@ -107,3 +131,19 @@ def test_the_last_report_file_is_written_whole_and_read_back(tmp_path: Path) -> 
     path.write_text('{"processes": {}}')
     with pytest.raises(ValueError, match="not a readable last status report"):
         read_last_report(path)
+
+
+def test_status_exits_with_the_documented_code_while_a_process_stands_stopped() -> None:
+    from coordinator.cli.common import ExitCode
+    from coordinator.cli.status import exit_code_of
+
+    assert exit_code_of(DOC) is ExitCode.REFUSAL
+    running = {"processes": {"p": {"state": "RUNNING"}, "q": {"state": "STARTING"}}}
+    assert exit_code_of(running) is ExitCode.CLEAN
+    failed = {"processes": {"p": {"state": "RUNNING"},
+                            "q": {"state": "STOPPED", "refusal_reason": None,
+                                  "failure_detail": "ValueError: boom"}}}
+    assert exit_code_of(failed) is ExitCode.FAILURE
+    closed = {"processes": {"q": {"state": "STOPPED", "refusal_reason": None,
+                                  "failure_detail": None}}}
+    assert exit_code_of(closed) is ExitCode.CLEAN

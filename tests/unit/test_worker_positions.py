@@ -10,12 +10,11 @@ from workers.offsets import positions_past_markers
 from workers.positions import (
     BOOTSTRAP_METADATA,
     TASK_METADATA,
-    Unaccounted,
+    ForeignPosition,
     foreign_member_refusal,
     foreign_members,
-    skipped_offset,
-    skipped_positions_refusal,
-    unaccounted_positions,
+    foreign_position_warning,
+    foreign_positions,
 )
 from workers.positions import (
     GroupMember as Member,
@@ -38,32 +37,31 @@ def test_positions_move_past_markers_only_forward_and_only_when_known() -> None:
     assert positions_past_markers({TP: 5}, {}) == {}  # not started here
 
 
-def test_only_commits_parsley_did_not_make_beyond_coverage_plus_one_are_suspects() -> None:
+def test_every_commit_parsley_did_not_make_over_state_is_found_whatever_its_offset() -> None:
     covered: dict[tuple[str, int], int | None] = {TP: 1}
-    assert unaccounted_positions({TP: (2, "")}, covered) == []  # coverage + 1
-    assert unaccounted_positions({TP: (6, TASK_METADATA)}, covered) == []
-    assert unaccounted_positions({TP: (6, BOOTSTRAP_METADATA)}, covered) == []
-    assert unaccounted_positions({TP: (6, "")}, covered) == [Unaccounted("orders", 0, 6, 1, "")]
-    assert unaccounted_positions({TP: (6, "")}, {}) == []  # no state: ORDERING_STATE_LOST's
-    assert unaccounted_positions({TP: (6, "")}, {TP: FED_TO_END}) == []  # deleted channel
-    never = unaccounted_positions({TP: (3, "x")}, {TP: None})
-    assert never and never[0].first_unread == 0
+    assert foreign_positions({TP: (6, TASK_METADATA)}, covered) == []
+    assert foreign_positions({TP: (6, BOOTSTRAP_METADATA)}, covered) == []
+    assert foreign_positions({TP: (6, "")}, covered) == [ForeignPosition("orders", 0, 6, 1, "")]
+    assert foreign_positions({TP: (0, "x")}, covered) == [ForeignPosition("orders", 0, 0, 1, "x")]
+    assert foreign_positions({TP: (2, "")}, covered) == [ForeignPosition("orders", 0, 2, 1, "")]
+    assert foreign_positions({TP: (6, "")}, {}) == []  # no state: ORDERING_STATE_LOST's
+    assert foreign_positions({TP: (6, "")}, {TP: FED_TO_END}) == []  # deleted channel
+    assert foreign_positions({TP: (3, "x")}, {TP: None}) == [
+        ForeignPosition("orders", 0, 3, None, "x")]
 
 
-def test_a_skip_is_a_record_below_the_commit_or_a_range_retention_took() -> None:
-    s = Unaccounted("orders", 0, 6, 1, "")
-    assert skipped_offset(s, 0, 2) == 2  # a record Parsley never read
-    assert skipped_offset(s, 0, None) is None  # only markers or aborted records between
-    assert skipped_offset(s, 0, 6) is None  # the first record is at the commit
-    assert skipped_offset(s, 4, None) == 2  # gone below the log start: cannot be vouched for
-
-
-def test_the_skip_refusal_names_channel_commit_coverage_and_the_reset() -> None:
-    refusal = skipped_positions_refusal(Unaccounted("orders", 0, 6, 1, ""), 2, "shop-relay")
-    assert refusal.reason is Reason.SUBSTRATE_MISCONFIGURED
-    for part in ("orders-0 committed read position 6", "coverage 1", "orders-0@2",
-                 "--group shop-relay", "--topic orders:0 --to-offset 2 --execute"):
-        assert part in refusal.detail, refusal.detail
+def test_the_override_warning_names_group_partition_offset_metadata_and_what_follows() -> None:
+    forward = foreign_position_warning(ForeignPosition("orders", 0, 6, 1, ""), 2, "shop-relay")
+    for part in ("group 'shop-relay'", "orders-0", "offset 6", "commit metadata ''",
+                 "covers it up to offset 1", "resumes at offset 2",
+                 "never read offsets 2..5", "delivers each record among them once"):
+        assert part in forward, forward
+    back = foreign_position_warning(ForeignPosition("orders", 0, 0, 4, "m"), 5, "shop-relay")
+    for part in ("offset 0", "commit metadata 'm'", "resumes at offset 5",
+                 "offsets 0..4 were delivered already", "parsley-coordinator reset"):
+        assert part in back, back
+    never = foreign_position_warning(ForeignPosition("orders", 0, 3, None, ""), 0, "g")
+    assert "never covered it" in never and "never read offsets 0..2" in never, never
 
 
 def test_members_other_than_the_tasks_are_foreign_and_named() -> None:
