@@ -93,7 +93,8 @@ tell the user where to give it (the flag names are not the field names)."""
 _POSITIVE_INTS: Final = ("metadata_budget_bytes", "status_interval_ms", "commit_interval_ms",
                           "stale_task_ms", "restart_reset_ms", "task_timeout_ms")
 _NON_NEGATIVE_INTS: Final = ("max_restarts", "restart_backoff_ms")
-_OPTIONAL_INTS: Final = ("metrics_port",)
+_OPTIONAL_INTS: Final = ("metrics_port", "changelog_replication_factor",
+                          "changelog_min_insync_replicas")
 
 _CLIENT_PREFIXES: Final = (
     "consumer.", "producer.", "admin.", "main.consumer.", "restore.consumer.",
@@ -193,6 +194,13 @@ class ParsleyConfig:
             process's workers' clients only, over ``kafka_properties`` (same
             prefixes); read-only. A name no started process has is refused at
             the start (:meth:`check_processes`).
+        changelog_replication_factor: the replication factor of the changelogs a
+            start creates, >= 1, or ``None`` (default) for ``min(3, brokers)``
+            (``workers.changelog.changelog_replication``; docs/operations.md,
+            "Production clusters"). Existing changelogs are never altered.
+        changelog_min_insync_replicas: their ``min.insync.replicas``, >= 1 and at
+            most the replication factor when both are set, or ``None`` (default)
+            for 2 from 3 replicas on, else 1.
 
     Raises:
         ValueError: a blank server list or prefix, a prefix containing
@@ -201,7 +209,9 @@ class ParsleyConfig:
             ``refuse_cross_partition_causes = true`` with
             ``cross_partition_causes = "warn"``, a property
             Parsley owns (the message names it), a property with no value, a
-            ``metrics_port`` outside 0..65535 or a blank ``metrics_host``.
+            ``metrics_port`` outside 0..65535 or a blank ``metrics_host``, a
+            changelog replication factor or ``min.insync.replicas`` below 1, or a
+            minimum above the factor.
         TypeError: a property name that is not a string.
     """
 
@@ -222,6 +232,8 @@ class ParsleyConfig:
     metrics_port: int | None = None
     metrics_host: str = DEFAULT_METRICS_HOST
     process_kafka_properties: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    changelog_replication_factor: int | None = None
+    changelog_min_insync_replicas: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -260,6 +272,16 @@ class ParsleyConfig:
             raise ValueError(f"metrics_port must be a TCP port 0..65535, got {port!r}")
         if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
             raise ValueError("metrics_host must be non-blank")
+        for name in ("changelog_replication_factor", "changelog_min_insync_replicas"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be an int >= 1 (or unset), got {value!r}")
+        replicas, min_isr = self.changelog_replication_factor, self.changelog_min_insync_replicas
+        if replicas is not None and min_isr is not None and min_isr > replicas:
+            raise ValueError(f"changelog_min_insync_replicas ({min_isr}) exceeds "
+                             f"changelog_replication_factor ({replicas}): no write could "
+                             "ever be acknowledged")
         if self.stale_task_ms <= self.status_interval_ms:
             raise ValueError(f"stale_task_ms ({self.stale_task_ms}) must exceed "
                              f"status_interval_ms ({self.status_interval_ms}): a healthy "

@@ -5,7 +5,9 @@ broker. It fetches the official Apache Kafka jars (``org.apache.kafka:kafka_2.13
 ``org.apache.kafka:kafka-tools``, version :data:`KAFKA_VERSION`) from Maven Central with
 Maven, formats a single-node KRaft storage directory and runs the broker with the machine's
 Java 17. The command-line tools of docs/runbooks.md run from the same jars through
-``parsley-devbroker tool NAME ARGS...``.
+``parsley-devbroker tool NAME ARGS...``. The node-level pieces here (settings, format,
+spawn, stop) also serve a cluster of brokers (:mod:`devtools.devbroker_cluster`); a broker
+with TLS, SASL and ACLs takes its settings from :mod:`devtools.devbroker_security`.
 
 The data directory (default ``$PARSLEY_DEVBROKER_DIR`` or ``~/.cache/parsley/devbroker``)
 and the jar cache (``$PARSLEY_KAFKA_LIB``, else
@@ -28,9 +30,17 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from devtools.devbroker_security import (
+    PLAINTEXT,
+    SASL_SSL,
+    SECURITY_MODES,
+    Security,
+    ensure_security,
+    load_security,
+)
 from devtools.kafka_jars import (
     KAFKA_VERSION,
     DevBrokerError,
@@ -44,6 +54,10 @@ ENV_DATA_DIR = "PARSLEY_DEVBROKER_DIR"
 STATE_FILE = "devbroker.json"
 BOOTSTRAP_PREFIX = "bootstrap.servers="
 
+DEFAULT_HEAP = "1g"
+"""A single dev broker's maximum heap; a cluster's nodes get
+:data:`devtools.devbroker_cluster.CLUSTER_HEAP` each."""
+
 BROKER_MAIN = "kafka.Kafka"
 STORAGE_MAIN = "kafka.tools.StorageTool"
 
@@ -56,6 +70,7 @@ TOOLS: dict[str, str] = {
     "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-storage": STORAGE_MAIN,
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
@@ -112,6 +127,8 @@ class BrokerState:
         data_dir: the data directory (config, data, logs, state file).
         log_path: the broker log file.
         started_at: wall-clock start time, seconds since the epoch.
+        node_id: the KRaft ``node.id`` (1 for a single broker; 1..N in a cluster).
+        security: ``"plaintext"`` or ``"sasl_ssl"`` (``devtools.devbroker_security``).
     """
 
     pid: int
@@ -121,6 +138,8 @@ class BrokerState:
     data_dir: Path
     log_path: Path
     started_at: float
+    node_id: int = 1
+    security: str = PLAINTEXT
 
     @property
     def bootstrap(self) -> str:
@@ -152,6 +171,8 @@ class BrokerState:
                 data_dir=Path(raw["data_dir"]),
                 log_path=Path(raw["log_path"]),
                 started_at=float(raw["started_at"]),
+                node_id=int(raw.get("node_id", 1)),
+                security=str(raw.get("security", PLAINTEXT)),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a devbroker state file: {exc}") from exc
@@ -190,7 +211,7 @@ def _reap(pid: int) -> None:
 
 def _alive(state: BrokerState) -> bool:
     """Whether the recorded pid is still that broker (guards against pid reuse)."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     _reap(state.pid)
     try:
@@ -215,13 +236,15 @@ def running(data_dir: Path | None = None) -> BrokerState | None:
 # ---------------------------------------------------------------------------- start
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free at the moment of asking."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether ``port`` on 127.0.0.1 can be bound now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -231,11 +254,34 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def server_properties(
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    *,
+    node_id: int = 1,
+    voters: str | None = None,
+    replicas: int = 1,
+    security: Security | None = None,
+) -> str:
+    """The ``server.properties`` of one node (broker and KRaft controller) on 127.0.0.1.
+
+    Args:
+        data_dir: the node's directory (``log.dirs`` is its ``data/``).
+        port: the client listener port.
+        controller_port: the controller listener port.
+        node_id: the KRaft ``node.id``.
+        voters: ``controller.quorum.voters``; default this node alone.
+        replicas: the replication factor of the internal topics (``__consumer_offsets``,
+            ``__transaction_state``) and of created topics by default; their
+            ``min.insync.replicas`` is 2 from 3 replicas on, else 1.
+        security: the ``sasl_ssl`` material, or None for PLAINTEXT listeners.
+    """
+    min_isr = "2" if replicas >= 3 else "1"
     settings = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -243,15 +289,15 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(data_dir / "data"),
         "num.partitions": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": str(replicas),
         "offsets.topic.num.partitions": "10",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": min_isr,
         "transaction.state.log.num.partitions": "10",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": min_isr,
         "group.initial.rebalance.delay.ms": "0",
         # Workers use static membership with a session timeout of seconds.
         "group.min.session.timeout.ms": "1000",
@@ -260,16 +306,20 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
     }
+    if security is not None:
+        settings.update(security.broker_settings(port, controller_port))
     lines = ["# written by parsley-devbroker; regenerated on every start"]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
+    """A fresh KRaft cluster id (a random UUID, URL-safe base64 without padding)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def _log_tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file, or ``(no log)``."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
@@ -281,15 +331,30 @@ _SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto
 broker or the perf-test tools, which run long enough for C2 to pay off)."""
 
 
-def _format_storage(java: str, lib: Path, data_dir: Path) -> None:
+def format_argv(
+    java: str, lib: Path, data_dir: Path, cluster_id: str, extra: Sequence[str] = ()
+) -> list[str]:
+    """The ``kafka-storage format`` command line of the node in ``data_dir``.
+
+    Args:
+        java: the ``java`` executable.
+        lib: the jar directory.
+        data_dir: the node's directory (its ``config/server.properties`` is read).
+        cluster_id: the KRaft cluster id, the same for every node of a cluster.
+        extra: further arguments (``--add-scram ...``).
+    """
     config = data_dir / "config"
+    return [
+        java, *_SHORT_LIVED_JVM,
+        f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
+        "-cp", classpath(lib), STORAGE_MAIN, "format",
+        f"--cluster-id={cluster_id}", "-c", str(config / "server.properties"), *extra,
+    ]
+
+
+def _format_storage(java: str, lib: Path, data_dir: Path, extra: Sequence[str] = ()) -> None:
     out = subprocess.run(
-        [
-            java, *_SHORT_LIVED_JVM,
-            f"-Dlog4j2.configurationFile={config / 'tools-log4j2.properties'}",
-            "-cp", classpath(lib), STORAGE_MAIN, "format",
-            f"--cluster-id={_cluster_id()}", "-c", str(config / "server.properties"),
-        ],
+        format_argv(java, lib, data_dir, new_cluster_id(), extra),
         capture_output=True, text=True, check=False, timeout=120,
     )
     if out.returncode != 0:
@@ -298,9 +363,20 @@ def _format_storage(java: str, lib: Path, data_dir: Path) -> None:
         )
 
 
-def _wait_port(port: int, deadline: float, proc: subprocess.Popen[bytes]) -> bool:
+def write_node_config(data_dir: Path, properties: str) -> None:
+    """Write a node's ``config/`` (server.properties and both log4j2 files)."""
+    config = data_dir / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "server.properties").write_text(properties)
+    (config / "log4j2.properties").write_text(_BROKER_LOG4J)
+    (config / "tools-log4j2.properties").write_text(_TOOLS_LOG4J)
+
+
+def wait_port(port: int, deadline: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    """Whether 127.0.0.1:``port`` accepts a connection before ``deadline`` (monotonic s);
+    False at once when ``proc`` (the broker's process) exits first."""
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             return False
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(1.0)
@@ -317,34 +393,53 @@ _QUIET = {"log_level": 0}
 """
 
 
-def wait_ready(bootstrap: str, timeout_s: float = 60.0) -> None:
-    """Block until an AdminClient gets cluster metadata with a controller from ``bootstrap``.
+def client_config(data_dir: Path | None = None) -> dict[str, str]:
+    """confluent-kafka properties (no ``bootstrap.servers``) for the super user of the
+    broker or cluster in ``data_dir``: empty for plaintext, ``admin.client.json``'s for
+    ``sasl_ssl`` (:mod:`devtools.devbroker_security`)."""
+    security = load_security((data_dir or default_data_dir()).resolve())
+    return {} if security is None else security.client_config()
+
+
+def wait_ready(
+    bootstrap: str,
+    timeout_s: float = 60.0,
+    *,
+    client: Mapping[str, str] | None = None,
+    brokers: int = 1,
+) -> None:
+    """Block until an AdminClient gets cluster metadata listing ``brokers`` brokers.
 
     Args:
         bootstrap: ``host:port[,host:port...]``.
         timeout_s: overall deadline, seconds.
+        client: further client properties (a secured broker's, :func:`client_config`).
+        brokers: how many brokers the metadata must list (a cluster's size).
 
     Raises:
-        DevBrokerError: no answer within ``timeout_s``.
+        DevBrokerError: no such answer within ``timeout_s``.
     """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **_QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **_QUIET, **(client or {})})
     deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
+    last: object = None
     while time.monotonic() < deadline:
         try:
             cluster = admin.describe_cluster(request_timeout=5).result(timeout=10)
-            if cluster.nodes:
+            if len(cluster.nodes) >= brokers:
                 return
+            last = f"{len(cluster.nodes)} of {brokers} brokers registered"
         except KafkaException as exc:
             last = exc
         time.sleep(0.3)
     raise DevBrokerError(f"no AdminClient answer from {bootstrap} in {timeout_s:.0f} s: {last}")
 
 
-def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
+def warm_up(
+    bootstrap: str, timeout_s: float = 120.0, *, client: Mapping[str, str] | None = None
+) -> None:
     """Make the group and transaction coordinators ready before the first client needs them.
 
     On a fresh broker the first group lookup creates and loads ``__consumer_offsets``
@@ -356,6 +451,7 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
     Args:
         bootstrap: ``host:port[,...]``.
         timeout_s: overall deadline, seconds.
+        client: further client properties (a secured broker's, :func:`client_config`).
 
     Raises:
         DevBrokerError: a coordinator did not become available in time.
@@ -373,6 +469,7 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
             "group.id": WARM_UP_GROUP,
             "enable.auto.commit": False,
             **_QUIET,
+            **(client or {}),
         }
     )
     try:
@@ -394,7 +491,8 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
         consumer.close()
     # A fresh id per call: concurrent warm-ups on one broker must not fence each other.
     txn_id = f"{WARM_UP_TRANSACTIONAL_ID}-{uuid.uuid4().hex[:8]}"
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, **_QUIET})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, **_QUIET,
+                         **(client or {})})
     while True:
         try:
             producer.init_transactions(max(deadline - time.monotonic(), 1.0))
@@ -407,11 +505,20 @@ def warm_up(bootstrap: str, timeout_s: float = 120.0) -> None:
             time.sleep(0.5)
 
 
-def _spawn(java: str, lib: Path, data_dir: Path) -> subprocess.Popen[bytes]:
+def spawn_node(java: str, lib: Path, data_dir: Path, heap: str = DEFAULT_HEAP
+               ) -> subprocess.Popen[bytes]:
+    """Start the broker JVM of the node in ``data_dir`` (its own session, logs in ``logs/``).
+
+    Args:
+        java: the ``java`` executable.
+        lib: the jar directory.
+        data_dir: the node's directory, its ``config/`` written.
+        heap: the maximum heap (``-Xmx``); ``$PARSLEY_DEVBROKER_HEAP`` overrides it.
+    """
     config = data_dir / "config"
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    heap = os.environ.get("PARSLEY_DEVBROKER_HEAP", "1g")
+    heap = os.environ.get("PARSLEY_DEVBROKER_HEAP", heap)
     argv = [
         java, "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
         "-Djava.awt.headless=true",
@@ -426,6 +533,36 @@ def _spawn(java: str, lib: Path, data_dir: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def start_failure(state: BrokerState, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
+    """Why the node ``state`` did not open its port: its exit status and its logs' tails."""
+    exited = proc.poll()
+    return (
+        f"broker {state.node_id} "
+        f"{'exited with ' + str(exited) if exited is not None else 'did not open'}"
+        f" its port {state.port} within {timeout_s:.0f} s; log tail "
+        f"({state.log_path}):\n{log_tail(state.log_path)}\n"
+        f"stdout ({state.data_dir / 'logs' / 'stdout.log'}):\n"
+        f"{log_tail(state.data_dir / 'logs' / 'stdout.log', 10)}"
+    )
+
+
+def check_security(data_dir: Path, wanted: str | None, formatted: bool) -> str:
+    """The security of the broker(s) in ``data_dir``: ``wanted``, or what it already has.
+
+    Raises:
+        DevBrokerError: ``wanted`` is not a known mode, or differs from what formatted
+            storage was made with (SCRAM credentials are written at format time).
+    """
+    has = SASL_SSL if load_security(data_dir) is not None else PLAINTEXT
+    if wanted is not None and wanted not in SECURITY_MODES:
+        raise DevBrokerError(f"unknown security {wanted!r}; known: {', '.join(SECURITY_MODES)}")
+    if formatted and wanted is not None and wanted != has:
+        raise DevBrokerError(
+            f"{data_dir} holds a {has} broker, not {wanted}: run down (removes its data) or "
+            "give another --dir")
+    return wanted or has
+
+
 def up(
     data_dir: Path | None = None,
     port: int | None = None,
@@ -433,6 +570,7 @@ def up(
     start_timeout_s: float = 90.0,
     warm: bool = True,
     say: Callable[[str], None] | None = None,
+    security: str | None = None,
 ) -> tuple[BrokerState, bool]:
     """Start the dev broker in ``data_dir``, or report the one already running there.
 
@@ -449,85 +587,81 @@ def up(
         start_timeout_s: deadline for the broker to answer, seconds.
         warm: also wait for the group and transaction coordinators.
         say: progress callback, or None.
+        security: ``"plaintext"`` or ``"sasl_ssl"`` (TLS, SCRAM, ACLs:
+            :mod:`devtools.devbroker_security`); default what the directory was made with,
+            else plaintext.
 
     Returns:
         (the broker, True when it was already running).
 
     Raises:
-        DevBrokerError: java/mvn missing, jar fetch failed, the port is taken, or the
-            broker exited or did not answer in time (the log tail is included).
+        DevBrokerError: java/mvn missing, jar fetch failed, the port is taken, a
+            security other than the directory's, or the broker exited or did not
+            answer in time (the log tail is included).
     """
     data_dir = (data_dir or default_data_dir()).resolve()
+    formatted = (data_dir / "data" / "meta.properties").exists()
+    mode = check_security(data_dir, security, formatted)
     current = running(data_dir)
     if current is not None:
         # It may still be starting (another `up` in flight): answer only once it is ready.
-        wait_ready(current.bootstrap, start_timeout_s)
+        wait_ready(current.bootstrap, start_timeout_s, client=client_config(data_dir))
         return current, True
     java = require_java()
     lib = fetch_jars(say=say)
     previous = read_state(data_dir)
-    formatted = (data_dir / "data" / "meta.properties").exists()
     if not formatted and data_dir.exists():
         # Unformatted leftovers (a failed start): start from a clean directory.
-        for child in ("config", "data", "logs", STATE_FILE):
+        for child in ("config", "data", "logs", STATE_FILE, "security"):
             target = data_dir / child
             if target.is_dir():
                 shutil.rmtree(target)
             elif target.exists():
                 target.unlink()
-    if port is not None and not _port_free(port):
+    secured = ensure_security(data_dir) if mode == SASL_SSL else None
+    client = {} if secured is None else secured.client_config()
+    if port is not None and not port_free(port):
         raise DevBrokerError(f"port {port} on 127.0.0.1 is in use: choose another --port")
     attempts = 1 if port is not None else 3
     failure = ""
     for _ in range(attempts):
         client_port = port
-        if client_port is None and previous is not None and _port_free(previous.port):
+        if client_port is None and previous is not None and port_free(previous.port):
             client_port = previous.port
         if client_port is None:
-            client_port = _free_port()
-        controller_port = _free_port()
+            client_port = free_port()
+        controller_port = free_port()
         while controller_port == client_port:
-            controller_port = _free_port()
-        config = data_dir / "config"
-        config.mkdir(parents=True, exist_ok=True)
-        (config / "server.properties").write_text(
-            _server_properties(data_dir, client_port, controller_port)
-        )
-        (config / "log4j2.properties").write_text(_BROKER_LOG4J)
-        (config / "tools-log4j2.properties").write_text(_TOOLS_LOG4J)
+            controller_port = free_port()
+        write_node_config(data_dir, server_properties(
+            data_dir, client_port, controller_port, security=secured))
         if not formatted:
             if say:
                 say(f"formatting KRaft storage in {data_dir / 'data'}")
-            _format_storage(java, lib, data_dir)
+            _format_storage(java, lib, data_dir, () if secured is None else secured.format_args())
             formatted = True
-        proc = _spawn(java, lib, data_dir)
+        proc = spawn_node(java, lib, data_dir)
         state = BrokerState(
             pid=proc.pid, port=client_port, controller_port=controller_port,
             version=KAFKA_VERSION, data_dir=data_dir,
-            log_path=data_dir / "logs" / "server.log", started_at=time.time(),
+            log_path=data_dir / "logs" / "server.log", started_at=time.time(), security=mode,
         )
         _state_path(data_dir).write_text(state.to_json())
         if say:
-            say(f"starting Apache Kafka {KAFKA_VERSION} (pid {proc.pid}) on {state.bootstrap}")
+            say(f"starting Apache Kafka {KAFKA_VERSION} (pid {proc.pid}) on {state.bootstrap}"
+                + ("" if secured is None else " (SASL_SSL)"))
         deadline = time.monotonic() + start_timeout_s
-        if _wait_port(client_port, deadline, proc):
+        if wait_port(client_port, deadline, proc):
             try:
-                wait_ready(state.bootstrap, max(deadline - time.monotonic(), 1.0))
+                wait_ready(state.bootstrap, max(deadline - time.monotonic(), 1.0), client=client)
                 if warm:
-                    warm_up(state.bootstrap)
+                    warm_up(state.bootstrap, client=client)
             except BaseException:
-                _stop_pid(proc.pid, 10.0)
+                stop_pid(proc.pid, 10.0)
                 raise
             return state, False
-        exited = proc.poll()
-        _stop_pid(proc.pid, 10.0)
-        failure = (
-            f"the broker {'exited with ' + str(exited) if exited is not None else 'did not open'}"
-            f" its port {client_port} within {start_timeout_s:.0f} s; log tail "
-            f"({state.log_path}):\n{_log_tail(state.log_path)}\n"
-            f"stdout ({data_dir / 'logs' / 'stdout.log'}):\n"
-            f"{_log_tail(data_dir / 'logs' / 'stdout.log', 10)}"
-        )
+        failure = start_failure(state, proc, start_timeout_s)
+        stop_pid(proc.pid, 10.0)
         if "Address already in use" not in failure:
             break
     raise DevBrokerError(failure)
@@ -536,14 +670,14 @@ def up(
 # ---------------------------------------------------------------------------- stop
 
 
-def _stop_pid(pid: int, deadline_s: float) -> bool:
+def stop_pid(pid: int, deadline_s: float) -> bool:
     """SIGTERM the process group, then SIGKILL after ``deadline_s``; True if it had to kill."""
     import psutil
 
     def gone() -> bool:
         _reap(pid)
         try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
             return True
 
@@ -580,7 +714,7 @@ def down(
     state = running(data_dir)
     killed = False
     if state is not None:
-        killed = _stop_pid(state.pid, deadline_s)
+        killed = stop_pid(state.pid, deadline_s)
     if not keep and data_dir.exists() and (
         _state_path(data_dir).exists() or (data_dir / "config" / "server.properties").exists()
     ):

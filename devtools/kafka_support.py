@@ -105,8 +105,9 @@ def create_topic(
     partitions: int = 1,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
+    replication_factor: int = 1,
 ) -> TopicInfo:
-    """Create a topic (replication factor 1) with topic configs and wait until it is served.
+    """Create a topic with topic configs and wait until it is served.
 
     Args:
         admin: an AdminClient on the test broker.
@@ -114,12 +115,14 @@ def create_topic(
         partitions: partition count.
         config: topic configs, e.g. ``{"max.message.bytes": "1024"}``.
         timeout_s: deadline for creation and readiness, seconds.
+        replication_factor: 1 by default (the session's single broker); -1 for the
+            broker's default (3 on the dev cluster).
 
     Raises:
         KafkaException: the broker refused the creation (e.g. TOPIC_ALREADY_EXISTS).
         TimeoutError: the topic was not served in time.
     """
-    new = NewTopic(name, num_partitions=partitions, replication_factor=1,
+    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                    config=dict(config or {}))
     futures = admin.create_topics([new], request_timeout=timeout_s)
     futures[name].result(timeout=timeout_s + 5)

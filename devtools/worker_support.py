@@ -182,17 +182,19 @@ class Record:
 
 
 def read_committed(bootstrap_servers: str, topic: str, partitions: Sequence[int] = (0,),
-                   timeout_s: float = 30.0) -> list[Record]:
+                   timeout_s: float = 30.0, *,
+                   client: Mapping[str, Any] | None = None) -> list[Record]:
     """Every committed record of ``topic`` (the given partitions), from the start to the
     last stable offset, in offset order per partition.
 
     Independent of the worker: a plain assign()-ed consumer with
-    ``isolation.level=read_committed``.
+    ``isolation.level=read_committed`` (and ``client``'s properties: a secured broker's).
     """
     consumer = Consumer({
         "bootstrap.servers": bootstrap_servers, "group.id": "checker-unused",
         "isolation.level": "read_committed", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "enable.partition.eof": True, **QUIET})
+        "auto.offset.reset": "earliest", "enable.partition.eof": True, **QUIET,
+        **(client or {})})
     out: list[Record] = []
     try:
         ends: dict[int, int] = {}

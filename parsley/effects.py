@@ -17,6 +17,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from parsley import refusal_shapes as shapes
 from parsley.channels import Channel, Store
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
@@ -180,7 +181,7 @@ def _headers(topic: str, headers: Mapping[str, Any] | Iterable[Any] | None) -> t
         if key.startswith(_HEADER_PREFIX):
             raise _latched(ParsleyFailClosedError(
                 Reason.RESERVED_HEADER_USED,
-                f"serializer for {topic} wrote reserved header '{key}'",
+                shapes.reserved_header_used(topic, key),
             ))
         out.append((key, None if value is None else bytes(value)))
     return tuple(out)

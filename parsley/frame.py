@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from parsley import refusal_shapes as shapes
 from parsley.declarations import (
     Channel,
     Effects,
@@ -180,6 +181,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _context(process: str, *parts: str) -> str:
+    """What a frame refusal adds after its reason's shape: `` (process '<name>'; ...)``."""
+    return " (" + "; ".join((f"process '{process}'", *parts)) + ")"
+
+
 def _as_bytes(data: object) -> bytes:
     """Serializer output as bytes; anything else is a serializer failure."""
     if isinstance(data, bytes):
@@ -215,16 +221,14 @@ class _FrameState:
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{name}: {declared.name} state read key could not be serialized by the "
-                f"declared serde ({_describe(exc)})"
-                + APPLICATION_REMEDY,
+                shapes.state_read_key_unserializable(declared.name)
+                + _context(name, _describe(exc)) + APPLICATION_REMEDY,
             )) from exc
         if key_bytes is None:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{name}: {declared.name} state read key serialized to null; "
-                "the declared key serde could not encode it"
-                + APPLICATION_REMEDY,
+                shapes.state_read_key_unserializable(declared.name)
+                + _context(name, "it serialized to null") + APPLICATION_REMEDY,
             ))
         value_bytes = frame.stores.get(declared.name, key_bytes)
         if value_bytes is None:
@@ -234,9 +238,8 @@ class _FrameState:
         except Exception as exc:
             raise frame.latch(ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{name}: {declared.name} stored value could not be decoded by the declared "
-                f"serde ({_describe(exc)})"
-                + APPLICATION_REMEDY,
+                shapes.stored_value_undecodable(declared.name)
+                + _context(name, _describe(exc)) + APPLICATION_REMEDY,
             )) from exc
 
 
@@ -360,12 +363,11 @@ class HandlerFrame:
                             f"got {type(store).__name__}")
         declared = self._stores.get(store.name)
         if declared is None or not same_store(declared, store):
-            other = "" if declared is None else " (a Store instance other than the declared one)"
             raise ParsleyFailClosedError(
                 Reason.STATE_ACCESS_TO_UNDECLARED_STORE,
-                f"{self.process.name}: {access} targets a store not declared by stores(...): "
-                f"{store.name}{other}"
-                + APPLICATION_REMEDY,
+                shapes.state_access_to_undeclared_store(
+                    access.removeprefix("state "), store.name, other_instance=declared is not None)
+                + _context(self.process.name) + APPLICATION_REMEDY,
             )
         return declared
 
@@ -379,7 +381,7 @@ class HandlerFrame:
         if plan is None:
             raise ParsleyFailClosedError(
                 Reason.EMISSION_TO_UNDECLARED_CHANNEL,
-                f"{self.process.name} emitted to undeclared channel {channel.name}"
+                shapes.emission_to_undeclared_channel(self.process.name, channel.name)
                 + APPLICATION_REMEDY,
             )
         return plan
@@ -396,9 +398,8 @@ class HandlerFrame:
             self._rethrow()  # a latched state refusal keeps its own reason
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{self.process.name}: {site} payload could not be serialized by the declared "
-                f"serde ({part}; {_describe(exc)})"
-                + APPLICATION_REMEDY,
+                shapes.application_payload_unserializable(site)
+                + _context(self.process.name, part, _describe(exc)) + APPLICATION_REMEDY,
             ) from exc
 
     def _plan_write(self, declared: Store[Any, Any], key: Any, value: Any) -> SerializedWrite:
@@ -407,9 +408,8 @@ class HandlerFrame:
         if key_bytes is None:
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                f"{self.process.name}: {name} state write key serialized to null; "
-                "the declared key serde could not encode it"
-                + APPLICATION_REMEDY,
+                shapes.state_write_key_null(name)
+                + _context(self.process.name) + APPLICATION_REMEDY,
             )
         value_bytes = None if value is None else self._serialize(
             declared.value_serde, value, name, "state write value")
@@ -419,15 +419,14 @@ class HandlerFrame:
         self._rethrow()  # a latched state refusal keeps its own reason
         return ParsleyFailClosedError(
             Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-            f"{self.process.name}: {topic} payload could not be serialized by the declared "
-            f"serde ({part}; {_describe(exc)})"
-            + APPLICATION_REMEDY,
+            shapes.application_payload_unserializable(topic)
+            + _context(self.process.name, part, _describe(exc)) + APPLICATION_REMEDY,
         )
 
     def _reserved(self, topic: str, key: str) -> ParsleyFailClosedError:
         return ParsleyFailClosedError(
             Reason.RESERVED_HEADER_USED,
-            f"{self.process.name}: serializer for {topic} wrote reserved header '{key}'"
+            shapes.reserved_header_used(topic, key) + _context(self.process.name)
             + APPLICATION_REMEDY,
         )
 
@@ -489,9 +488,9 @@ class HandlerFrame:
                             or not isinstance(header[1], bytes | None)):
                         raise ParsleyFailClosedError(
                             Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-                            f"{self.process.name}: {topic} payload could not be serialized by "
-                            f"the declared serde (a serializer added a header that is not "
-                            f"(str, bytes | None): {header!r})"
+                            shapes.application_payload_unserializable(topic)
+                            + _context(self.process.name, "a serializer added a header that "
+                                       f"is not a str and bytes-or-None pair: {header!r}")
                             + APPLICATION_REMEDY,
                         )
                     if header[0].startswith(RESERVED_HEADER_PREFIX):
@@ -537,8 +536,9 @@ class HandlerFrame:
             self._rethrow()
             raise ParsleyFailClosedError(
                 Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{self.process.name}: {topic}@{offset} {part} could not be decoded by the "
-                f"declared serde (partition {partition}; {_describe(exc)})"
+                f"{shapes.application_payload_undecodable(topic, offset)} "
+                f"{part} could not be decoded by the declared serde"
+                + _context(self.process.name, f"partition {partition}", _describe(exc))
                 + APPLICATION_REMEDY,
             ) from exc
         if self._latched is not None:
@@ -606,8 +606,7 @@ class HandlerFrame:
             if effects is None:
                 raise ParsleyFailClosedError(
                     Reason.HANDLER_RETURNED_NULL_EFFECTS,
-                    f"{self.process.name}: handler for {topic} returned null effects; "
-                    "return Effects.none() for a step that changes nothing"
+                    shapes.handler_returned_null_effects(topic) + _context(self.process.name)
                     + APPLICATION_REMEDY,
                 )
             if not isinstance(effects, Effects):

@@ -77,9 +77,9 @@ class ParsleyFailClosedError(Exception):
     """The process stopped to preserve its guarantee (docs/failing-closed.md).
 
     The message is ``"<REASON>: <detail>"``, as the Java implementation's
-    ``FailClosedException`` prints it; the detail follows the shape docs/runbooks.md
+    ``FailClosedException`` prints it; the detail opens with the shape docs/runbooks.md
     gives for the reason (for example ``<channel>@<position>: truncated causes
-    header`` for ``UNDECODABLE_METADATA``).
+    header`` for ``UNDECODABLE_METADATA``), written by :mod:`parsley.refusal_shapes`.
 
     Attributes:
         reason: the :class:`Reason`; branch on this, never on the text.

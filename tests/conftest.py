@@ -12,17 +12,23 @@ The broker (fixture ``kafka_broker``) is chosen in this order:
 Whatever its source, the broker is waited for (AdminClient answers) and warmed up
 (group and transaction coordinators loaded) before the first test uses it.
 
+Two more session brokers start only when a test asks for them (``devtools/dev_cluster.py``,
+``parsley-devbroker`` in a temporary directory, whatever the source of the first):
+``kafka_cluster``, a 3-broker KRaft cluster (replication 3, ``min.insync.replicas`` 2), and
+``secured_broker``, one broker with ``--security sasl_ssl`` (TLS, SCRAM, ACLs enforced). A
+test that stops, kills or freezes a broker of either heals it before it ends
+(``DevCluster.heal``). Tests that stop, restart or freeze a single broker share a third,
+``private_kafka`` (``devtools/private_broker.py``), handed to each running and warmed.
+
 Only tests that use a broker fixture, or carry ``@pytest.mark.broker``, start one:
 pure unit tests run without Java or Kafka. A test that needs the broker and cannot
 get one fails (it is never skipped); under ``CI=true`` any skipped test also fails
 the session.
 
-Tests that stop, restart or freeze a broker use ``private_kafka``: one private dev broker
-for the session's such tests (never the shared one), running and warmed when each starts.
-
 Fixtures (see each docstring): ``kafka_broker``, ``kafka_bootstrap``, ``kafka_admin``,
 ``unique_names``, ``topic_name``, ``group_id``, ``transactional_id``, ``create_topic``,
-``private_kafka``. Helpers for code outside fixtures live in ``devtools/kafka_support.py``.
+``kafka_cluster``, ``secured_broker``, ``private_kafka``. Helpers for code outside fixtures
+live in ``devtools/kafka_support.py``.
 
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
@@ -44,6 +50,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from devtools import private_broker
+from devtools.dev_cluster import DevCluster
 from devtools.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from devtools.kafka_support import create_topic as _create_topic
 from devtools.private_broker import PrivateBroker
@@ -58,7 +65,8 @@ TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:8.0.0"
 """Confluent Platform 8.0 ships Apache Kafka 4.0 (KRaft only)."""
 
 BROKER_FIXTURES = frozenset(
-    {"kafka_broker", "kafka_bootstrap", "kafka_admin", "create_topic", "private_kafka"}
+    {"kafka_broker", "kafka_bootstrap", "kafka_admin", "create_topic", "kafka_cluster",
+     "secured_broker", "private_kafka"}
 )
 PHASES = ("parallel", "serial")
 """``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
@@ -164,6 +172,39 @@ def kafka_broker() -> Iterator[KafkaTestBroker]:
     finally:
         if stop is not None:
             stop()
+
+
+def _session_cluster(brokers: int, security: str) -> Iterator[DevCluster]:
+    from devtools.dev_cluster import dev_cluster
+    from devtools.kafka_jars import DevBrokerError
+
+    try:
+        with dev_cluster(brokers, security=security) as cluster:
+            yield cluster
+            return
+    except DevBrokerError as exc:
+        failure = str(exc)
+    _no_broker(failure)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[DevCluster]:
+    """A 3-broker KRaft cluster on the loopback for the whole session (started when first
+    asked for): replication 3, ``min.insync.replicas`` 2 for internal and created topics.
+
+    A test that stops, kills or freezes one of its brokers calls ``kafka_cluster.heal()``
+    before it ends (in a ``finally``), so the next test finds all three in sync.
+    """
+    yield from _session_cluster(3, "plaintext")
+
+
+@pytest.fixture(scope="session")
+def secured_broker() -> Iterator[DevCluster]:
+    """One ``sasl_ssl`` broker for the whole session (started when first asked for):
+    TLS, SASL/SCRAM-SHA-512, ``StandardAuthorizer`` with no ACL meaning no access, super
+    user ``admin`` (``secured_broker.client``); ``secured_broker.create_user(name)``
+    makes a SCRAM user."""
+    yield from _session_cluster(1, "sasl_ssl")
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from workers.authorization import Grant
 from workers.calls import CallStalled, call
 from workers.kafka_errors import (
     ErrorKind,
@@ -280,11 +281,13 @@ def describe_topic(
 
     Returns:
         The :class:`TopicInfo`, or ``None`` when the broker answers that the
-        topic does not exist (one answer; callers that must be sure ask again).
+        topic does not exist, to the describe or to the configs' describe (one
+        answer; callers that must be sure ask again).
 
     Raises:
-        SubstrateError: any other failure, classified (``TOPIC_AUTHORIZATION_FAILED``
-            included).
+        SubstrateError: any other failure, classified.
+        NotAuthorized: ``TOPIC_AUTHORIZATION_FAILED``, naming Describe or
+            DescribeConfigs on the topic (:mod:`workers.authorization`).
     """
     futures = admin.describe_topics(
         TopicCollection([name]), request_timeout=timeout_s
@@ -294,11 +297,21 @@ def describe_topic(
     except KafkaException as exc:
         if unknown_topic(exc):
             return None
-        raise to_exception(exc, f"describing topic {name}") from exc
+        raise to_exception(exc, f"describing topic {name}",
+                           grant=Grant("Topic", name, ("Describe",))) from exc
     resource = ConfigResource(ResourceType.TOPIC, name)
-    with map_kafka_errors(f"describing the configs of topic {name}"):
-        configs = answer(admin.describe_configs([resource], request_timeout=timeout_s)[resource],
-                         timeout_s, f"describing the configs of topic {name}")
+    try:
+        with map_kafka_errors(f"describing the configs of topic {name}",
+                              Grant("Topic", name, ("DescribeConfigs",))):
+            configs = answer(
+                admin.describe_configs([resource], request_timeout=timeout_s)[resource],
+                timeout_s, f"describing the configs of topic {name}")
+    except SubstrateError as exc:
+        if unknown_topic(exc):
+            # A broker other than the one that described it has not learned of it yet
+            # (a topic just created, on a cluster): not known, as for the describe.
+            return None
+        raise
     return TopicInfo(
         name=name,
         topic_id=kafka_uuid(desc.topic_id),

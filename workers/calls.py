@@ -29,6 +29,8 @@ T = TypeVar("T")
 WATCHDOG_MARGIN_S: Final = 10.0
 """How far past a call's bound the watchdog's own bound lies, s: the watchdog only acts
 when the main thread itself is stuck, never for a call this module gives up on."""
+IDLE_CHECK_S: Final = 5.0
+"""How often an idle helper thread checks that its calling thread still lives, s."""
 HEARTBEAT_S: Final = 0.5
 """How often a waiting main thread calls the heartbeat, s at most."""
 
@@ -84,13 +86,19 @@ class _Runner:
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.abandoned = False
+        self.owner = threading.current_thread()
         self.thread = threading.Thread(target=self._loop, name="parsley-client-call",
                                        daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while not self.abandoned:
-            job = self.jobs.get()
+            try:
+                job = self.jobs.get(timeout=IDLE_CHECK_S)
+            except queue.Empty:
+                if self.owner.is_alive():
+                    continue
+                return  # its calling thread ended: nothing more will come
             job.run()
             del job  # the client goes with the job, not with the idle thread
 
@@ -145,6 +153,7 @@ def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = No
             if time.monotonic() >= deadline:
                 runner.abandoned = True
                 caller.runner = None
+                del fn, args, kwargs  # the traceback keeps this frame: not the wedged client
                 raise CallStalled(name, bound)
             beat = caller.heartbeat
             if beat is not None and not caller.beating:

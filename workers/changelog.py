@@ -9,12 +9,14 @@
   the caller's open transaction (each task's state lives in its own partition: docs/model.md, "The
   stored form").
 * :func:`ensure_changelog_topic` creates a compacted changelog topic with one
-  partition per task (a create, kept beside the changelog's other writes; the
-  describes and listings it and the reads use are :mod:`workers.admin`'s).
+  partition per task, replicated as :func:`changelog_replication` says (a create,
+  kept beside the changelog's other writes; the describes and listings it and the
+  reads use are :mod:`workers.admin`'s).
 
 Sources: docs/model.md, "The stored form" ("Start-time reads of the changelog":
 ``read_committed`` up to the ends listed read-uncommitted, fail loudly after
-30 s without progress) and docs/operations.md, "Running" (admin calls 30 s).
+30 s without progress), docs/operations.md, "Running" (admin calls 30 s) and
+"Production clusters" (replication and ``min.insync.replicas``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from workers.admin import (
     leaders_known,
     offset_bounds,
 )
+from workers.authorization import Grant
 from workers.calls import call
 from workers.kafka_errors import (
     ErrorKind,
@@ -51,6 +54,7 @@ from workers.watchdog import bounded
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
     "RestoreProgress",
+    "changelog_replication",
     "ensure_changelog_topic",
     "read_partition",
     "write_records",
@@ -150,9 +154,12 @@ def read_partition(
             (``SUBSTRATE_TRANSIENT``, naming position and end), a record
             without a key, or a consumer error (classified by
             :mod:`workers.kafka_errors`; a vanished position is ``OFFSET_RESET``).
+        NotAuthorized: the principal may not read the changelog (``SUBSTRATE_MISCONFIGURED``,
+            naming Read on it: :mod:`workers.authorization`).
     """
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"
+    readable = Grant("Topic", topic, ("Read",))  # what an ACL refusal lacks
     with bounded("list_offsets"):
         start, end = offset_bounds(admin, tp, where, stall_timeout_s, now)
     position = start
@@ -184,7 +191,7 @@ def read_partition(
             # event), instead of after poll_timeout_s; aborted records among them (never
             # delivered) still leave it to the timeout.
             wanted = max(1, min(batch_size, end - position))
-            with map_kafka_errors(f"reading {where}"):
+            with map_kafka_errors(f"reading {where}", readable):
                 messages = call("restore consume", consumer.consume, num_messages=wanted,
                                 timeout=poll_timeout_s)
             before = position
@@ -195,7 +202,8 @@ def read_partition(
                         if msg.partition() == partition and msg.topic() == topic:
                             position = max(position, msg.offset() or 0)
                         continue
-                    raise to_exception(err, f"reading {where}") from KafkaException(err)
+                    raise to_exception(err, f"reading {where}",
+                                       grant=readable) from KafkaException(err)
                 if msg.partition() != partition or msg.topic() != topic:
                     continue
                 offset = msg.offset()
@@ -307,13 +315,48 @@ def write_records(
     return count
 
 
+def changelog_replication(
+    brokers: int, replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+) -> tuple[int, int]:
+    """The replication factor and ``min.insync.replicas`` a new changelog gets (pure).
+
+    Unless configured: replication ``min(3, brokers)``, as Kafka Streams' production
+    guidance; ``min.insync.replicas`` 2 from 3 replicas on (an acknowledged changelog
+    write is on two brokers, and one broker may be down), else 1: with 2 replicas a
+    minimum of 2 would stop every changelog write, and so the process, while either
+    broker is down, a rolling restart included (docs/operations.md, "Production
+    clusters").
+
+    Args:
+        brokers: brokers in the cluster metadata, >= 1.
+        replication_factor: the configured factor, or None.
+        min_insync_replicas: the configured minimum, or None.
+
+    Returns:
+        ``(replication factor, min.insync.replicas)``.
+    """
+    replicas = replication_factor if replication_factor is not None else max(1, min(3, brokers))
+    if min_insync_replicas is not None:
+        return replicas, min_insync_replicas
+    return replicas, 2 if replicas >= 3 else 1
+
+
+def _broker_count(admin: AdminClient, timeout_s: float) -> int:
+    with map_kafka_errors("describing the cluster"):
+        cluster = answer(admin.describe_cluster(request_timeout=timeout_s), timeout_s,
+                         "describing the cluster")
+    return max(1, len(cluster.nodes))
+
+
 def ensure_changelog_topic(
     admin: AdminClient,
     name: str,
     partitions: int,
     *,
     max_message_bytes: int | None = None,
-    replication_factor: int = -1,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
     timeout_s: float = ADMIN_TIMEOUT_S,
 ) -> tuple[TopicInfo, bool]:
     """Create a compacted changelog topic unless it exists; describe it either way.
@@ -321,7 +364,8 @@ def ensure_changelog_topic(
     An existing topic is returned as it is, never altered: a partition count
     or cleanup policy that differs is for the caller to judge (the bootstrap
     refuses ``TASK_WIDTH_CHANGED``; a non-compacted ordering changelog loses
-    state, docs/operations.md, "Topic requirements").
+    state, docs/operations.md, "Topic requirements"), and so are its
+    replication and ``min.insync.replicas``.
 
     Args:
         admin: an AdminClient.
@@ -330,7 +374,12 @@ def ensure_changelog_topic(
         partitions: one per task, >= 1.
         max_message_bytes: the topic's ``max.message.bytes``, bytes, or
             ``None`` for the broker default (1 MiB).
-        replication_factor: ``-1`` for the broker default.
+        replication_factor: the replication factor; ``None`` for
+            :func:`changelog_replication`'s (the brokers counted with
+            ``describe_cluster``), ``-1`` for the broker's default.
+        min_insync_replicas: the topic's ``min.insync.replicas``; ``None`` for
+            :func:`changelog_replication`'s (with ``replication_factor`` ``-1``:
+            the broker's default).
         timeout_s: bound on each admin call, s.
 
     Returns:
@@ -339,8 +388,11 @@ def ensure_changelog_topic(
 
     Raises:
         ValueError: ``partitions < 1``.
-        SubstrateError: an admin failure (classified), or a topic that is
+        SubstrateError: an admin failure (classified; a replication factor above the
+            broker count is ``INVALID_REPLICATION_FACTOR``), or a topic that is
             still unknown or leaderless ``timeout_s`` after its creation.
+        NotAuthorized: the principal may not describe it, read its configs or create it
+            (``SUBSTRATE_MISCONFIGURED`` naming the operation: :mod:`workers.authorization`).
     """
     if partitions < 1:
         raise ValueError(f"a changelog needs at least one partition, got {partitions}")
@@ -350,7 +402,15 @@ def ensure_changelog_topic(
     config = {"cleanup.policy": "compact"}
     if max_message_bytes is not None:
         config["max.message.bytes"] = str(max_message_bytes)
-    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+    replicas = -1
+    if replication_factor != -1:
+        brokers = _broker_count(admin, timeout_s) if replication_factor is None else 1
+        replicas, min_isr = changelog_replication(brokers, replication_factor,
+                                                  min_insync_replicas)
+        config["min.insync.replicas"] = str(min_isr)
+    elif min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(min_insync_replicas)
+    new = NewTopic(name, num_partitions=partitions, replication_factor=replicas,
                    config=config)
     created = True
     try:
@@ -358,7 +418,8 @@ def ensure_changelog_topic(
                f"creating topic {name}")
     except KafkaException as exc:
         if not topic_already_exists(exc):
-            raise to_exception(exc, f"creating changelog topic {name}") from exc
+            raise to_exception(exc, f"creating changelog topic {name}",
+                               grant=Grant("Topic", name, ("Create",))) from exc
         created = False  # another creator won the race
     deadline = time.monotonic() + timeout_s
     while True:

@@ -43,7 +43,7 @@ def retire(clients: list[Any]) -> None:
 
     def close_all() -> None:
         while doomed:
-            client = doomed.pop()
+            client = doomed.pop()  # the clients first, the objects holding them last
             if isinstance(client, Consumer):
                 try:
                     client.close()
@@ -87,17 +87,18 @@ class TaskClients:
             spec.bootstrap_servers, spec.prefix, spec.process.name, spec.task, self.props,
             task_count=spec.task_count))
 
-    def renew(self, *, consumer: bool) -> None:
+    def renew(self, *, consumer: bool, also: list[Any] | None = None) -> None:
         """Replace the producer, the restore consumer and the admin client with fresh ones of
         the same configuration, and the main consumer too when ``consumer`` (the loop then
         builds and subscribes a new one: :attr:`consumer` is ``None``).
 
-        The old clients are closed and dropped off the main thread (:func:`retire`): one
+        The old clients are closed and dropped off the main thread (:func:`retire`), with
+        ``also`` (objects that hold them, e.g. the old transaction account and step): one
         may be wedged in a call that never returns (docs/operations.md, "The task timeout").
         The caller renews the transaction over the new producer and initialises it, which
         fences the old one.
         """
-        old: list[Any] = [self.producer, self.restore_consumer, self.admin]
+        old: list[Any] = [*(also or ()), self.producer, self.restore_consumer, self.admin]
         if consumer and self.consumer is not None:
             old.append(self.consumer)
             self.consumer = None

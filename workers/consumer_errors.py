@@ -2,10 +2,10 @@
 
 An offset reset is refused (:func:`workers.offsets.resolve_offset_reset` tells a discarded
 position from a missing one), a partition EOF is ignored, a fenced or failed static member
-stops the task, a received topic missing or unreadable is judged by the deletion check
-first, and anything else is retried by librdkafka itself (docs/failing-closed.md, "Read
-positions"; docs/operations.md, "Fenced: a successor or a timeout"). It imports nothing of
-:mod:`workers.main`.
+stops the task, a read the ACLs refused is a refusal naming the grant, a received topic
+missing or unreadable is judged by the deletion check first, and anything else is retried
+by librdkafka itself (docs/failing-closed.md, "Read positions"; docs/operations.md, "Fenced:
+a successor or a timeout", "Production clusters"). It imports nothing of :mod:`workers.main`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,17 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError
 
+from workers.authorization import Grant
 from workers.calls import call
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
+    authorization_failed,
     classify,
     offset_reset,
     partition_eof,
     stop_kind,
+    to_exception,
     topic_missing_or_unreadable,
 )
 from workers.offsets import resolve_offset_reset
@@ -48,9 +51,11 @@ def consumer_error(err: KafkaError, msg: Any, *, consumer: Consumer | None,
             returns ``True`` when it settled a deletion (the check's grace decides the stop).
 
     Raises:
-        ParsleyFailClosedError: the offset reset's refusal; the deletion check's.
+        ParsleyFailClosedError: the offset reset's refusal; the deletion check's; a read
+            or a group call the cluster's ACLs refused (``SUBSTRATE_MISCONFIGURED``, naming
+            Read on the topic or the group: :mod:`workers.authorization`).
         SubstrateError: the member fenced or failed (FATAL), a received topic missing or
-            unreadable (``SUBSTRATE_TRANSIENT``).
+            unreadable (``RESTART_REQUIRED``: only a restart re-resolves it).
     """
     if offset_reset(err):
         topic, partition = msg.topic(), msg.partition()
@@ -62,6 +67,12 @@ def consumer_error(err: KafkaError, msg: Any, *, consumer: Consumer | None,
         raise refusal
     if partition_eof(err):
         return
+    if authorization_failed(err):
+        topic = msg.topic()
+        grant = Grant("Group", group_id, ("Read",)) if err.code() != \
+            KafkaError.TOPIC_AUTHORIZATION_FAILED else Grant("Topic", topic or None, ("Read",))
+        raise to_exception(err, "the task's consumer", grant=grant,
+                           candidates=() if topic else tuple(sorted({t for t, _ in expected})))
     verdict = classify(err)  # a fenced static member: _FATAL, fatal() false -> FATAL
     if stop_kind(verdict) is StopKind.FATAL:
         on_fenced()
@@ -71,7 +82,7 @@ def consumer_error(err: KafkaError, msg: Any, *, consumer: Consumer | None,
         if on_missing():
             return  # settled: the check's grace decides the stop
         raise SubstrateError(
-            ErrorKind.SUBSTRATE_TRANSIENT,
+            ErrorKind.RESTART_REQUIRED,
             f"a received topic is missing or unreadable ({err.name()}: {err.str()}); "
             "restart the process once the topic is restored (the start re-resolves it)",
             err.code())

@@ -30,6 +30,7 @@ from uuid import UUID
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from parsley import refusal_shapes as shapes
 from parsley.engine.channel import ChannelId, describe_channel
 from parsley.engine.engine import ProcessEngine
 from parsley.engine.identity import DELETION_REMEDY, TopicVerdict
@@ -132,11 +133,10 @@ def unread_on_deleted(
             continue
         return ParsleyFailClosedError(
             Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
-            f"up to {end - first} received message(s) from "
-            f"{describe_channel(ch, {ch.topic_id: name})} (offsets {first} to {end - 1}) "
-            "were read but their read was never committed, and the channel's topic no "
-            "longer exists: they remain undelivered and their place in causal order can "
-            "no longer be preserved. " + DELETION_REMEDY)
+            f"{shapes.channel_deleted_with_undelivered_messages(end - first, ch)} At most "
+            f"that many: offsets {first} to {end - 1} of "
+            f"{shapes.coordinates(ch, {ch.topic_id: name})} were read but their read was "
+            "never committed (transaction markers among them count too). " + DELETION_REMEDY)
     return None
 
 

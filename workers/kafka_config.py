@@ -253,9 +253,12 @@ def restore_consumer_config(
     """A consumer that reads changelog partitions by ``assign()`` only.
 
     It never subscribes and never commits, so it never joins or creates a
-    group; librdkafka insists on a ``group.id`` all the same, so it gets
-    ``<prefix>-<process>-task-<NNN>.restore``, distinct from the application's
-    group. Arguments as :func:`consumer_config`.
+    group; librdkafka insists on a ``group.id`` all the same, and asks for that group's
+    coordinator (``FindCoordinator``, which an authorizer allows only with Describe on
+    the group), so it gets the application's group, ``<prefix>-<process>``, on which
+    the process's principal has Read already (docs/operations.md, "ACLs"). Its
+    ``client.id`` is ``<prefix>-<process>-task-<NNN>.restore``. Arguments as
+    :func:`consumer_config`.
     ``read_committed`` (aborted changelog writes are not state),
     ``auto.offset.reset=error`` (a changelog position that vanishes mid-read
     is a failure, never a skip), ``enable.partition.eof`` (the reader's end
@@ -288,7 +291,7 @@ def restore_consumer_config(
     config.update(
         {
             "bootstrap.servers": bootstrap_servers,
-            "group.id": f"{name}.restore",
+            "group.id": application_id(prefix, process),
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "error",

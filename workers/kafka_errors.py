@@ -27,10 +27,13 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 
+from parsley import refusal_shapes as shapes
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.authorization import AUTHORIZATION_CODES, Grant, NotAuthorized, default_grant
 from workers.protocol import StopKind
 
 __all__ = [
+    "AUTHORIZATION_CODES",
     "PURGE_CODES",
     "RECORD_TOO_LARGE_CODES",
     "UNKNOWN_TOPIC_CODES",
@@ -38,6 +41,7 @@ __all__ = [
     "Classification",
     "ErrorKind",
     "SubstrateError",
+    "authorization_failed",
     "classify",
     "fatal",
     "group_coordinator_busy",
@@ -93,9 +97,9 @@ class ErrorKind(enum.Enum):
     """
 
     REFUSAL = "refusal"
-    """A substrate refusal (``SUBSTRATE_MISCONFIGURED``,
-    ``POSITIONS_DISCARDED_UNREAD``) or any ``ParsleyFailClosedError``: abort
-    the open transaction and stop, failing closed."""
+    """A substrate refusal (``SUBSTRATE_MISCONFIGURED``: a record over a size limit, a
+    call the cluster's ACLs refused; ``POSITIONS_DISCARDED_UNREAD``) or any
+    ``ParsleyFailClosedError``: abort the open transaction and stop, failing closed."""
     OFFSET_RESET = "offset_reset"
     """The consumer refused to reset a position (``auto.offset.reset=error``).
     Not decidable from the error: call :func:`resolve_offset_reset`, which
@@ -106,13 +110,20 @@ class ErrorKind(enum.Enum):
     """Abort the transaction, rebuild state from the changelogs, rewind to
     the committed offsets and go on (``txn_requires_abort()``)."""
     FENCED = "fenced"
-    """A newer worker owns this task (producer epoch or static member fenced): stop."""
+    """The producer epoch or the static member was fenced: a stop when a live successor
+    holds the task's ``group.instance.id`` (another worker owns the task), else recovered
+    in place (docs/operations.md, "Fenced: a successor or a timeout")."""
     FATAL = "fatal"
     """The client is unusable (``KafkaError.fatal()``): stop with a failure detail."""
     SUBSTRATE_TRANSIENT = "substrate_transient"
-    """Any other broker, timeout, topic or partition condition: stop with no
-    reason; a restart once the cluster is healthy resumes (docs/runbooks.md,
-    "The cluster was unreachable")."""
+    """Any other broker, timeout, topic or partition condition: the worker recovers in
+    place (fresh clients, state rebuilt, positions rewound) until its task timeout, then
+    stops with no reason (docs/operations.md, "The task timeout"; docs/runbooks.md, "The
+    cluster was unreachable")."""
+    RESTART_REQUIRED = "restart_required"
+    """A condition only a restart through the bootstrap resolves (a received topic
+    re-resolved, a missing start position pre-committed): stop with no reason, never
+    recovered in place."""
     UNCLASSIFIED = "unclassified"
     """Not a Kafka error and not a refusal."""
 
@@ -202,12 +213,13 @@ def classify(exc_or_err: BaseException | KafkaError) -> Classification:
     1. a ``ParsleyFailClosedError`` (anywhere on the cause chain) → ``REFUSAL``
        with its reason;
     2. a :class:`SubstrateError` → its own kind;
-    3. a record over a size limit (:data:`RECORD_TOO_LARGE_CODES`) →
-       ``REFUSAL``/``SUBSTRATE_MISCONFIGURED`` — checked before the abortable
-       flag because an oversize produce inside a transaction surfaces as the
-       transaction's abortable error, and aborting and retrying would meet it
-       again (docs/failing-closed.md, "Diagnosis": "the two
-stops ... that recur identically");
+    3. a record over a size limit (:data:`RECORD_TOO_LARGE_CODES`), or a call the
+       cluster's ACLs refused (:data:`AUTHORIZATION_CODES`) →
+       ``REFUSAL``/``SUBSTRATE_MISCONFIGURED`` — checked before the abortable, fatal
+       and retriable flags because an oversize produce or a partition the principal
+       may not write surfaces as the transaction's abortable error, and aborting and
+       retrying (or recovering in place) would meet it again (docs/failing-closed.md,
+       "Diagnosis": "the two stops ... that recur identically");
     4. ``_AUTO_OFFSET_RESET``/``OFFSET_OUT_OF_RANGE`` → ``OFFSET_RESET``;
     5. fenced codes (``_FENCED``, ``PRODUCER_FENCED``,
        ``INVALID_PRODUCER_EPOCH``, ``FENCED_INSTANCE_ID``) → ``FENCED``;
@@ -242,7 +254,7 @@ stops ... that recur identically");
         )
     code = err.code()
     name, text = str(err.name()), str(err.str())
-    if code in RECORD_TOO_LARGE_CODES:
+    if code in RECORD_TOO_LARGE_CODES or code in AUTHORIZATION_CODES:
         return Classification(
             ErrorKind.REFUSAL, Reason.SUBSTRATE_MISCONFIGURED, code, name, text
         )
@@ -269,6 +281,7 @@ _STOP_KINDS: Final = {
     ErrorKind.RETRIABLE: StopKind.SUBSTRATE,
     ErrorKind.ABORTABLE: StopKind.SUBSTRATE,
     ErrorKind.SUBSTRATE_TRANSIENT: StopKind.SUBSTRATE,
+    ErrorKind.RESTART_REQUIRED: StopKind.SUBSTRATE,
 }
 
 
@@ -286,7 +299,7 @@ def stop_kind(exc_or_err: BaseException | KafkaError | Classification) -> StopKi
 
 
 RECORD_TOO_LARGE_DETAIL: Final = (
-    "a record exceeded a size limit, typically a held message's persisted form against "
+    f"{shapes.substrate_record_too_large()}, typically a held message's persisted form against "
     "the ordering changelog's max.message.bytes; raise max.message.bytes on the topic "
     "named (or the producer's message.max.bytes if that is lower), then restart"
 )
@@ -294,7 +307,8 @@ RECORD_TOO_LARGE_DETAIL: Final = (
 
 
 def to_exception(
-    exc_or_err: BaseException | KafkaError, context: str = ""
+    exc_or_err: BaseException | KafkaError, context: str = "", *, grant: Grant | None = None,
+    candidates: tuple[str, ...] = (),
 ) -> ParsleyFailClosedError | SubstrateError | BaseException:
     """The exception the worker raises for ``exc_or_err`` (raise it ``from`` the original).
 
@@ -302,10 +316,16 @@ def to_exception(
         exc_or_err: the error met.
         context: where it was met, e.g. ``"producing to orders[3]"``; goes
             into the detail.
+        grant: for an authorization failure, the right the call needed (used when the
+            code concerns its resource type; else :func:`workers.authorization.default_grant`
+            of the code).
+        candidates: for an authorization failure whose ``grant`` names no resource, the
+            resources it may be (the topics of a failed transaction).
 
     Returns:
         ``ParsleyFailClosedError(SUBSTRATE_MISCONFIGURED, ...)`` for a record
-        over a size limit; the refusal itself for a refusal; a
+        over a size limit; :class:`~workers.authorization.NotAuthorized` (one) for a
+        call the ACLs refused, naming ``grant``; the refusal itself for a refusal; a
         :class:`SubstrateError` for every other Kafka error (an
         ``OFFSET_RESET`` one still awaits :func:`resolve_offset_reset`);
         an unclassified exception unchanged (a bare ``KafkaError`` is wrapped
@@ -318,7 +338,11 @@ def to_exception(
             found = ParsleyFailClosedError.find_in(exc_or_err)
             if found is not None:
                 return found
-        assert c.reason is not None
+        assert c.reason is not None and c.code is not None
+        if c.code in AUTHORIZATION_CODES:
+            if grant is None or grant.resource != AUTHORIZATION_CODES[c.code]:
+                grant, candidates = default_grant(c.code), ()  # another resource refused
+            return NotAuthorized(c.name, c.text, context, grant, candidates=candidates)
         return ParsleyFailClosedError(
             c.reason, f"{RECORD_TOO_LARGE_DETAIL} ({where}{c.name}: {c.text})"
         )
@@ -331,17 +355,18 @@ def to_exception(
 
 
 @contextlib.contextmanager
-def map_kafka_errors(context: str) -> Iterator[None]:
+def map_kafka_errors(context: str, grant: Grant | None = None) -> Iterator[None]:
     """Re-raise a ``KafkaException`` in the block as its classified exception.
 
     ``with map_kafka_errors("committing task 3"): producer.commit_transaction()``
     raises ``ParsleyFailClosedError`` or :class:`SubstrateError` ``from`` the
     original (httpcore's ``map_exceptions``). Other exceptions pass unchanged.
+    ``grant`` names the right an authorization failure lacked (:func:`to_exception`).
     """
     try:
         yield
     except KafkaException as exc:
-        raise to_exception(exc, context) from exc
+        raise to_exception(exc, context, grant=grant) from exc
 
 
 # ---------------------------------------------------------------------------
@@ -376,6 +401,11 @@ UNKNOWN_TOPIC_CODES: Final = frozenset(
 def unknown_topic(exc_or_err: BaseException | KafkaError | None) -> bool:
     """The topic does not exist (``UNKNOWN_TOPIC_OR_PART``, ``_UNKNOWN_TOPIC``)."""
     return _code(exc_or_err) in UNKNOWN_TOPIC_CODES
+
+
+def authorization_failed(exc_or_err: BaseException | KafkaError | None) -> bool:
+    """The cluster's ACLs refused the call (:data:`AUTHORIZATION_CODES`)."""
+    return _code(exc_or_err) in AUTHORIZATION_CODES
 
 
 def topic_authorization_failed(exc_or_err: BaseException | KafkaError | None) -> bool:

@@ -8,8 +8,11 @@ the reports of records purged because another failure ended the transaction
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from workers.authorization import Grant
 from workers.kafka_errors import ErrorKind, SubstrateError, purged, to_exception
 
 __all__ = ["DeliveryLedger"]
@@ -41,9 +44,16 @@ class DeliveryLedger:
             (:data:`workers.kafka_errors.PURGE_CODES`), else ``None``: the cause to classify.
         first_purge: the first purge report, else ``None`` (reported only when
             no other error explains it).
+
+    Args:
+        cause: returns the open transaction's own error, if it failed (for records
+            purged with no failed delivery of their own: a partition the principal may
+            not write fails the transaction when it is added, and its records are only
+            purged), else ``None``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cause: Callable[[], KafkaError | None] | None = None) -> None:
+        self._cause = cause
         self.produced = 0
         self.delivered = 0
         self.failed = 0
@@ -51,6 +61,8 @@ class DeliveryLedger:
         self.first_error_where = ""
         self.first_purge: KafkaError | None = None
         self.first_purge_where = ""
+        self.first_error_topic = ""
+        self.purged_topics: dict[str, None] = {}
 
     def sent(self, n: int = 1) -> None:
         """Record ``n`` successful ``produce()`` calls."""
@@ -63,12 +75,14 @@ class DeliveryLedger:
             return
         self.failed += 1
         if purged(err):
+            self.purged_topics[msg.topic() or ""] = None
             if self.first_purge is None:
                 self.first_purge = err
                 self.first_purge_where = f"{msg.topic()}[{msg.partition()}]"
         elif self.first_error is None:
             self.first_error = err
             self.first_error_where = f"{msg.topic()}[{msg.partition()}]"
+            self.first_error_topic = msg.topic() or ""
 
     @property
     def outstanding(self) -> int:
@@ -89,8 +103,9 @@ class DeliveryLedger:
         """Raise unless every produced message was delivered.
 
         The error classified is the first report's that is not a purge
-        (:data:`workers.kafka_errors.PURGE_CODES`); a purge is reported only when nothing
-        else failed.
+        (:data:`workers.kafka_errors.PURGE_CODES`); with purges alone, the transaction's
+        own error (the ``cause`` given at construction) when it has one, else the purge.
+        A topic the principal may not write is named with the grant that fixes it.
 
         Args:
             context: prefixed to the error's detail.
@@ -104,11 +119,20 @@ class DeliveryLedger:
             SubstrateError: another delivery failure, or reports missing.
         """
         err, where_to = self.first_error, self.first_error_where
+        topics: tuple[str, ...] = (self.first_error_topic,)
         if err is None:
             err, where_to = self.first_purge, self.first_purge_where
+            cause = self._cause() if err is not None and self._cause is not None else None
+            if cause is not None:
+                # Which partition failed to join the transaction is not said: every
+                # topic whose records were purged is a candidate.
+                err, topics = cause, tuple(t for t in self.purged_topics if t)
+                where_to = ", ".join(topics)
         if err is not None:
             where = f"{context}: " if context else ""
-            exc = to_exception(err, f"{where}delivering to {where_to}")
+            grant = Grant("Topic", topics[0] if len(topics) == 1 else None, ("Write",))
+            exc = to_exception(err, f"{where}delivering to {where_to}", grant=grant,
+                               candidates=topics)
             raise exc from KafkaException(err)
         if self.outstanding and not queue_empty:
             raise SubstrateError(
@@ -123,3 +147,5 @@ class DeliveryLedger:
         self.first_error_where = ""
         self.first_purge = None
         self.first_purge_where = ""
+        self.first_error_topic = ""
+        self.purged_topics = {}

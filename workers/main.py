@@ -5,9 +5,11 @@ The coordinator spawns one OS process per task targeting :func:`run` with a
 restores its state (:mod:`workers.restore`), joins the group as a static member
 (:mod:`workers.rebalance`), then loops: consume, feed, drain, commit, and every status
 interval the punctuation (guards: :mod:`workers.guards`; status: :mod:`workers.task_status`).
-Its clients are :mod:`workers.clients`'; how it ends, :mod:`workers.verdicts`'. Every
-blocking client call runs under the watchdog (:mod:`workers.watchdog`). The steps and the
-exit codes in full: docs/architecture.md, "The worker" (and docs/operations.md, "Running").
+Its clients are :mod:`workers.clients`'; how it ends, :mod:`workers.verdicts`'. A fault a
+restart would cure is recovered in place within the task timeout (:meth:`Worker._recover`).
+Every blocking client call is bounded by the worker (:mod:`workers.calls`,
+:mod:`workers.watchdog`). The steps and the exit codes in full: docs/architecture.md, "The
+worker" (and docs/operations.md, "Running", "The task timeout").
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from workers.step import TaskStep
 from workers.task_status import Counters, StatusClock
 from workers.task_timeout import TaskTimedOut, TaskTimeout
 from workers.transaction import TaskTransaction
-from workers.verdicts import Stop, abort_and_log, ending, stop_of
+from workers.verdicts import Stop, abort_and_log, ending, in_place_verdict
 from workers.watchdog import bounded
 
 __all__ = ["Worker", "run"]
@@ -60,10 +62,9 @@ BATCH: Final = MAX_BATCH
 MAX_ABORTABLE_RETRIES: Final = 5
 """Consecutive abortable failures (without a commit between) met with an abort and a rebuild
 over the same producer; past them the recovery renews the clients."""
-_RECOVERABLE: Final = frozenset({ErrorKind.RETRIABLE, ErrorKind.ABORTABLE,
-                                 ErrorKind.SUBSTRATE_TRANSIENT})
-"""Error kinds a worker recovers from in place, within the task timeout."""
 _CONSUMER_CALLS: Final = frozenset({"committed", "offset reset check"})
+IDLE_PROGRESS_S: Final = 5.0
+"""How long a stalled task must run idle and caught up for that to count as progress, s."""
 """Calls of the main consumer: when one stalls, the consumer is renewed too."""
 
 
@@ -128,12 +129,15 @@ class Worker:
         :func:`workers.verdicts.timed_out`)."""
         self.sizer = BatchSizer(close_after_s(TRANSACTION_TIMEOUT_MS) * BATCH_TARGET_FRACTION)
         self.task_timeout = TaskTimeout(spec.task_timeout_ms / 1000.0)
+        """The stall clock of the in-place recovery (docs/operations.md, "The task timeout")."""
+        self.idle_since: float | None = None
+        """Since when (monotonic s) the task, stalled, has run idle and caught up: held
+        :data:`IDLE_PROGRESS_S`, that counts as progress."""
         self.unreachable_since: float | None = None
         """When the periodic checks last found the cluster not answering (monotonic s)."""
         self.came_back_after: float | None = None
         """How long the cluster had not answered, once it answers again (s), until the
         clients are renewed."""
-        """The stall clock of the in-place recovery (docs/operations.md, "The task timeout")."""
 
     @property
     def consumer(self) -> Consumer | None:
@@ -164,6 +168,7 @@ class Worker:
     def _progress(self, p: RestoreProgress) -> None:
         self.restore[p.topic] = p
         self._maybe_status()
+        self._stop_if_asked()  # a restore holds nothing open: a stop may end it
 
     def build_state(self, attempts: int = 3) -> None:
         """Restore the state from the changelogs and build a new step over it
@@ -215,9 +220,13 @@ class Worker:
     # -- group membership (workers.rebalance) -----------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self.clients.consumer:
+            return  # a retired consumer closing on its own thread (workers.clients.retire)
         self.rebalance.on_assign(consumer, partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self.clients.consumer:
+            return  # a retired consumer closing on its own thread: nothing of ours is its
         if self.engine is not None and self.engine.started:
             self.needs_rebuild = True
         self.rebalance.on_revoke(partitions, self.txn.abort)
@@ -234,6 +243,9 @@ class Worker:
         if self.needs_rebuild or self.engine is None or self.engine.started:
             self.build_state()
         self.start_engine(seek=False)
+        # The group settled and the state was read: a wait for siblings is not a fault of
+        # this task's, so the stall clock of an earlier recovery stops here.
+        self.task_timeout.progressed()
 
     # -- errors ----------------------------------------------------------------------
 
@@ -446,22 +458,6 @@ class Worker:
         except Exception as exc:
             self._recover(exc)
 
-    def _stop_verdict(self, exc: Exception) -> Stop | None:
-        """``None`` when ``exc`` is a fault to recover from in place; else the stop it ends
-        the worker with. Kafka's retriable, abortable and transient errors and a call past
-        its bound are recovered; a fence or a fatal client error only when no successor
-        owns the task (:func:`workers.verdicts.ending`); a refusal, an unresolved offset
-        reset, an application failure or a worker bug never."""
-        if isinstance(exc, Stop):
-            return exc
-        kind = classify(exc).kind
-        if kind in _RECOVERABLE:
-            return None
-        if kind in (ErrorKind.FENCED, ErrorKind.FATAL):
-            verdict = ending(exc, self)
-            return None if verdict.kind is StopKind.SUBSTRATE else verdict
-        return stop_of(exc)
-
     def _recover(self, exc: Exception) -> None:
         """Recover in place from ``exc``, retrying with backoff until the task timeout.
 
@@ -474,16 +470,16 @@ class Worker:
 
         Raises:
             Stop: a stop was asked while recovering (clean: nothing was open), or the
-                verdict on an error not recovered (:meth:`_stop_verdict`).
+                verdict on an error not recovered (:func:`workers.verdicts.in_place_verdict`).
             TaskTimedOut: no progress for the task timeout (a SUBSTRATE stop).
         """
         light = True
         while True:
-            verdict = self._stop_verdict(exc)
+            verdict = in_place_verdict(exc, self)
             if verdict is not None:
-                if verdict is exc:
-                    raise exc
-                raise verdict from exc
+                if verdict is exc or verdict.kind in (StopKind.REFUSAL, StopKind.APPLICATION):
+                    raise exc  # workers.verdicts.ending reports it (an ACL refusal completed)
+                raise verdict from exc  # weighed already: the successor asked, the timeout
             detail = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
             if light and classify(exc).kind is ErrorKind.ABORTABLE \
                     and self.abortable_in_a_row < MAX_ABORTABLE_RETRIES:
@@ -509,14 +505,21 @@ class Worker:
                         self.task_timeout.timeout_s, detail)
             self._pause(delay)
             try:
-                self._renew(consumer=self.member_fenced or (
-                    isinstance(exc, CallStalled) and exc.call in _CONSUMER_CALLS))
+                renew_consumer = self.member_fenced or (
+                    isinstance(exc, CallStalled) and exc.call in _CONSUMER_CALLS)
+                exc = None  # type: ignore[assignment]  # its traceback holds the old clients
+                self._renew(consumer=renew_consumer)
                 self.task_timeout.recovered()
                 log.info("%s task %d: recovered in place (fresh clients, state rebuilt from the "
                          "changelogs, rewound to the committed offsets)", self.app_id, self.task)
                 return
             except Exception as again:
                 exc = again
+
+    def _stop_if_asked(self) -> None:
+        """Raise a clean :class:`Stop` if one was asked (while recovering: nothing is open)."""
+        if self.should_stop():
+            raise Stop(StopKind.CLEAN, None, None)
 
     def _pause(self, delay_s: float) -> None:
         """Wait ``delay_s`` before a recovery attempt, reporting status.
@@ -526,8 +529,7 @@ class Worker:
         """
         until = time.monotonic() + delay_s
         while True:
-            if self.should_stop():
-                raise Stop(StopKind.CLEAN, None, None)
+            self._stop_if_asked()
             self._maybe_status()
             left = until - time.monotonic()
             if left <= 0:
@@ -535,17 +537,25 @@ class Worker:
             time.sleep(min(0.1, left))
 
     def _renew(self, *, consumer: bool) -> None:
-        """Fresh clients, transactions initialised, state rebuilt, positions rewound."""
+        """Fresh clients, transactions initialised, state rebuilt, positions rewound.
+
+        Raises:
+            Stop: a clean stop was asked (checked between the steps; nothing is open).
+        """
         if self.opened.stores is not None:
             self.opened.stores.discard()
-        self.clients.renew(consumer=consumer)
+        old = [self.txn, self.step]  # they hold the old producer: dropped off this thread
+        self.step = None
+        self.clients.renew(consumer=consumer, also=old)
         self.txn = self.txn.renewed(self.clients.producer)
         self.restorer.restore_consumer = self.clients.restore_consumer
         if consumer:
             self.member_fenced = False
             self.rebalance = Assignment(self.app_id, self.task, self.expected)
         self._maybe_status(force=True)
+        self._stop_if_asked()
         self.txn.init()
+        self._stop_if_asked()
         self._rebuild_and_rewind()
         if self.clients.consumer is None:
             self._open_consumer()
@@ -579,6 +589,24 @@ class Worker:
             self._commit_past_markers()
         raise Stop(StopKind.CLEAN, None, None)
 
+    def _idle_progress(self, fetched: bool) -> None:
+        """Stop the stall clock once the task, RUNNING with nothing open, has fetched nothing
+        and had no lag on any of its partitions for :data:`IDLE_PROGRESS_S`: idle and caught
+        up, so nothing is left for a recurring fault to fail on. Never one empty fetch: the
+        first after a rewind is nearly always empty."""
+        consumer = self.consumer
+        idle = (not fetched and not self.txn.open and self.state is TaskState.RUNNING
+                and consumer is not None
+                and cached_lag(consumer, self.expected, self.reads.start) == 0)
+        now = time.monotonic()
+        if not idle:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+        elif now - self.idle_since >= IDLE_PROGRESS_S:
+            self.idle_since = None
+            self.task_timeout.progressed()
+
     def _heartbeat(self) -> None:
         """While a client call waits (:func:`workers.calls.call`): status when due."""
         self._maybe_status()
@@ -602,9 +630,8 @@ class Worker:
             self._handle_assignment()
         elif self.state is TaskState.REBALANCING:
             self.rebalance.warn_if_overdue()
-        if not messages and not txn.open and self.task_timeout.stalled \
-                and self.state is TaskState.RUNNING:
-            self.task_timeout.progressed()  # idle and healthy again after a recovery
+        if self.task_timeout.stalled:
+            self._idle_progress(bool(messages))
         if messages:
             good, errors = split_errors(messages)
             for msg in errors:
@@ -671,7 +698,9 @@ def run(spec: TaskSpec) -> int:
             worker._maybe_status(force=True)
         except Exception:
             log.debug("last status failed", exc_info=True)
-        worker.close(outcome.kind is StopKind.CLEAN)
+        # A stop asked while recovering flushes nothing: the producer may be the wedged one.
+        worker.close(outcome.kind is StopKind.CLEAN
+                     and worker.state not in (TaskState.RECOVERING, TaskState.RESTORING))
     reporter.final(outcome.kind, outcome.reason, outcome.detail,
                    metrics=None if worker is None else worker.metric_fields())
     reporter.close()

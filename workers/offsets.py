@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
+from parsley import refusal_shapes as shapes
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.calls import call
 from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
@@ -93,9 +94,9 @@ def offset_reset_refusal(
         ``ParsleyFailClosedError(POSITIONS_DISCARDED_UNREAD, ...)`` with the
         detail shape of docs/runbooks.md, POSITIONS_DISCARDED_UNREAD (naming the partition, the
         committed position and
-        the log start, so the gap can be recorded), or a
-        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a missing committed
-        offset or a committed position inside the log.
+        the log start, so the gap can be recorded), a ``SubstrateError(RESTART_REQUIRED)``
+        for a missing committed offset (the bootstrap pre-commits it), or a
+        ``SubstrateError(SUBSTRATE_TRANSIENT)`` for a committed position inside the log.
     """
     verdict = offset_reset_verdict(committed, log_start, log_end)
     tp = f"{topic}-{partition}"
@@ -108,21 +109,20 @@ def offset_reset_refusal(
     if verdict is OffsetResetVerdict.DISCARDED_UNREAD:
         return ParsleyFailClosedError(
             Reason.POSITIONS_DISCARDED_UNREAD,
-            "the broker no longer retains this process's committed read position; positions "
-            f"were discarded before they were read: {tp} committed read position {committed} "
+            f"{shapes.positions_discarded_unread()}: {tp} committed read position {committed} "
             f"is below the log start {log_start}, so positions {committed}..{log_start - 1} "
             f"are gone; {check}",
         )
     if verdict is OffsetResetVerdict.BEYOND_LOG_END:
         return ParsleyFailClosedError(
             Reason.POSITIONS_DISCARDED_UNREAD,
-            "the broker no longer retains this process's committed read position: "
-            f"{tp} committed read position {committed} is beyond the log end {log_end} "
-            f"(log start {log_start}); the topic was likely recreated; {check}",
+            f"{shapes.positions_discarded_unread()}: {tp} committed read position {committed} "
+            f"is beyond the log end {log_end} (log start {log_start}); the topic was likely "
+            f"recreated; {check}",
         )
     if verdict is OffsetResetVerdict.NO_COMMITTED_OFFSET:
         return SubstrateError(
-            ErrorKind.SUBSTRATE_TRANSIENT,
+            ErrorKind.RESTART_REQUIRED,
             f"{tp} has no committed read position and auto.offset.reset=error; "
             "the bootstrap pre-commits positions: restart",
             KafkaError._AUTO_OFFSET_RESET,

@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from parsley import refusal_shapes as shapes
 from parsley.engine.channel import FED_TO_END
 from parsley.refusals import ParsleyFailClosedError, Reason
 
@@ -99,20 +100,16 @@ def ordering_state_lost(
     suspect: ForeignCommit, changelog_name: str, changelog_exists: bool, app_id: str
 ) -> ParsleyFailClosedError:
     """The ``ORDERING_STATE_LOST`` refusal for ``suspect`` (docs/failing-closed.md, "Detail
-    shapes that differ from the seed"; remedy in docs/runbooks.md)."""
-    provenance = ("stamped by a previous execution" if suspect.metadata else
-                  "committed by a previous execution or outside parsley (external "
-                  "tooling, or pre-seeded offsets)")
-    behind = (f"partition {suspect.partition} of this process's ordering-store changelog "
-              f"{changelog_name} holds no ordering records" if changelog_exists
-              else f"this process's ordering-store changelog {changelog_name} does "
-              "not exist")
+    shapes"; remedy in docs/runbooks.md)."""
+    shape = shapes.ordering_state_lost(
+        suspect.topic, suspect.partition, stamped=bool(suspect.metadata),
+        changelog_partition=suspect.partition if changelog_exists else None)
     return ParsleyFailClosedError(
         Reason.ORDERING_STATE_LOST,
-        f"committed read positions exist for {suspect.topic}-{suspect.partition} (offset "
-        f"{suspect.offset}), {provenance}, but {behind}. If the changelog's records can be "
-        "restored from a backup, restore them and start; otherwise finish the reset "
-        f"(kafka-consumer-groups --delete --group {app_id}).",
+        f"{shape} (committed offset {suspect.offset}, metadata "
+        f"{suspect.metadata or 'none'}; ordering changelog {changelog_name}). If the "
+        "changelog's records can be restored from a backup, restore them and start; "
+        f"otherwise finish the reset (kafka-consumer-groups --delete --group {app_id}).",
     )
 
 
@@ -291,8 +288,9 @@ def foreign_member_refusal(
     names = ", ".join(m.describe_with_member_id() for m in members)
     return ParsleyFailClosedError(
         Reason.SUBSTRATE_MISCONFIGURED,
-        f"a member that is not one of this process's tasks has been in group '{group}' for "
-        f"{seen_s:.1f} s: {names}. Something is in the consumer group under this "
+        f"{shapes.substrate_group_conflict(f'{seen_s:.1f} s')}: group '{group}' holds a "
+        f"member that is not one of this process's tasks: {names}. Something is in the "
+        "consumer group under this "
         "application id that is not this process: a consumer configured with the "
         "application id as its group.id takes partitions from the tasks and may commit "
         "positions Parsley never read. List the members with kafka-consumer-groups "

@@ -10,8 +10,9 @@ delivered (:class:`workers.ledger.DeliveryLedger`), and commits.
 Every Kafka error is classified by :mod:`workers.kafka_errors` and re-raised as a
 :class:`~parsley.refusals.ParsleyFailClosedError` (a record over a size limit:
 ``SUBSTRATE_MISCONFIGURED``) or a :class:`workers.kafka_errors.SubstrateError` whose
-``kind`` tells the caller what to do (``ABORTABLE``: abort and rebuild;
-``FENCED``/``FATAL``: stop).
+``kind`` tells the caller what to do (``ABORTABLE``: abort and rebuild; ``FENCED``/``FATAL``:
+a fresh producer unless a successor owns the task: :func:`workers.verdicts.in_place_verdict`).
+A call past its bound raises :class:`workers.calls.CallStalled` (:mod:`workers.calls`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from parsley.engine.channel import Header
 from workers.calls import call
@@ -64,7 +65,7 @@ class TaskTransaction:
         self.producer = producer
         self.timeout_s = timeout_s
         self.init_timeout_s = init_timeout_s
-        self.ledger = DeliveryLedger()
+        self.ledger = DeliveryLedger(self._transaction_error)
         self._produce = producer.produce
         self._on_delivery = self.ledger.on_delivery
         self.open = False
@@ -105,6 +106,20 @@ class TaskTransaction:
         self.ledger.reset()
         self.open = True
         self.opened_at = time.monotonic()
+
+    def _transaction_error(self) -> KafkaError | None:
+        """The open transaction's own error if it failed, else ``None``. librdkafka keeps
+        it and answers it to any call the failed state does not allow: a
+        ``begin_transaction`` while one is open, which changes nothing (``_STATE``, not
+        an error of the transaction, otherwise)."""
+        if not self.open:
+            return None
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            return None if err is None or err.code() == KafkaError._STATE else err
+        return None
 
     def send(
         self,

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_members
+from workers.authorization import NotAuthorized, lacking_topic, principal_of
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import (
     ErrorKind,
@@ -30,11 +31,12 @@ from workers.kafka_errors import (
     to_exception,
 )
 from workers.protocol import StopKind
+from workers.task_timeout import TaskTimedOut
 from workers.transaction import TaskTransaction
 from workers.watchdog import bounded
 
-__all__ = ["SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending", "live_successor", "stop_of",
-           "timed_out"]
+__all__ = ["RECOVERABLE", "SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending",
+           "in_place_verdict", "live_successor", "stop_of", "successor_stop", "timed_out"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -143,8 +145,8 @@ def timed_out(outcome: Stop, worker: Fenced, fenced: bool = False) -> Stop:
     txn = worker.txn
     age_s = time.monotonic() - txn.opened_at if txn.open else 0.0
     if age_s * 1000 <= TRANSACTION_TIMEOUT_MS:
-        return (_successor_stop(outcome, worker, "") if fenced else None) or outcome
-    fatal = _successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
+        return (successor_stop(outcome, worker, "") if fenced else None) or outcome
+    fatal = successor_stop(outcome, worker, f" (the transaction was open {age_s:.1f} s)")
     if fatal is not None:
         return fatal
     return Stop(
@@ -155,7 +157,7 @@ def timed_out(outcome: Stop, worker: Fenced, fenced: bool = False) -> Stop:
         f"restart: {outcome.detail}")
 
 
-def _successor_stop(outcome: Stop, worker: Fenced, context: str) -> Stop | None:
+def successor_stop(outcome: Stop, worker: Fenced, context: str) -> Stop | None:
     """FATAL naming the live successor that holds this task's ``group.instance.id``
     (asked for up to :data:`SUCCESSOR_WAIT_S`), or ``None`` when there is none.
 
@@ -184,7 +186,7 @@ def _member_fenced(outcome: Stop, worker: Fenced) -> Stop:
     other live member holds the id within :data:`SUCCESSOR_WAIT_S`, a restart resolves
     it (docs/operations.md, "Fenced: a successor or a timeout").
     """
-    fatal = _successor_stop(outcome, worker, "")
+    fatal = successor_stop(outcome, worker, "")
     if fatal is not None:
         return fatal
     return Stop(
@@ -194,13 +196,64 @@ def _member_fenced(outcome: Stop, worker: Fenced) -> Stop:
         f"nothing more was committed; restart: {outcome.detail}")
 
 
+RECOVERABLE: Final = frozenset({ErrorKind.RETRIABLE, ErrorKind.ABORTABLE,
+                                ErrorKind.SUBSTRATE_TRANSIENT})
+"""Error kinds a worker recovers from in place, within its task timeout."""
+
+
+def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
+    """``None`` when ``exc`` is a fault the worker recovers from in place; else the stop it
+    ends the worker with (docs/operations.md, "The task timeout").
+
+    :func:`stop_of` first, so that a :class:`Stop`, a refusal, an application failure
+    (whatever Kafka error its cause chain holds) and a worker bug stop as they are; then a
+    substrate error is recovered when its kind is in :data:`RECOVERABLE` (never
+    ``OFFSET_RESET`` or ``RESTART_REQUIRED``); a fence or a fatal client is recovered
+    unless a live successor holds the task's ``group.instance.id``
+    (:func:`successor_stop`), whatever the transaction's age: a late ``InitProducerId`` of
+    an abandoned client fences the fresh one as a successor's would.
+    """
+    if isinstance(exc, TaskTimedOut):
+        return Stop(StopKind.SUBSTRATE, None, exc.detail)  # the recovery's own end
+    verdict = stop_of(exc)
+    if verdict.kind is StopKind.SUBSTRATE:
+        return None if classify(exc).kind in RECOVERABLE else verdict
+    if verdict.kind is StopKind.FATAL and classify(exc).kind in (ErrorKind.FENCED,
+                                                                 ErrorKind.FATAL):
+        return successor_stop(verdict, worker, "")
+    return verdict
+
+
 def ending(exc: BaseException, worker: Fenced | None) -> Stop:
-    """The verdict on what ended a worker: :func:`stop_of`, and a FATAL one weighed by
-    :func:`timed_out` when there is a worker to ask (``None``: it was never built)."""
+    """The verdict on what ended a worker: :func:`stop_of`, a FATAL one weighed by
+    :func:`timed_out` when there is a worker to ask (``None``: it was never built), and a
+    refusal of the cluster's ACLs completed with the task's names (:func:`not_authorized`)."""
+    if isinstance(exc, Stop):
+        return exc  # already weighed (the worker's own verdict, or a clean stop)
     outcome = stop_of(exc)
     if outcome.kind is StopKind.FATAL and worker is not None:
         outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)
+    refusal = ParsleyFailClosedError.find_in(exc)
+    if outcome.kind is StopKind.REFUSAL and isinstance(refusal, NotAuthorized) \
+            and worker is not None:
+        outcome = Stop(StopKind.REFUSAL, refusal.reason, not_authorized(refusal, worker).detail)
     return outcome
+
+
+def not_authorized(refusal: NotAuthorized, worker: Fenced) -> NotAuthorized:
+    """``refusal`` completed with what the worker knows: its application id (the group, the
+    transactional ids), its principal (``sasl.username``) and servers, and, for a failed
+    transaction's topics, the one its principal may not write (``describe_topics`` with
+    the authorized operations, bounded; a topic it may not even describe counts too)."""
+    spec = getattr(worker, "spec", None)
+    props = getattr(spec, "kafka_properties", None)
+    name = None
+    if refusal.grant.name is None and len(refusal.candidates) > 1:
+        admin = getattr(getattr(worker, "clients", None), "admin", None)
+        if admin is not None:
+            name = lacking_topic(admin, refusal.candidates, refusal.grant.operations)
+    return refusal.completed(worker.app_id, principal_of(props),
+                             getattr(spec, "bootstrap_servers", None), name)
 
 
 def abort_and_log(outcome: Stop, exc: BaseException, worker: Fenced | None, app_id: str,

@@ -40,6 +40,8 @@ from coordinator.bootstrap.common import (
     StartError,
     StartRetryableError,
     check_reachable,
+    naming_the_group,
+    naming_the_principal,
     refuse,
     with_client_logger,
 )
@@ -62,12 +64,12 @@ from coordinator.bootstrap.positions import (
 from coordinator.bootstrap.resolve import (
     ResolvedTopic,
     describe_changelog,
-    fmt_channels,
     kafka_topic_id,
     resolve_topics,
 )
 from coordinator.bootstrap.stores import check_store_changelogs
 from coordinator.config import ParsleyConfig
+from parsley import refusal_shapes as shapes
 from parsley.declarations import (
     Process,
     application_id,
@@ -153,6 +155,8 @@ def _received_partitions(
             for p in range(topics[t].partitions)]
 
 
+@naming_the_principal
+@naming_the_group
 def bootstrap_process(
     config: ParsleyConfig,
     process: Process,
@@ -259,10 +263,9 @@ def bootstrap_process(
             if changed:
                 raise refuse(
                     Reason.CHANNEL_IDENTITY_CHANGED,
-                    f"topics {changed} now resolve to different identities than this "
-                    f"process's state was built against (process '{process.name}'). Positions "
-                    "in the old log mean nothing in the new one; reset the process "
-                    "(runbook: CHANNEL_IDENTITY_CHANGED).",
+                    f"{shapes.channel_identity_changed_at_start(changed)} (process "
+                    f"'{process.name}'). Positions in the old log mean nothing in the new one; "
+                    "reset the process (runbook: CHANNEL_IDENTITY_CHANGED).",
                 )
             channels = {ChannelId(r.topic_id, p) for r in received.values()
                         for p in range(r.partitions)}
@@ -271,20 +274,17 @@ def bootstrap_process(
             if stranded:
                 raise refuse(
                     Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
-                    f"received messages remain undelivered on {fmt_channels(stranded)}, "
-                    f"which the new declaration of process '{process.name}' no longer "
-                    "receives. Put the channel back in the declaration and restart, or reset.",
+                    f"{shapes.channel_removed_at_start(stranded)} (process '{process.name}'). "
+                    "Put the channel back in the declaration and restart, or reset.",
                 )
 
         # Step 3.5: width.
         if changelog is not None and changelog.partitions != width:
             raise refuse(
                 Reason.TASK_WIDTH_CHANGED,
-                f"this process's ordering state was built for {changelog.partitions} task(s) "
-                f"but the declaration now induces {width} (the widest received topic's "
-                f"partition count changed) (process '{process.name}', changelog "
-                f"{changelog_name}). Restore the declaration, or reset if partitions were "
-                "added to the widest topic.",
+                f"{shapes.task_width_changed(changelog.partitions, width)} (process "
+                f"'{process.name}', changelog {changelog_name}). Restore the declaration, or "
+                "reset if partitions were added to the widest topic.",
             )
 
         # Step 3.5 (stores): a store changelog the state binds must still hold what was
@@ -357,14 +357,20 @@ def bootstrap_process(
                 precommit[key] = initial_position(
                     prior, covered, tp.topic in named, inp.channel.initial_position,
                     earliest[key], latest[key],
-                    where=f"{changelog_name}[{tp.partition}]: {tp.topic}-{tp.partition}")
+                    where=str(ChannelId(topics[tp.topic].topic_id, tp.partition)),
+                    source=f"{tp.topic}-{tp.partition}, ordering changelog "
+                    f"{changelog_name}[{tp.partition}]")
 
         # Step 5 (Streams creates its changelogs at start): only once nothing refused.
         try:
             # With --join, only the owner of task 0 creates them (the others found the
             # ordering changelog, checked above).
             if lead:
-                info, _created = ensure_changelog_topic(admin, changelog_name, width)
+                replicas = config.changelog_replication_factor
+                min_isr = config.changelog_min_insync_replicas
+                info, _created = ensure_changelog_topic(
+                    admin, changelog_name, width, replication_factor=replicas,
+                    min_insync_replicas=min_isr)
                 if info.cleanup_policy != "compact":
                     log.warning(
                         "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
@@ -373,7 +379,9 @@ def bootstrap_process(
                         app_id, changelog_name, info.cleanup_policy)
                 for store in process.declared_stores:
                     name = store_changelog(prefix, process.name, store.name)
-                    store_info, _created = ensure_changelog_topic(admin, name, width)
+                    store_info, _created = ensure_changelog_topic(
+                        admin, name, width, replication_factor=replicas,
+                        min_insync_replicas=min_isr)
                     if store_info.cleanup_policy != "compact":
                         log.warning(
                             "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
@@ -405,6 +413,19 @@ def bootstrap_process(
     )
 
 
+def topic_operations(processes: Sequence[Process]) -> dict[str, tuple[str, ...]]:
+    """The ACL operations each declared topic needs (pure): ``Read`` where received,
+    ``Write`` where sent (docs/operations.md, "ACLs")."""
+    out: dict[str, tuple[str, ...]] = {}
+    for p in processes:
+        for name in p.received_topics:
+            out[name] = tuple(dict.fromkeys((*out.get(name, ()), "Read")))
+        for channel in p.outputs:
+            out[channel.name] = tuple(dict.fromkeys((*out.get(channel.name, ()), "Write")))
+    return out
+
+
+@naming_the_principal
 def bootstrap(
     config: ParsleyConfig,
     processes: Sequence[Process],
@@ -442,7 +463,7 @@ def bootstrap(
     try:
         check_reachable(own, config.bootstrap_servers)
         names = {c.name for p in procs for c in (*(i.channel for i in p.inputs), *p.outputs)}
-        topics = resolve_topics(own, names, sleep=sleep)
+        topics = resolve_topics(own, names, sleep=sleep, operations=topic_operations(procs))
         plans: dict[str, ProcessPlan] = {}
         for p in procs:
             plans[p.name] = bootstrap_process(config, p, topics, own, on_progress=on_progress,
@@ -452,6 +473,7 @@ def bootstrap(
         del own  # AdminClient has no close: a client built here goes with its last reference
 
 
+@naming_the_principal
 def restart_bootstrap(
     config: ParsleyConfig,
     process: Process,
@@ -488,7 +510,8 @@ def restart_bootstrap(
     try:
         check_reachable(admin, config.bootstrap_servers)
         names = {c.name for c in (*(i.channel for i in process.inputs), *process.outputs)}
-        topics = resolve_topics(admin, names, sleep=sleep)
+        topics = resolve_topics(admin, names, sleep=sleep,
+                                operations=topic_operations([process]))
         return bootstrap_process(config, process, topics, admin,
                                  on_progress=on_progress or progress_logger(),
                                  group_window_s=group_window_s, sleep=sleep, fence=True)

@@ -106,7 +106,7 @@ class _Collector:
                 if self.held[key] is not None:
                     raise refuse(Reason.UNKNOWN_ORDERING_STATE_FORMAT, str(self.held[key]))
         except ParsleyFailClosedError as exc:
-            raise refuse(exc.reason, f"{where}: {exc.detail}") from exc
+            raise refuse(exc.reason, f"{exc.detail} (read from {where} at start)") from exc
         rows: list[tuple[bytes, bytes | None]] = list(self.plain.items())
         rows += [(k, b"") for k in self.held]
         return OrderingStateInspector(rows)

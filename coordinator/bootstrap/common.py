@@ -1,11 +1,16 @@
-"""What every bootstrap step shares: its errors, constants and refusal helper."""
+"""What every bootstrap step shares: its errors, constants and refusal helpers."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
+from coordinator.config import ParsleyConfig
+from parsley.declarations import Process, application_id
 from parsley.refusals import ParsleyFailClosedError, Reason
+from workers.authorization import AUTHORIZATION_CODES, Grant, NotAuthorized, principal_of
 from workers.client_log import RepeatFilter
 from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import kafka_error_of, unreachable
@@ -26,6 +31,9 @@ __all__ = [
     "StartError",
     "StartRetryableError",
     "check_reachable",
+    "naming_the_group",
+    "naming_the_principal",
+    "not_authorized",
     "refuse",
     "unreachable_message",
     "with_client_logger",
@@ -141,3 +149,57 @@ class StartRetryableError(StartError):
 def refuse(reason: Reason, detail: str) -> ParsleyFailClosedError:
     """The refusal ``reason`` with ``detail`` (to be raised by the caller)."""
     return ParsleyFailClosedError(reason, detail)
+
+
+def not_authorized(exc: BaseException | Any, context: str, grant: Grant,
+                   candidates: tuple[str, ...] = ()) -> NotAuthorized | None:
+    """The refusal for ``exc`` (a ``KafkaException`` or ``KafkaError``) when the cluster's
+    ACLs refused the call, naming ``grant`` (``SUBSTRATE_MISCONFIGURED``:
+    :mod:`workers.authorization`); ``None`` for any other error."""
+    err = kafka_error_of(exc)
+    if err is None or err.code() not in AUTHORIZATION_CODES:
+        return None
+    return NotAuthorized(str(err.name()), str(err.str()), context, grant, candidates=candidates)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Config = TypeVar("_Config")
+
+
+def naming_the_principal(
+    step: Callable[Concatenate[_Config, _P], _R]
+) -> Callable[Concatenate[_Config, _P], _R]:
+    """Decorate a bootstrap step taking the ``ParsleyConfig`` first: a
+    :class:`~workers.authorization.NotAuthorized` it raises is completed with the
+    principal (``sasl.username`` of the ``kafka_properties``) and the servers, so its
+    ``kafka-acls`` command is the one to run."""
+
+    def named(config: _Config, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return step(config, *args, **kwargs)
+        except NotAuthorized as exc:
+            raise exc.completed(principal=principal_of(getattr(config, "kafka_properties", {})),
+                                bootstrap=getattr(config, "bootstrap_servers", None)) from exc
+
+    functools.update_wrapper(named, step)
+    return named
+
+
+def naming_the_group(
+    step: Callable[Concatenate[ParsleyConfig, Process, _P], _R]
+) -> Callable[Concatenate[ParsleyConfig, Process, _P], _R]:
+    """Decorate a bootstrap step taking the ``ParsleyConfig`` and a ``Process`` first: a
+    :class:`~workers.authorization.NotAuthorized` it raises for an unnamed group (a
+    changelog reader's ``FindCoordinator``) names the process's group."""
+
+    def named(config: ParsleyConfig, process: Process, /, *args: _P.args,
+              **kwargs: _P.kwargs) -> _R:
+        try:
+            return step(config, process, *args, **kwargs)
+        except NotAuthorized as exc:
+            raise exc.completed(application_id(config.application_id_prefix,
+                                               process.name)) from exc
+
+    functools.update_wrapper(named, step)
+    return named

@@ -7,7 +7,8 @@ through the bootstrap, which runs only once every worker of the process was seen
 (docs/operations.md, "Supervision"), calls ``init_transactions`` with each task's
 transactional id first: that fences the dead worker's producer and aborts its transaction
 at once (KIP-98), as a worker's own start does before its restore (docs/operations.md,
-"The task timeout"). Never at a first start: a live worker of another coordinator may own
+"The task timeout"). Never at a first start, nor with ``--join``: a live worker of
+another coordinator, or one of this coordinator's spawned for a task just gained, may own
 the ids.
 """
 
@@ -20,9 +21,10 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaException, Producer
 
-from coordinator.bootstrap.common import StartError, with_client_logger
+from coordinator.bootstrap.common import StartError, not_authorized, with_client_logger
 from coordinator.config import ParsleyConfig
-from parsley.declarations import Process, transactional_id
+from parsley.declarations import Process, application_id, transactional_id
+from workers.authorization import Grant
 from workers.calls import CallStalled, call
 from workers.kafka_config import producer_config
 
@@ -45,10 +47,13 @@ def fence_tasks(config: ParsleyConfig, process: Process, tasks: Collection[int],
         task_count: ``W``, for the ids' zero padding.
 
     Raises:
-        StartError: a fence failed or did not return within its bound (the restart
-            attempt fails and is retried with backoff).
+        NotAuthorized: the principal may not write the transactional ids
+            (``SUBSTRATE_MISCONFIGURED``, naming the grant: docs/operations.md, "ACLs").
+        StartError: a fence failed otherwise or did not return within its bound (the
+            restart attempt fails and is retried with backoff).
     """
     failures: dict[int, str] = {}
+    refused: list[KafkaException] = []
     props = config.kafka_properties_for(process)
 
     def fence(task: int) -> None:
@@ -60,6 +65,8 @@ def fence_tasks(config: ParsleyConfig, process: Process, tasks: Collection[int],
             call("init_transactions", producer.init_transactions, FENCE_TIMEOUT_S)
         except (KafkaException, CallStalled) as exc:
             failures[task] = str(exc)
+            if isinstance(exc, KafkaException):
+                refused.append(exc)
 
     threads = [threading.Thread(target=fence, args=(t,), name=f"parsley-fence-{t}", daemon=True)
                for t in sorted(tasks)]
@@ -67,6 +74,13 @@ def fence_tasks(config: ParsleyConfig, process: Process, tasks: Collection[int],
         t.start()
     for t in threads:
         t.join()
+    app_id = application_id(config.application_id_prefix, process.name)
+    for exc in refused:
+        refusal = not_authorized(exc, "fencing the previous workers' transactional ids",
+                                 Grant("TransactionalId", f"{app_id}-task-", ("Write",),
+                                       prefixed=True))
+        if refusal is not None:
+            raise refusal from exc
     if failures:
         names = {t: transactional_id(config.application_id_prefix, process.name, t, task_count)
                  for t in failures}

@@ -32,14 +32,22 @@ from coordinator.bootstrap.common import (
     BOOTSTRAP_CLIENT_PREFIX,
     StartError,
     StartRetryableError,
+    not_authorized,
     refuse,
     with_client_logger,
 )
 from coordinator.config import ParsleyConfig
+from parsley import refusal_shapes as shapes
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_members as describe_members
+from workers.authorization import Grant
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
-from workers.kafka_errors import group_coordinator_busy, group_not_found, member_joined
+from workers.kafka_errors import (
+    group_coordinator_busy,
+    group_not_found,
+    kafka_error_of,
+    member_joined,
+)
 from workers.positions import GroupMember
 
 __all__ = [
@@ -94,8 +102,10 @@ def group_members(admin: AdminClient, group: str,
     :func:`workers.kafka_errors.group_coordinator_busy`).
 
     Raises:
-        StartError: the describe failed otherwise (ACLs, connectivity), or no
-            answer came within the coordinator's bound (``timeout_s`` + the margin).
+        NotAuthorized: the principal may not describe the group (naming Read on it, which
+            a process needs: docs/operations.md, "ACLs").
+        StartError: the describe failed otherwise (connectivity), or no answer came
+            within the coordinator's bound (``timeout_s`` + the margin).
     """
     bound = timeout_s + ANSWER_MARGIN_S
     try:
@@ -109,6 +119,10 @@ def group_members(admin: AdminClient, group: str,
             return []
         if group_coordinator_busy(exc):
             return None
+        refusal = not_authorized(exc, f"describing group '{group}'",
+                                 Grant("Group", group, ("Read",)))
+        if refusal is not None:
+            raise refusal from exc
         raise StartError(f"could not describe group '{group}': {exc}; restore connectivity "
                          "or grant Describe on the group, then retry") from exc
 
@@ -136,7 +150,7 @@ def members_remain(group: str, remaining: Sequence[GroupMember], waited_s: float
     (:func:`is_own_member`); ``waited_s`` counts from the group's first answer."""
     return refuse(
         Reason.SUBSTRATE_MISCONFIGURED,
-        f"the group join would be refused as a protocol conflict: group '{group}' still holds "
+        f"{shapes.substrate_group_conflict(f'{waited_s:g} s')}: group '{group}' still holds "
         f"{len(remaining)} member(s) after {waited_s:g} s from its first answer (twice the "
         f"consumer session.timeout.ms of {session_ms} ms, after which a stopped worker of "
         f"this process has left), not all of them this process's: "
@@ -353,6 +367,9 @@ def commit_initial_positions(config: ParsleyConfig, group: str,
                                  f"answer within {timeout_s:g} s; retry")
             consumer.poll(0.1)
     except KafkaException as exc:
+        refusal = _commit_refusal(exc, group, [])
+        if refusal is not None:
+            raise refusal from exc
         raise StartError(f"could not commit the initial positions of group '{group}': "
                          f"{exc}") from exc
     finally:
@@ -364,5 +381,19 @@ def commit_initial_positions(config: ParsleyConfig, group: str,
     if any(member_joined(e) for e in errors):
         raise StartRetryableError(f"a member joined group '{group}' while the start committed "
                                   f"its initial positions ({errors[0].name()})")
+    refusal = _commit_refusal(errors[0], group, [tp for tp in tps if tp.error is not None])
+    if refusal is not None:
+        raise refusal
     raise StartError(f"could not commit the initial positions of group '{group}': "
                      f"{errors[0]}")
+
+
+def _commit_refusal(err: Any, group: str, failed: Sequence[TopicPartition]) -> Any:
+    """The refusal for an offset commit the ACLs refused: Read on the group, or Read on the
+    topic of the partitions it failed for (an offset commit needs both); else None."""
+    code = getattr(kafka_error_of(err), "code", lambda: None)()
+    topics = tuple(sorted({tp.topic for tp in failed}))
+    grant = Grant("Group", group, ("Read",)) if code != KafkaError.TOPIC_AUTHORIZATION_FAILED \
+        else Grant("Topic", topics[0] if len(topics) == 1 else None, ("Read",))
+    return not_authorized(err, f"committing the initial positions of group '{group}'", grant,
+                          topics if len(topics) > 1 else ())

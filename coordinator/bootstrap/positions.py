@@ -28,13 +28,15 @@ from coordinator.bootstrap.common import (
     StartError,
     StartRetryableError,
     log,
+    not_authorized,
     refuse,
 )
 from parsley.declarations import InitialPosition
 from parsley.engine.channel import FED_TO_END
 from parsley.refusals import Reason
 from workers.admin import OffsetsStayedUnstable, PartitionOffsetError, stable_committed_offsets
-from workers.kafka_errors import partition_eof
+from workers.authorization import Grant
+from workers.kafka_errors import partition_eof, topic_authorization_failed
 from workers.positions import (
     ForeignCommit,
     Unaccounted,
@@ -66,6 +68,7 @@ def initial_position(
     latest: int,
     *,
     where: str = "the channel",
+    source: str = "the ordering state",
 ) -> int:
     """The position the bootstrap pre-commits for a received partition without one (pure).
 
@@ -85,8 +88,9 @@ def initial_position(
         declared: the channel's declared initial position.
         earliest: the partition's earliest offset (>= 0).
         latest: the partition's latest offset (>= ``earliest``).
-        where: names the channel in a refusal's detail
-            (``"<changelog>[<p>]: <topic>-<p>"``).
+        where: the channel, as a refusal's detail names it (``<topic id>-<partition>``).
+        source: where the coverage was read, for the detail (``<topic>-<p>, ordering
+            changelog <changelog>[<p>]``).
 
     Returns:
         The offset to commit (the next offset to fetch), in ``0..FED_TO_END``.
@@ -102,8 +106,9 @@ def initial_position(
     if covered is not None and not 0 <= covered <= FED_TO_END:
         raise refuse(
             Reason.UNKNOWN_ORDERING_STATE_FORMAT,
-            f"{where}: covered position {covered} is outside 0..{FED_TO_END} (a covered "
-            "position is a non-negative offset or the fed-to-end sentinel)",
+            f"restored coverage names position {covered} on {where}, which no channel can "
+            f"assign ({source}): a covered position is in 0..{FED_TO_END}, a non-negative "
+            "offset or the fed-to-end sentinel",
         )
     if not 0 <= earliest <= latest:
         raise ValueError(f"{where}: offsets must satisfy 0 <= earliest <= latest, got "
@@ -145,9 +150,18 @@ def committed_positions(
                          "uses a new one)") from exc
     except PartitionOffsetError as exc:
         tp = exc.partition
+        refusal = not_authorized(tp.error, what, Grant("Topic", tp.topic, ("Read",)))
+        if refusal is not None:
+            raise refusal from None
         raise StartError(f"could not list the committed positions of group "
                          f"'{group}' on {tp.topic}[{tp.partition}]: {tp.error}") from None
     except KafkaException as exc:
+        topics = tuple(sorted({tp.topic for tp in tps}))
+        grant = Grant("Topic", None, ("Read",)) if topic_authorization_failed(exc) \
+            else Grant("Group", group, ("Read",))
+        refusal = not_authorized(exc, what, grant, topics)
+        if refusal is not None:
+            raise refusal from exc
         raise StartError(f"could not list the committed positions of group '{group}': "
                          f"{exc}; restore connectivity or grant Describe on the group, "
                          "then retry") from exc
@@ -176,6 +190,12 @@ def list_offsets(
                                               .offset) for tp, f in futures.items()}
     except KafkaException as exc:
         which = "latest" if latest else "earliest"
+        topics = tuple(sorted({t.topic for t in tps}))
+        refusal = not_authorized(exc, f"listing the {which} positions", Grant(
+            "Topic", topics[0] if len(topics) == 1 else None, ("Read",)),
+            topics if len(topics) > 1 else ())
+        if refusal is not None:
+            raise refusal from exc
         raise StartError(f"could not list the {which} positions of "
                          f"{sorted({t.topic for t in tps})}: {exc}") from exc
 
@@ -210,6 +230,10 @@ def first_record_between(
                 if err is not None:
                     if partition_eof(err):
                         return None
+                    refusal = not_authorized(err, f"reading {topic}-{partition}",
+                                             Grant("Topic", topic, ("Read",)))
+                    if refusal is not None:
+                        raise refusal
                     raise StartError(f"could not read {topic}-{partition} from offset {start} "
                                      f"to check its committed position: {err}")
                 offset = msg.offset()

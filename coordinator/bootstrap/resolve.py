@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -16,19 +16,19 @@ from coordinator.bootstrap.clients import answer
 from coordinator.bootstrap.common import (
     ADMIN_TIMEOUT_S,
     ANSWER_SPACING_S,
-    TOPIC_ID_FLOOR,
     UNKNOWN_ANSWERS,
     StartError,
+    not_authorized,
     refuse,
 )
-from parsley.engine.channel import ChannelId
+from parsley import refusal_shapes as shapes
 from parsley.refusals import Reason
+from workers.authorization import Grant
 from workers.kafka_errors import unknown_topic, unreachable
 
 __all__ = [
     "ResolvedTopic",
     "describe_changelog",
-    "fmt_channels",
     "kafka_topic_id",
     "resolve_topics",
 ]
@@ -58,7 +58,8 @@ def _to_uuid(raw: object) -> UUID | None:
 
 
 def _describe_once(
-    admin: AdminClient, names: Sequence[str], timeout_s: float
+    admin: AdminClient, names: Sequence[str], timeout_s: float,
+    operations: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[dict[str, ResolvedTopic], list[str]]:
     futures = admin.describe_topics(TopicCollection(list(names)), request_timeout=timeout_s)
     found: dict[str, ResolvedTopic] = {}
@@ -76,6 +77,10 @@ def _describe_once(
                     f"({exc.args[0].name()}); check the address and that the brokers are up, "
                     "then retry"
                 ) from exc
+            ops = (operations or {}).get(name, ("Describe",))
+            refusal = not_authorized(exc, f"describing topic '{name}'", Grant("Topic", name, ops))
+            if refusal is not None:
+                raise refusal from exc
             raise StartError(
                 f"could not describe declared topic '{name}' ({exc}); restore connectivity "
                 "or grant Describe on the topic, then retry"
@@ -84,8 +89,7 @@ def _describe_once(
         if topic_id is None or topic_id.int == 0:
             raise refuse(
                 Reason.SUBSTRATE_MISCONFIGURED,
-                f"topic '{name}' has no topic ID; brokers below the supported "
-                f"{TOPIC_ID_FLOOR} floor cannot provide channel identity. Upgrade the brokers.",
+                f"{shapes.substrate_no_topic_id(name)}. Upgrade the brokers.",
             )
         found[name] = ResolvedTopic(name, topic_id, len(desc.partitions))
     return found, unknown
@@ -99,6 +103,7 @@ def resolve_topics(
     spacing_s: float = ANSWER_SPACING_S,
     timeout_s: float = ADMIN_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
+    operations: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, ResolvedTopic]:
     """Resolve topic names to ids and partition counts (docs/architecture.md, "The bootstrap",
     step 2).
@@ -113,13 +118,18 @@ def resolve_topics(
         spacing_s: s between answers.
         timeout_s: bound on each describe, s.
         sleep: sleeps ``s`` seconds (tests pass a fake).
+        operations: per topic, the ACL operations a refusal names as the grant (``Read``
+            for a received topic, ``Write`` for a sent one; each implies the Describe the
+            call needs); default ``Describe``.
 
     Returns:
         ``{name: ResolvedTopic}`` for every name.
 
     Raises:
         StartError: a topic still unknown after the answers (naming it), or a
-            describe that failed otherwise (authorization, timeout).
+            describe that failed otherwise (a timeout).
+        NotAuthorized: the principal may not describe a topic (``SUBSTRATE_MISCONFIGURED``
+            naming the grant: :mod:`workers.authorization`).
         ParsleyFailClosedError: ``SUBSTRATE_MISCONFIGURED`` for a topic without
             a topic id ("... below the supported 3.7.0 floor ...", docs/runbooks.md,
             SUBSTRATE_MISCONFIGURED).
@@ -131,7 +141,7 @@ def resolve_topics(
             break
         if attempt:
             sleep(spacing_s)
-        found, pending = _describe_once(admin, pending, timeout_s)
+        found, pending = _describe_once(admin, pending, timeout_s, operations)
         resolved.update(found)
     if pending:
         raise StartError(
@@ -151,11 +161,15 @@ def describe_changelog(
     timeout_s: float,
     sleep: Callable[[float], None],
 ) -> ResolvedTopic | None:
-    """The ordering changelog, or ``None`` after ``answers`` unknown answers."""
+    """The ordering changelog, or ``None`` after ``answers`` unknown answers.
+
+    Raises:
+        NotAuthorized: the principal may not describe it (naming Read and Write on it).
+    """
     for attempt in range(answers):
         if attempt:
             sleep(spacing_s)
-        found, _unknown = _describe_once(admin, [name], timeout_s)
+        found, _unknown = _describe_once(admin, [name], timeout_s, {name: ("Read", "Write")})
         if name in found:
             return found[name]
     return None
@@ -165,8 +179,3 @@ def kafka_topic_id(topic_id: UUID) -> str:
     """A topic id as Kafka prints it (``Uuid.toString``: URL-safe base64, no padding),
     the form ``kafka-topics --describe`` shows as ``TopicId``."""
     return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def fmt_channels(channels: Iterable[ChannelId]) -> str:
-    """``[<topicId>/<partition>, ...]``, the channel list of the details in docs/runbooks.md."""
-    return "[" + ", ".join(f"{kafka_topic_id(c.topic_id)}/{c.partition}" for c in channels) + "]"

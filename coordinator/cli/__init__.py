@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import click
 
-from coordinator.cli import inspect, keys, reset, run, status, stop
+from coordinator.cli import acls, inspect, keys, reset, run, status, stop
 from coordinator.cli.common import ExitCode, setup_logging
 
 __all__ = ["cli", "main"]
@@ -45,14 +45,15 @@ def cli(log_level: str) -> None:
     `run` starts the declared processes (one worker OS process per task) and
     serves status on a control socket; `status` and `stop` talk to that
     socket; `inspect` reads a stopped process's ordering state from Kafka;
-    `reset` starts a stopped process anew at a chosen boundary (docs/runbooks.md).
+    `reset` starts a stopped process anew at a chosen boundary (docs/runbooks.md);
+    `acls` prints the kafka-acls commands a process's principal needs.
     Exit status: 0 clean, 2 usage/declaration, 3 refusal, 4 failure,
     5 retry the start, 6 shutdown incomplete, 7 no coordinator answered.
     """
     setup_logging(log_level)
 
 
-for _module in (run, status, stop, keys, inspect, reset):
+for _module in (run, status, stop, keys, inspect, reset, acls):
     cli.add_command(_module.command)
 
 

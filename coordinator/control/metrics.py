@@ -376,6 +376,14 @@ def metric_families(
                                labels=[*pt, "state"])
     rss = GaugeMetricFamily("parsley_task_resident_memory_bytes",
                             "The task's worker's resident memory, bytes.", labels=pt)
+    recoveries = CounterMetricFamily(
+        "parsley_task_recoveries_total",
+        "In-place recoveries the task's current worker completed (fresh clients, state "
+        "rebuilt, positions rewound: docs/operations.md, \"The task timeout\").", labels=pt)
+    stalled = GaugeMetricFamily(
+        "parsley_task_stalled_seconds",
+        "While the task recovers in place: s since its first failure not followed by "
+        "progress (it stops SUBSTRATE at the task timeout); absent otherwise.", labels=pt)
     for (name, index), entry in sorted(live.items()):
         labels = [name, str(index)]
         held.add_metric(labels, float(entry.held_count))
@@ -388,10 +396,13 @@ def metric_families(
             tstate.add_metric([*labels, ts.value], 1.0 if state == ts.value else 0.0)
         if entry.rss_bytes is not None:
             rss.add_metric(labels, float(entry.rss_bytes))
+        recoveries.add_metric(labels, float(entry.recoveries))
+        if entry.recovery is not None:
+            stalled.add_metric(labels, float(entry.recovery.stalled_s))
 
     return [up, started, cstate, pstate, prefused, prestarts, received, delivered, held,
             oldest, frontier, budget, lag, committed, aborted, txn, handler, trestarts,
-            refusals, exits, tstate, rss]
+            refusals, exits, tstate, rss, recoveries, stalled]
 
 
 class _Collector(Collector):

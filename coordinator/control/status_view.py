@@ -27,10 +27,16 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.control.last_status import LastReport
-from coordinator.control.status import ProcessState, ProcessStatus, TaskStatus, parse_status
+from coordinator.control.status import (
+    ProcessState,
+    ProcessStatus,
+    RecoveryStatus,
+    TaskStatus,
+    parse_status,
+)
 from parsley.status import HeldChannel
 
-__all__ = ["FIT_COLUMNS", "held_line", "render", "report_header"]
+__all__ = ["FIT_COLUMNS", "held_line", "recovery_line", "render", "report_header"]
 
 FIT_COLUMNS: Final = 100
 """The width the default layout fits in, characters."""
@@ -84,6 +90,13 @@ _PROCESS_MAX: Final = 20
 """The widest the process column gets in the default layout, characters."""
 
 
+def recovery_line(r: RecoveryStatus) -> str:
+    """A task recovering in place, e.g. ``recovering 12 s of 300 s (attempt 3): <cause>``
+    (docs/operations.md, "The task timeout")."""
+    return (f"recovering {r.stalled_s:.0f} s of {r.timeout_s:g} s (attempt {r.attempts})"
+            + (f": {r.cause}" if r.cause else ""))
+
+
 def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
     heads = ("process", "state", "task", "held", "lag", "caught up", "head blockers",
              "frontier", "age")
@@ -97,6 +110,8 @@ def _compact(statuses: Mapping[str, ProcessStatus], width: int) -> Table:
             more.append("")
         for t in st.tasks:
             first = held_line(t.held[0]) if t.held else "-"
+            if t.recovery is not None:
+                first = recovery_line(t.recovery) + ("" if first == "-" else f"; {first}")
             more.append(f" (+{len(t.held) - 1} more)" if len(t.held) > 1 else "")
             rows.append([name, st.state.value, str(t.task), str(t.held_count),
                          "-" if t.lag is None else str(t.lag), _yes(t.caught_up),
@@ -140,7 +155,8 @@ def _wide(statuses: Mapping[str, ProcessStatus]) -> Table:
             table.add_row(
                 name, st.state.value, str(st.restarts), str(t.task), t.state.value, str(t.pid),
                 str(t.held_count), str(t.waited),
-                "\n".join(held_line(h) for h in t.held) or "-",
+                "\n".join([*([recovery_line(t.recovery)] if t.recovery else []),
+                           *(held_line(h) for h in t.held)]) or "-",
                 f"{t.frontier_channels} ch / {t.frontier_bytes} of {t.budget_bytes} B",
                 "-" if t.lag is None else str(t.lag), _yes(t.caught_up), restore,
                 _bytes(t.rss_bytes),

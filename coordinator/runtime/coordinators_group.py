@@ -20,6 +20,7 @@ from coordinator.bootstrap.clients import new_admin
 from coordinator.bootstrap.common import check_reachable, refuse
 from coordinator.bootstrap.group import group_members, is_own_member, session_timeout_ms
 from coordinator.config import ParsleyConfig
+from parsley import refusal_shapes as shapes
 from parsley.declarations import Process, application_id, task_width
 from parsley.refusals import Reason
 from workers.changelog import ensure_changelog_topic
@@ -117,7 +118,9 @@ def ensure_coordinators_topics(config: ParsleyConfig, processes: Sequence[Proces
             width = task_width({t: topics[t].partitions for t in p.received_topics})
             name = coordinators_group(config.application_id_prefix, p.name)
             try:
-                info, _created = ensure_changelog_topic(admin, name, width)
+                info, _created = ensure_changelog_topic(
+                    admin, name, width, replication_factor=config.changelog_replication_factor,
+                    min_insync_replicas=config.changelog_min_insync_replicas)
             except SubstrateError as exc:
                 raise StartError(f"could not create the coordinators' topic {name}: "
                                  f"{exc}") from exc
@@ -184,7 +187,8 @@ def refuse_beside_plain_coordinator(
             named = "; ".join(m.describe() for m in members or [])
             raise refuse(
                 Reason.SUBSTRATE_MISCONFIGURED,
-                f"a coordinator started without --join runs group '{app}' (its workers "
+                f"{shapes.substrate_group_conflict(f'{window_s:g} s')}: a coordinator "
+                f"started without --join runs group '{app}' (its workers "
                 f"are members: [{named}]) and group '{app}{COORDINATORS_SUFFIX}' has no "
                 f"coordinator member after {window_s:g} s; a --join coordinator would take "
                 f"its tasks. Stop that coordinator (parsley-coordinator stop against it), "

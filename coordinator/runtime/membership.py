@@ -290,9 +290,9 @@ class _ProcessMembership:
             log.error("%s: %s (failing closed)", self.group, detail)
             self.supervisor.fail_process(self.process.name, None, detail)
 
-    def _bootstrap(self, tasks: set[int], lead: bool, fence: bool = False) -> ProcessPlan:
+    def _bootstrap(self, tasks: set[int], lead: bool) -> ProcessPlan:
         """Bootstrap ``tasks`` on clients of this attempt's own (StartRetryableError is a
-        StartError); ``fence``: a restart, their transactional ids fenced first."""
+        StartError)."""
         admin = new_admin(self.config)
         try:
             check_reachable(admin, self.config.bootstrap_servers)
@@ -302,7 +302,7 @@ class _ProcessMembership:
             return bootstrap_process(self.config, self.process, topics, admin,
                                      on_progress=progress_logger(),
                                      group_window_s=self.group_window_s,
-                                     tasks=tasks, lead=lead, fence=fence)
+                                     tasks=tasks, lead=lead)
         finally:
             del admin
 
@@ -337,7 +337,10 @@ class _ProcessMembership:
         """The bootstrap of every task owned now (a restart through the bootstrap)."""
         with self.lock:
             tasks, lead = set(self.owned), 0 in self.owned
-        return self._bootstrap(tasks, lead, fence=True)
+        # No fence here: the owned set includes tasks gained and still being bootstrapped,
+        # whose workers may start meanwhile, and a previous owner's worker may live on
+        # until it hears its loss; each worker fences its own task at its start.
+        return self._bootstrap(tasks, lead)
 
 
 class Membership:

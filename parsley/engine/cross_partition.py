@@ -4,9 +4,10 @@ Such a cause names a channel the process receives but this task does not, so thi
 can never enforce it (docs/failing-closed.md, "Cross-partition causes"). The host picks
 the policy (:func:`cross_partition_policy`); :class:`CrossPartitionCheck` applies it to
 each accepted record in the reference engine. The native core applies the same rule
-with the same details (``native/src/engine/receipt.rs``, ``cross_partition``).
+(``native/src/engine/receipt.rs``, ``cross_partition``), its refusal's detail written by
+:func:`parsley.engine.details.cross_partition_cause` for both.
 
-Pure: standard library only.
+Pure: standard library and the pure ``parsley`` modules.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Final
 from uuid import UUID
 
-from parsley.engine.channel import ChannelId, describe_key
+from parsley.engine import details
+from parsley.engine.channel import ChannelId, describe_channel, describe_key
 from parsley.engine.deltas import Causes
 from parsley.refusals import ParsleyFailClosedError, Reason
 
@@ -109,11 +111,11 @@ class CrossPartitionCheck:
         self.count = 0
 
     def check(self, ch: ChannelId, position: int, key: bytes | None, foreign: Causes,
-              describe: Callable[[ChannelId, int], str]) -> None:
+              names: Mapping[UUID, str]) -> None:
         """Refuse, or warn about and count, the record at ``ch@position`` whose
         ``foreign`` causes (non-empty) this task can never enforce.
 
-        ``describe`` names a channel at an offset as the engine's details do.
+        ``names`` is the task's topic id -> name, to name channels in the texts.
 
         Raises:
             ParsleyFailClosedError: ``CROSS_PARTITION_CAUSE`` under
@@ -123,14 +125,8 @@ class CrossPartitionCheck:
         if self._policy is CrossPartition.REFUSE:
             raise ParsleyFailClosedError(
                 Reason.CROSS_PARTITION_CAUSE,
-                f"the record at {describe(ch, position)} ({describe_key(key)}) "
-                f"names a cause at {describe(cause, cause_at)}, a partition another "
-                "task of this process reads, so no task can hold the record until its cause "
-                "is delivered. Usually a keying or partitioner mistake upstream: produce "
-                "the input keyed, with the murmur2_random partitioner (Java's default), and "
-                "reset the process past the record; if an upstream stage deliberately fans "
-                "in partitions, cross_partition_causes = \"warn\" carries such causes "
-                "unenforced (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
+                details.cross_partition_cause(ch, names, position, describe_key(key), cause,
+                                              cause_at),
             )
         self.count += 1
         for cause, cause_at in foreign:
@@ -140,10 +136,10 @@ class CrossPartitionCheck:
             self._warned.add(pair)
             if self._on_warning is not None:
                 self._on_warning(
-                    f"the record at {describe(ch, position)} "
+                    f"the record at {describe_channel(ch, names, position)} "
                     f"({describe_key(key)}) names a cause at "
-                    f"{describe(cause, cause_at)}, a partition another task of this "
-                    "process reads: the cause is carried unenforced (the received topics' "
+                    f"{describe_channel(cause, names, cause_at)}, a partition another task of "
+                    "this process reads: the cause is carried unenforced (the received topics' "
                     "partition counts differ, or cross_partition_causes = \"warn\"). Said "
                     "once per pair of partitions; counted in status as "
                     "cross_partition_causes; cross_partition_causes = \"refuse\" makes it a "

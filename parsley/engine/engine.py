@@ -25,6 +25,7 @@ from heapq import heappop, heappush
 from typing import Final
 from uuid import UUID
 
+from parsley.engine import details
 from parsley.engine import state_codec as sc
 from parsley.engine.channel import (
     FED_TO_END,
@@ -250,8 +251,9 @@ class ProcessEngine(BatchForms, EngineShell):
         The checks run in the order of docs/architecture.md,
         "parsley/engine/engine.py" (docs/model.md, "The session floor: replays and feed
         order"; Java ``onReceive``); a record that passes them all is covered and held at
-        the tail of its channel's buffer until :meth:`deliver_next` offers it. Channels in
-        details are named as docs/failing-closed.md, "Naming a channel", says.
+        the tail of its channel's buffer until :meth:`deliver_next` offers it. Refusal
+        details are :mod:`parsley.engine.details`' (docs/failing-closed.md, "Detail
+        shapes").
 
         Args:
             msg: the record; ``msg.position`` is its offset (inclusive).
@@ -302,10 +304,8 @@ class ProcessEngine(BatchForms, EngineShell):
             if raw is not None and len(raw) > self._budget:
                 raise _refuse(
                     Reason.METADATA_BUDGET_EXCEEDED,
-                    f"{self._describe(ch, q)} carries {len(raw)} bytes of causal metadata; "
-                    f"the configured budget is {self._budget} bytes. Raise "
-                    "metadata_budget_bytes here and upstream (docs/runbooks.md, "
-                    "METADATA_BUDGET_EXCEEDED)",
+                    details.header_over_budget(ch, self._topic_names(), q, len(raw),
+                                               self._budget),
                 )
             if raw is not None and type(raw) is not bytes:
                 raw = bytes(raw)
@@ -334,10 +334,7 @@ class ProcessEngine(BatchForms, EngineShell):
         if before is not None and q <= before:
             raise _refuse(
                 Reason.OUT_OF_ORDER_FEED,
-                f"fed {self._describe(ch, q)} after this execution was already fed offset "
-                f"{before} of the same partition; the host must feed each channel in "
-                "increasing position order. Restart; if it recurs at the same offsets, keep "
-                "the logs and report it (docs/runbooks.md, OUT_OF_ORDER_FEED)",
+                details.fed_after_position(ch, self._topic_names(), q, before),
             )
         fed_exec[ch] = q
 
@@ -353,20 +350,13 @@ class ProcessEngine(BatchForms, EngineShell):
             if fed == FED_TO_END:
                 raise _refuse(
                     Reason.OUT_OF_ORDER_FEED,
-                    f"fed {self._describe(ch, q)} on a channel recorded as no longer "
-                    "existing; the identity verdict was wrong. Reset the process, keep the "
-                    "logs and report it (docs/runbooks.md, OUT_OF_ORDER_FEED)",
+                    details.fed_gone_channel(ch, self._topic_names(), q),
                 )
             floor_at = floor.get(ch)
             if floor_at is None or q > floor_at:
                 raise _refuse(
                     Reason.COVERED_POSITION_FED,
-                    f"fed {self._describe(ch, q)} which this execution's own coverage already "
-                    f"records as fed or never arriving (fedUpTo={fed}), above the session "
-                    f"floor of {'none' if floor_at is None else floor_at}; the host's feed and "
-                    "the engine's record contradict each other. A restart resumes from the "
-                    "committed record, and this refusal then does not recur "
-                    "(docs/runbooks.md, COVERED_POSITION_FED).",
+                    details.covered_position_fed(ch, self._topic_names(), q, fed, floor_at),
                 )
             return FeedOutcome.DUPLICATE_DROPPED
 
@@ -387,14 +377,12 @@ class ProcessEngine(BatchForms, EngineShell):
         return FeedOutcome.ACCEPTED
 
     def _undecodable(self, ch: ChannelId, q: int, diagnosis: str) -> str:
-        return (f"{self._describe(ch, q)}: {diagnosis}. Find and fix the producer that "
-                "stamped the header; no restart passes the record (docs/runbooks.md, "
-                "UNDECODABLE_METADATA)")
+        return details.undecodable(ch, self._topic_names(), q, diagnosis)
 
     def _cross_partition(self, msg: ReceivedMessage, foreign: Causes) -> None:
         """Apply the cross-partition rule to ``foreign`` (a hook the sabotage engines
         override); raises as :meth:`CrossPartitionCheck.check`."""
-        self._cross.check(msg.channel, msg.position, msg.key, foreign, self._describe)
+        self._cross.check(msg.channel, msg.position, msg.key, foreign, self._topic_names())
 
     def waited_count(self) -> int:
         """Heads found waiting for a cause not yet delivered since this engine was built,
@@ -431,11 +419,7 @@ class ProcessEngine(BatchForms, EngineShell):
         if size > self._budget:
             raise _refuse(
                 Reason.METADATA_BUDGET_EXCEEDED,
-                f"the causal frontier reached {size} bytes ({len(self._frontier)} channels); "
-                f"the configured budget is {self._budget} bytes. The frontier's size is the "
-                "sum over its topics of 26 bytes for the first partition and 9 for each "
-                "further one, plus 2 (docs/model.md). Raise metadata_budget_bytes here and "
-                "upstream (docs/runbooks.md, METADATA_BUDGET_EXCEEDED).",
+                details.frontier_over_budget(size, len(self._frontier), self._budget),
             )
         self._check_warning()
 
@@ -475,10 +459,7 @@ class ProcessEngine(BatchForms, EngineShell):
         if len(encoded) > self._budget:
             raise _refuse(
                 Reason.METADATA_BUDGET_EXCEEDED,
-                f"expressing the causal frontier needs {len(encoded)} bytes "
-                f"({len(self._frontier)} channels); the configured budget is {self._budget} "
-                "bytes. Raise metadata_budget_bytes here and upstream (docs/runbooks.md, "
-                "METADATA_BUDGET_EXCEEDED).",
+                details.emission_over_budget(len(encoded), len(self._frontier), self._budget),
             )
         return encoded
 
@@ -512,9 +493,7 @@ class ProcessEngine(BatchForms, EngineShell):
         if blob is None:
             raise _refuse(
                 Reason.UNKNOWN_ORDERING_STATE_FORMAT,
-                f"held message at {self._describe(ch, position)} is in the hold-back buffer "
-                "but absent from the store. Wipe the process's local state directory and "
-                "restart (docs/runbooks.md, UNKNOWN_ORDERING_STATE_FORMAT)",
+                details.held_body_missing(ch, self._topic_names(), position),
             )
         message = sc.decode_held(blob)
         self._loaded = (ch, position, message)

@@ -16,7 +16,8 @@ import enum
 from collections.abc import Mapping, Sequence
 from uuid import UUID
 
-from parsley.engine.channel import ChannelId, describe_channel, kafka_topic_id
+from parsley import refusal_shapes as shapes
+from parsley.engine.channel import ChannelId, kafka_topic_id
 from parsley.refusals import ParsleyFailClosedError, Reason
 
 __all__ = ["DELETION_REMEDY", "TopicVerdict", "deleted_channels", "new_bindings"]
@@ -24,8 +25,8 @@ __all__ = ["DELETION_REMEDY", "TopicVerdict", "deleted_channels", "new_bindings"
 DELETION_REMEDY = ("The deletion breached the deletion-hygiene assumption; an operator must "
                    "reset this process's state deliberately to proceed (docs/runbooks.md, "
                    "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES).")
-"""How every ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` detail ends (the Rust engine's
-detail carries the same words)."""
+"""How every ``CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES`` detail ends (the engine's, and
+the worker's for records read but never committed, ``workers/identity.py``)."""
 
 _RESET = ("Reset the process's state and group offsets deliberately to proceed "
           "(docs/runbooks.md, Resetting a process)")
@@ -59,7 +60,8 @@ def new_bindings(
     Raises:
         ParsleyFailClosedError: ``CHANNEL_IDENTITY_CHANGED`` ("topic '<name>'
             now resolves to <channel> but this process's state was built
-            against a previous incarnation (<old id>); ...") for the first name
+            against a previous incarnation (topic id <id> now, topic id <old id>
+            then); ...") for the first name
             bound to another id. Checked before anything is returned.
 
     Source: docs/runbooks.md, CHANNEL_IDENTITY_CHANGED, task-initialisation site (Java
@@ -68,12 +70,17 @@ def new_bindings(
     for name, topic_id in bindings.items():
         old = bound.get(name)
         if old is not None and old != topic_id:
+            # Named as a channel, as the Java implementation does: the task's own
+            # channel on the topic (a store changelog's partition is the task's too).
+            partition = next((ch.partition for ch in received if ch.topic_id == topic_id),
+                             received[0].partition if received else 0)
+            channel = ChannelId(topic_id, partition)
             raise ParsleyFailClosedError(
                 Reason.CHANNEL_IDENTITY_CHANGED,
-                f"topic '{name}' now resolves to topic id {kafka_topic_id(topic_id)} but this "
-                "process's state was built against a previous incarnation (topic id "
-                f"{kafka_topic_id(old)}); its read positions for that name cannot be "
-                "trusted. " + _RESET + "; CHANNEL_IDENTITY_CHANGED.",
+                f"{shapes.channel_identity_changed_binding(name, channel)} (topic id "
+                f"{kafka_topic_id(topic_id)} now, topic id {kafka_topic_id(old)} then); its "
+                "read positions for that name cannot be trusted. " + _RESET
+                + "; CHANNEL_IDENTITY_CHANGED.",
             )
     return [name for name in bindings if name not in bound]
 
@@ -113,10 +120,9 @@ def deleted_channels(
         if verdicts.get(ch.topic_id) is TopicVerdict.RECREATED:
             raise ParsleyFailClosedError(
                 Reason.CHANNEL_IDENTITY_CHANGED,
-                f"the topic of received channel {describe_channel(ch, names)} was deleted "
-                "and recreated under the same name while this process ran; records fed "
-                "under the old identity can no longer be trusted. " + _RESET
-                + "; CHANNEL_IDENTITY_CHANGED.",
+                f"{shapes.channel_identity_changed_recreated(ch)} "
+                f"({shapes.coordinates(ch, names)}); records fed under the old identity can "
+                "no longer be trusted. " + _RESET + "; CHANNEL_IDENTITY_CHANGED.",
             )
     deleted = [ch for ch in received if verdicts.get(ch.topic_id) is TopicVerdict.DELETED]
     for ch in deleted:
@@ -124,8 +130,7 @@ def deleted_channels(
         if count:
             raise ParsleyFailClosedError(
                 Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES,
-                f"{count} received message(s) from {describe_channel(ch, names)} remain "
-                "undelivered but the channel's topic no longer exists; their place in causal "
-                "order can no longer be preserved. " + DELETION_REMEDY,
+                f"{shapes.channel_deleted_with_undelivered_messages(count, ch)} The channel "
+                f"was {shapes.coordinates(ch, names)}. " + DELETION_REMEDY,
             )
     return deleted

@@ -20,8 +20,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
+from parsley.engine import details
 from parsley.engine import state_codec as sc
-from parsley.engine.channel import FED_TO_END, ChannelId, describe_channel
+from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.engine.cross_partition import CrossPartition
 from parsley.engine.deliverability import decide
 from parsley.engine.deltas import Causes, Row, changed_rows
@@ -95,10 +96,7 @@ class EngineShell:
             if positions and ch not in self._received:
                 raise ParsleyFailClosedError(
                     Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES,
-                    f"held message at {self._describe(ch, positions[0])} but the channel is "
-                    "no longer in the declared received-channel set. Restore the channel to "
-                    "the declaration until its held messages deliver, or reset the process "
-                    "(docs/runbooks.md, CHANNEL_REMOVED_WITH_HELD_MESSAGES)",
+                    details.held_on_undeclared_channel(ch, self._topic_names(), positions[0]),
                 )
         self._restore_state(image, {ch: p for ch, p in restored.items() if p},
                             budget_bytes, on_warning, cross_partition)
@@ -136,10 +134,6 @@ class EngineShell:
     def _names_changed(self) -> None:
         """Drop the cached labels (the native engine also hands the core the new ones)."""
         self._labels = None
-
-    def _describe(self, ch: ChannelId, position: int | None = None) -> str:
-        """``ch`` (at ``position``) by topic name, partition, offset and Kafka topic id."""
-        return describe_channel(ch, self._topic_names(), position)
 
     def _restored_held(self, held: dict[ChannelId, list[int]]) -> dict[ChannelId, list[int]]:
         """Held positions to restore (a hook the sabotage engines override)."""

@@ -468,6 +468,9 @@ _CORRUPT_ROW = (
     "Reset the process's state and group offsets deliberately to proceed."
 )
 _RESET = "Reset the process's state and group offsets deliberately to proceed."
+_OUT_OF_ORDER = "held messages restored out of position order: "
+"""How a held row inconsistent with its channel's coverage opens: the runbook's corrupt
+entry it is (docs/runbooks.md, UNKNOWN_ORDERING_STATE_FORMAT)."""
 _HELD_UNFED = (
     "every held message is fed before it is held, so this row is corrupt ordering state. "
     + _RESET
@@ -668,19 +671,21 @@ def _check_held_within_coverage(ch: ChannelId, positions: list[int], fed: int | 
     # restore ahead of a lower position fed later and deliver out of order.
     if fed is None:
         raise _refuse(
-            f"held message at {ch}@{positions[0]} on a channel with no coverage row; "
+            f"{_OUT_OF_ORDER}held message at {ch}@{positions[0]} on a channel with no "
+            "coverage row; "
             + _HELD_UNFED
         )
     if fed == FED_TO_END:
         raise _refuse(
-            f"held message at {ch}@{positions[0]} on a channel recorded as no longer "
-            f"existing (fedUpTo={fed}); a channel is fed to its end only with nothing held, "
+            f"{_OUT_OF_ORDER}held message at {ch}@{positions[0]} on a channel recorded as no "
+            f"longer existing (fedUpTo={fed}); a channel is fed to its end only with nothing held, "
             "so this row is corrupt ordering state. " + _RESET
         )
     if positions[-1] > fed:
         above = next(p for p in positions if p > fed)
         raise _refuse(
-            f"held message at {ch}@{above} above its channel's coverage (fedUpTo={fed}); "
+            f"{_OUT_OF_ORDER}held message at {ch}@{above} above its channel's coverage "
+            f"(fedUpTo={fed}); "
             + _HELD_UNFED
         )
 

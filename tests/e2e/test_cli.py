@@ -291,7 +291,7 @@ def test_the_operations_doc_commands_table_uses_real_flags_and_names_the_prefix(
 
     doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     rows = re.findall(r"^\| `parsley-coordinator (\w+) ([^`]*)`", doc, re.MULTILINE)
-    assert sorted(name for name, _ in rows) == ["inspect", "reset", "run", "status", "stop"]
+    assert sorted(name for name, _ in rows) == ["acls", "inspect", "reset", "run", "status", "stop"]
     for name, usage in rows:
         real = {opt for p in cli.commands[name].params for opt in getattr(p, "opts", [])}
         documented = set(re.findall(r"--[a-z-]+", usage))

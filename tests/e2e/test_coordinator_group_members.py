@@ -36,6 +36,7 @@ from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES
+from tests.seed_shapes import assert_seed_shape
 
 INTERVAL_MS = 300
 
@@ -169,6 +170,7 @@ def test_a_live_foreign_consumer_in_the_group_is_refused_at_start_by_name(
         foreign.close()
     err = excinfo.value
     assert err.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, err.detail)
     assert "console-consumer-4242" in err.detail and "on host /" in err.detail
     assert group in err.detail and "kafka-consumer-groups" in err.detail
     assert 5.0 <= refused_s < 60, refused_s  # after the wait (2 x 3 s), not before
@@ -206,5 +208,6 @@ def test_a_join_start_still_refuses_a_live_foreign_consumer_by_name(
     assert st.state is ProcessState.STOPPED
     assert st.refusal_reason is Reason.SUBSTRATE_MISCONFIGURED, st
     assert st.failure_detail is not None and "console-consumer-4343" in st.failure_detail
+    assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, st.failure_detail)
     _produce(kafka_bootstrap, src.name, 0, [b"x1"])
     assert _relayed(kafka_bootstrap, out.name, (0,)) == [b"relayed:x0"]

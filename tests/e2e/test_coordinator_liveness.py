@@ -5,6 +5,8 @@
   ``transient`` (the process keeps relaying exactly once), or the process
   stopped under ``never`` with a detail naming the task, how long it was
   silent and its last reported state.
+* A silent worker still alive after the coordinator's SIGKILL (as one in uninterruptible
+  sleep is) is reported and its process stopped, its task never respawned meanwhile.
 * The restart budget resets after a healthy period: occasional crashes with
   healthy running between them never exhaust it; crashes in quick succession
   beyond it still stop the process CRASHED.
@@ -181,6 +183,52 @@ def test_a_silent_worker_stops_the_process_under_never_naming_it(
             assert st.restarts == 0
             _wait(lambda: not any(psutil.pid_exists(p) for p in pids.values()), 30,
                   "both workers gone")
+        finally:
+            _kill_if_our_child(stopped_pid)
+
+
+def test_a_silent_worker_that_outlives_its_sigkill_is_reported_and_stops_its_process(
+    kafka_bootstrap: str, create_topic: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker in uninterruptible sleep (state D) outlives SIGKILL until the kernel call
+    # returns. Here the worker is SIGSTOPped and the coordinator's SIGKILL to it is
+    # swallowed, which is what the coordinator sees of such a worker: sent, and still alive.
+    from coordinator.runtime.supervisor.reap import Reaping
+    from coordinator.runtime.supervisor.restarts import UNKILLABLE_AFTER_S
+
+    src = create_topic(partitions=2)
+    out = create_topic(partitions=2)
+    _produce(kafka_bootstrap, src.name, 1, [b"p1-0"])
+    config = _config(kafka_bootstrap, tmp_path, stale_task_ms=8000)
+    stopped_pid = 0
+    real_signal = Reaping._signal
+
+    def swallowing(self: Any, t: Any, sig: signal.Signals) -> bool:
+        if sig == signal.SIGKILL and t.pid == stopped_pid:
+            return True
+        return real_signal(self, t, sig)
+
+    monkeypatch.setattr(Reaping, "_signal", swallowing)
+    with Parsley.start(config, relay("relay", src.name, out.name),
+                       restart="transient", stop_deadline_s=2) as parsley:
+        try:
+            _wait(lambda: len(read_committed(kafka_bootstrap, out.name, (0, 1))) == 1, 90,
+                  "a record relayed")
+            _wait(lambda: _running(parsley, "relay", 2), 60, "two RUNNING tasks")
+            stopped_pid = _pids(parsley, "relay")[1]
+            os.kill(stopped_pid, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            assert parsley.await_stopped(timeout=60), "an unkillable worker stops its process"
+            took = time.monotonic() - stopped_at
+            st = parsley.status()["relay"]
+            detail = st.failure_detail or ""
+            assert st.state is ProcessState.STOPPED and st.refusal_reason is None
+            assert f"task 1 of 'relay' (pid {stopped_pid}) sent no report for" in detail, detail
+            assert "after the coordinator's SIGKILL (process state stopped)" in detail, detail
+            assert "not respawned while it lives" in detail, detail
+            assert st.restarts == 0, "never respawned while the old worker lives"
+            assert took >= UNKILLABLE_AFTER_S
+            assert psutil.pid_exists(stopped_pid)
         finally:
             _kill_if_our_child(stopped_pid)
 

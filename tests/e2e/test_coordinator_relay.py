@@ -27,6 +27,7 @@ from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
 from parsley.serdes import BYTES
+from tests.seed_shapes import assert_seed_shape
 
 INTERVAL_MS = 300
 
@@ -124,6 +125,8 @@ def test_real_refusal_stops_its_process_others_keep_running_and_status_is_logged
         assert bad.refusal_reason is Reason.UNDECODABLE_METADATA
         assert bad.failure_detail and f"topic '{bad_src.name}' partition 1 offset 0" in \
             bad.failure_detail
+        assert bad.failure_detail.startswith(f"{bad_src.topic_id}-1@0: "), bad.failure_detail
+        assert_seed_shape(Reason.UNDECODABLE_METADATA, bad.failure_detail)
         assert bad.tasks == ()
         assert not parsley.healthy()
         _produce(kafka_bootstrap, good_src.name, 0, [b"g"])

@@ -32,6 +32,7 @@ from parsley import Channel, ChannelId, Effects, Process, Reason
 from parsley.engine.channel import kafka_topic_id
 from parsley.serdes import BYTES
 from parsley.wire import CAUSES_HEADER, encode_causes
+from tests.seed_shapes import assert_seed_shape
 
 INTERVAL_MS = 300
 
@@ -101,8 +102,10 @@ def test_deleting_a_topic_with_held_messages_refuses_within_a_minute(
     assert st.refusal_reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, (
         st.refusal_reason, st.failure_detail)
     detail = st.failure_detail or ""
-    for part in (f"1 received message(s) from topic '{b.name}' partition 0 (topic id "
-                 f"{kafka_topic_id(b.topic_id)})", "docs/runbooks.md"):
+    assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, detail)
+    for part in (f"1 received message(s) from {ChannelId(b.topic_id, 0)} remain undelivered",
+                 f"topic '{b.name}' partition 0, topic id {kafka_topic_id(b.topic_id)}",
+                 "docs/runbooks.md"):
         assert part in detail, (part, detail)
     # Independent verdict: nothing was delivered out of causal order.
     assert read_committed(kafka_bootstrap, out.name, range(partitions)) == []
@@ -133,11 +136,13 @@ def test_deleting_a_topic_whose_held_read_is_not_committed_yet_refuses(
           " path")
     # Through either path (the open transaction may still commit before the deletion
     # lands), the refusal names the message, the topic and the runbook.
-    for part in (f"1 received message(s) from topic '{b.name}' partition 0 (topic id "
-                 f"{kafka_topic_id(b.topic_id)})", "docs/runbooks.md"):
+    assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, detail)
+    for part in (f"1 received message(s) from {ChannelId(b.topic_id, 0)} remain undelivered",
+                 f"topic '{b.name}' partition 0, topic id {kafka_topic_id(b.topic_id)}",
+                 "docs/runbooks.md"):
         assert part in detail, (part, detail)
     if "never committed" in detail:
-        assert "(offsets 0 to 0)" in detail, detail
+        assert "offsets 0 to 0 of" in detail, detail
     assert read_committed(kafka_bootstrap, out.name) == []
 
 

@@ -33,6 +33,7 @@ from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES
+from tests.seed_shapes import assert_seed_shape
 from workers.admin import describe_topic as describe_changelog
 from workers.changelog import ensure_changelog_topic
 
@@ -92,7 +93,10 @@ def _state_rows(names: dict[str, uuid.UUID], fed: dict[ChannelId, int],
 
 
 def _refusal(excinfo: pytest.ExceptionInfo[ParsleyFailClosedError], reason: Reason) -> str:
+    """The refusal's detail, once its reason is checked and its opening is the reason's
+    runbook shape (``tests/seed_shapes.py``)."""
     assert excinfo.value.reason is reason, f"expected {reason}, got {excinfo.value}"
+    assert_seed_shape(reason, excinfo.value.detail)
     return excinfo.value.detail
 
 
@@ -188,8 +192,10 @@ def test_ordering_state_lost_when_changelog_deleted_with_offsets_kept(
     with pytest.raises(ParsleyFailClosedError) as excinfo:
         bootstrap(config, [proc])
     detail = _refusal(excinfo, Reason.ORDERING_STATE_LOST)
-    assert f"committed read positions exist for {a.name}-0" in detail
-    assert "ordering-store changelog" in detail and "does not exist" in detail
+    assert detail.startswith(
+        f"committed read positions exist for {a.name}-0, committed outside parsley (external "
+        "tooling, or pre-seeded offsets), but this process's ordering-store changelog does not "
+        f"exist (committed offset 2, metadata none; ordering changelog {changelog})"), detail
     # Nothing was created by the refused start.
     assert describe_changelog(kafka_admin, changelog) is None
 
@@ -246,8 +252,8 @@ def test_channel_identity_changed_when_received_topic_recreated(
     with pytest.raises(ParsleyFailClosedError) as excinfo:
         bootstrap(config, [proc])
     detail = _refusal(excinfo, Reason.CHANNEL_IDENTITY_CHANGED)
-    assert detail.startswith(f"topics ['{a.name}'] now resolve to different identities than "
-                             "this process's state was built against")
+    assert detail.startswith(f"topics [{a.name}] now resolve to different identities than "
+                             "this process's state was built against (process 'p')")
 
 
 def test_channel_removed_with_held_messages(
@@ -268,7 +274,7 @@ def test_channel_removed_with_held_messages(
     # Topic ids as kafka-topics --describe prints them (Kafka's base64 Uuid form).
     shown = base64.urlsafe_b64encode(b.topic_id.bytes).decode().rstrip("=")
     assert detail.startswith(f"received messages remain undelivered on [{shown}/0], which "
-                             "the new declaration")
+                             "the new declaration no longer receives (process 'p')")
     # Restoring the declaration lets the start through.
     assert bootstrap(config, [both])["p"].prior_state
 
@@ -296,7 +302,8 @@ def test_unknown_ordering_state_format_on_a_corrupt_record(
         bootstrap(_config(kafka_bootstrap, prefix, tmp_path),
                   [Process("p").receives(_ch(a.name), _handler)])
     detail = _refusal(excinfo, Reason.UNKNOWN_ORDERING_STATE_FORMAT)
-    assert detail.startswith(f"{changelog}[0]: {diagnosis}"), detail
+    assert detail.startswith(diagnosis), detail
+    assert f"(read from {changelog}[0] at start)" in detail, detail
 
 
 def test_corrupt_held_blob_is_refused(
@@ -378,6 +385,8 @@ def test_foreign_group_member_is_substrate_misconfigured(
             bootstrap(_config(kafka_bootstrap, prefix, tmp_path),
                       [Process("p").receives(_ch(a.name), _handler)], group_window_s=1.0)
         detail = _refusal(excinfo, Reason.SUBSTRATE_MISCONFIGURED)
-        assert "protocol conflict" in detail and "foreign-consumer" in detail
+        assert detail.startswith("the group join has been refused as a protocol conflict for "
+                                 "longer than 1 s, "), detail
+        assert "foreign-consumer" in detail
     finally:
         foreign.close()

@@ -80,3 +80,19 @@ def test_up_status_tool_down(tmp_path: Path) -> None:
         _cli("down", "--dir", str(data_dir))
     assert not data_dir.exists()
     assert _cli("status", "--dir", str(data_dir)).returncode == 3
+
+
+def test_every_tool_main_class_is_in_the_jars() -> None:
+    """TOOLS names main classes that exist in the pinned jars (kafka-acls is
+    ``org.apache.kafka.tools.AclCommand`` in Kafka 4.x, no longer ``kafka.admin``)."""
+    import zipfile
+
+    from devtools import kafka_jars
+
+    classes: set[str] = set()
+    for jar in kafka_jars.fetch_jars().glob("*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            classes.update(n for n in archive.namelist() if n.endswith(".class"))
+    for name, main in devbroker.TOOLS.items():
+        assert main.replace(".", "/") + ".class" in classes, f"{name}: {main} not in the jars"
+    assert devbroker.TOOLS["kafka-acls"] == "org.apache.kafka.tools.AclCommand"

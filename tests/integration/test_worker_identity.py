@@ -33,6 +33,7 @@ from parsley.engine.engine import TopicVerdict
 from parsley.refusals import Reason
 from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
 from tests.integration.test_worker_causal import relay_process
+from tests.seed_shapes import assert_seed_shape
 from workers.identity import IdentityChecker
 from workers.protocol import EXIT_CODES, ExitVerdict, StopKind, exit_verdict
 
@@ -117,9 +118,11 @@ def test_worker_refuses_a_received_topic_recreated_under_its_name(
     assert exit_verdict(final["exitcode"]) == ExitVerdict(StopKind.REFUSAL,
                                                           Reason.CHANNEL_IDENTITY_CHANGED)
     assert final["refusal_reason"] == "CHANNEL_IDENTITY_CHANGED"
-    assert (f"topic '{a.name}' now resolves to topic id {kafka_topic_id(a2.topic_id)} but this "
-            "process's state was built against a previous incarnation (topic id "
-            f"{kafka_topic_id(a.topic_id)})" in final["failure_detail"])
+    assert final["failure_detail"].startswith(
+        f"topic '{a.name}' now resolves to {ChannelId(a2.topic_id, 0)} but this process's "
+        f"state was built against a previous incarnation (topic id "
+        f"{kafka_topic_id(a2.topic_id)} now, topic id {kafka_topic_id(a.topic_id)} then)")
+    assert_seed_shape(Reason.CHANNEL_IDENTITY_CHANGED, final["failure_detail"])
 
 
 def test_worker_refuses_a_received_topic_deleted_with_messages_held(
@@ -155,9 +158,12 @@ def test_worker_refuses_a_received_topic_deleted_with_messages_held(
     assert exit_verdict(final["exitcode"]) == ExitVerdict(
         StopKind.REFUSAL, Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES)
     assert final["refusal_reason"] == "CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES"
-    assert (f"1 received message(s) from topic '{a.name}' partition 0 (topic id "
-            f"{kafka_topic_id(a.topic_id)}) remain undelivered but the channel's topic no longer "
-            "exists" in final["failure_detail"])
+    assert final["failure_detail"].startswith(
+        f"1 received message(s) from {ChannelId(a.topic_id, 0)} remain undelivered but the "
+        "channel's topic no longer exists; their place in causal order can no longer be "
+        f"preserved. The channel was topic '{a.name}' partition 0, topic id "
+        f"{kafka_topic_id(a.topic_id)}. "), final["failure_detail"]
+    assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, final["failure_detail"])
 
 
 def test_frontier_entries_of_deleted_upstream_topics_are_pruned_from_later_headers(
@@ -262,5 +268,7 @@ def test_a_deletion_noticed_between_assignments_is_judged_on_the_committed_state
         kafka_admin.delete_topics([b.name, out.name])
     assert revoked
     assert excinfo.value.reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES
-    assert (f"1 received message(s) from topic '{a.name}' partition 0 (topic id "
-            f"{kafka_topic_id(a.topic_id)}) remain undelivered" in excinfo.value.detail)
+    assert excinfo.value.detail.startswith(
+        f"1 received message(s) from {ChannelId(a.topic_id, 0)} remain undelivered")
+    assert (f"topic '{a.name}' partition 0, topic id {kafka_topic_id(a.topic_id)}"
+            in excinfo.value.detail)

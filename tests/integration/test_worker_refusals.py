@@ -3,8 +3,9 @@ observed in the worker's final message with its reason and detail.
 
 Each case runs one task of a process receiving ``in`` and sending ``out``. The input is a
 good record, the bad one, and another good record; the worker must stop with the right kind,
-reason and detail shape (docs/runbooks.md), exit with the protocol's code, and nothing derived from
-the bad record or from anything after it may be committed on ``out``.
+reason and detail, the detail opening with its reason's runbook shape
+(``tests/seed_shapes.py``), exit with the protocol's code, and nothing derived from the bad
+record or from anything after it may be committed on ``out``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from parsley.engine.channel import ChannelId, kafka_topic_id
 from parsley.refusals import Reason
 from parsley.serdes import JSON, STRING
 from parsley.wire import CAUSES_HEADER, encode_causes
+from tests.seed_shapes import assert_seed_shape
 from workers.protocol import EXIT_CODES, StopKind, exit_code_for, exit_verdict
 
 
@@ -113,9 +115,9 @@ CASES = [
     Case("undeclared_channel", StopKind.REFUSAL, "EMISSION_TO_UNDECLARED_CHANNEL",
          "emitted to undeclared channel elsewhere"),
     Case("undeclared_store", StopKind.REFUSAL, "STATE_ACCESS_TO_UNDECLARED_STORE",
-         "state read targets a store not declared by stores(...): undeclared"),
+         "read targets a store not declared by stores(...): undeclared"),
     Case("latched", StopKind.REFUSAL, "STATE_ACCESS_TO_UNDECLARED_STORE",
-         "state read targets a store not declared by stores(...): undeclared"),
+         "read targets a store not declared by stores(...): undeclared"),
     Case("reserved_header", StopKind.REFUSAL, "RESERVED_HEADER_USED",
          "serializer for {out} wrote reserved header 'parsley.mine'"),
     Case("serializer_header", StopKind.REFUSAL, "RESERVED_HEADER_USED",
@@ -128,15 +130,15 @@ CASES = [
          "{store} payload could not be serialized by the declared serde"),
     Case("throws", StopKind.APPLICATION, None,
          "handler for {in} failed at task 0, {in}-0@1: RuntimeError: boom"),
-    # "<channel>@<position>: <detail>", the channel named as the Kafka tools
-    # need it (docs/failing-closed.md, "Naming a channel").
+    # "<channel>@<position>: <detail>", then the channel as the Kafka tools need it
+    # (docs/failing-closed.md, "Detail shapes").
     Case("undecodable_metadata", StopKind.REFUSAL, "UNDECODABLE_METADATA",
-         "topic '{in}' partition 0 offset 1 (topic id {in_id}): unknown causes format "
-         "version 2. Find and fix the producer",
+         "{in_uuid}-0@1: unknown causes format version 2 (topic '{in}' partition 0 offset 1, "
+         "topic id {in_id}). Find and fix the producer",
          bad_value=b"fine", bad_headers=_bad_causes),
     Case("budget", StopKind.REFUSAL, "METADATA_BUDGET_EXCEEDED",
-         "partition 0 offset 1 (topic id {in_id}) carries 106 bytes of causal metadata; "
-         "the configured budget is 64 bytes",
+         "{in_uuid}-0@1 carries 106 bytes of causal metadata; the configured budget is 64 "
+         "bytes (topic '{in}' partition 0 offset 1, topic id {in_id})",
          bad_value=b"fine", bad_headers=_big_causes, spec={"metadata_budget_bytes": 64}),
     Case("oversize", StopKind.REFUSAL, "SUBSTRATE_MISCONFIGURED",
          "a record exceeded a size limit", out_config={"max.message.bytes": "10000"}),
@@ -177,10 +179,13 @@ def test_refusal_from_a_real_input_stops_the_worker_with_reason_and_detail(
     finally:
         collector.close()
     detail = case.detail.format(**{"in": inp.name, "out": out.name, "store": "counts",
-                                   "in_id": kafka_topic_id(inp.topic_id)})
+                                   "in_id": kafka_topic_id(inp.topic_id),
+                                   "in_uuid": inp.topic_id})
     assert final["stop_kind"] == case.stop.value, final
     assert final["refusal_reason"] == case.reason, final
     assert detail in (final["failure_detail"] or ""), final
+    if case.reason is not None:  # opens with the reason's runbook shape
+        assert_seed_shape(Reason[case.reason], final["failure_detail"])
     # The exit code alone names the stop kind and the refusal's reason (the final
     # report may be lost).
     verdict = exit_verdict(worker.exitcode)
@@ -227,6 +232,7 @@ def test_positions_discarded_unread_when_retention_passed_the_committed_position
     assert final["refusal_reason"] == "POSITIONS_DISCARDED_UNREAD"
     assert (f"{inp.name}-0 committed read position 0 is below the log start 3"
             in final["failure_detail"])
+    assert_seed_shape(Reason.POSITIONS_DISCARDED_UNREAD, final["failure_detail"])
     assert worker.exitcode == exit_code_for(StopKind.REFUSAL, Reason.POSITIONS_DISCARDED_UNREAD)
     assert exit_verdict(worker.exitcode).reason is Reason.POSITIONS_DISCARDED_UNREAD
     assert read_committed(kafka_bootstrap, out.name) == []

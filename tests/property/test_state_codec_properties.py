@@ -130,4 +130,5 @@ def test_a_hold_outside_live_coverage_is_refused(
     with pytest.raises(ParsleyFailClosedError) as caught:
         codec.load_image(sorted(store.items()))
     assert caught.value.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
-    assert caught.value.detail.startswith("held message at "), caught.value.detail
+    assert caught.value.detail.startswith(
+        "held messages restored out of position order: held message at "), caught.value.detail

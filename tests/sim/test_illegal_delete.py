@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from parsley.refusals import Reason
+from tests.seed_shapes import assert_seed_shape
 from tests.sim.world import D1, REFUSED, run
 
 pytestmark = pytest.mark.usefixtures("engine_impl")
@@ -32,7 +34,9 @@ def test_a_deletion_with_held_messages_is_refused_at_the_next_punctuation() -> N
         assert len(refused) == 1, result.report()
         assert refused[0].detail.startswith("CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES: "), \
             refused[0].detail
-        assert "received message(s) from topic '" in refused[0].detail, refused[0].detail
+        detail = refused[0].detail.removeprefix("CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES: ")
+        assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, detail)
+        assert "The channel was topic '" in detail, detail
     assert deleted >= 5, f"only {deleted} of {len(SEEDS)} worlds held a message to delete under"
 
 

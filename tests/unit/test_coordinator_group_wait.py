@@ -17,6 +17,7 @@ from coordinator.bootstrap.group import (
     session_timeout_ms,
 )
 from parsley.refusals import ParsleyFailClosedError, Reason
+from tests.seed_shapes import assert_seed_shape
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS
 
 
@@ -39,6 +40,9 @@ def test_the_refusal_names_each_member_and_the_remedy() -> None:
     err = members_remain("shop-p", [twin, foreign], 12.0, 6000, "k1:9092")
     assert err.reason is Reason.SUBSTRATE_MISCONFIGURED
     d = err.detail
+    assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, d)
+    assert d.startswith("the group join has been refused as a protocol conflict for longer "
+                        "than 12 s, "), d
     assert "group 'shop-p' still holds 2 member(s)" in d and "after 12 s" in d
     assert "6000 ms" in d
     assert ("client id 'console-consumer-1' on host /10.0.0.9, member id "

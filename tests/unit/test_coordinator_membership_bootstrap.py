@@ -15,8 +15,9 @@ from coordinator.config import ParsleyConfig
 from coordinator.runtime.coordinators_group import MAX_POLL_INTERVAL_MS, membership_consumer_config
 from coordinator.runtime.membership import _ProcessMembership
 from coordinator.runtime.supervisor.exits import fenced_by_successor
+from tests.seed_shapes import assert_seed_shape
 from workers.protocol import StopKind
-from workers.verdicts import Stop, _successor_stop
+from workers.verdicts import Stop, successor_stop
 
 
 class _Supervisor:
@@ -66,7 +67,7 @@ def _drive(m: _ProcessMembership, until_s: float = 10.0) -> None:
 
 def test_only_a_successor_fence_is_the_task_moving() -> None:
     worker = SimpleNamespace(successor_member=lambda wait: "consumer-7", app_id="shop-shipper")
-    fenced = _successor_stop(Stop(StopKind.FATAL, None, "fenced"), worker, "")  # type: ignore[arg-type]
+    fenced = successor_stop(Stop(StopKind.FATAL, None, "fenced"), worker, "")  # type: ignore[arg-type]
     assert fenced is not None
     assert fenced_by_successor(fenced.kind, fenced.detail)
     for detail in ("worker error TypeError: 'NoneType' object is not callable",
@@ -178,6 +179,7 @@ def test_a_join_start_beside_a_plain_coordinator_is_refused_naming_its_workers(
         _check(monkeypatch, {app: [_worker(app, 0), _worker(app, 1)]}, window_s=20.0)
     assert err.value.reason is Reason.SUBSTRATE_MISCONFIGURED
     assert f"{app}-task-1" in err.value.detail and "without --join" in err.value.detail
+    assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, err.value.detail)
 
 
 def test_a_join_start_beside_joined_coordinators_or_none_goes_on(monkeypatch: Any) -> None:

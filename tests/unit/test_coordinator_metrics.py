@@ -317,7 +317,8 @@ def _exposed_names() -> set[str]:
     book = MetricsBook()
     book.spawned("p", 0, 1)
     book.exited("p", 0, 1, StopKind.REFUSAL, Reason.UNDECODABLE_METADATA)
-    report = _status(1, _metrics(1, 1, 1))
+    report = _status(1, _metrics(1, 1, 1)) | {
+        "recovery": {"stalled_s": 3.0, "attempts": 1, "timeout_s": 300.0, "cause": "c"}}
     entry = task_status_from_report(report, age_ms=0, status_interval_ms=1000)
     statuses = {"p": ProcessStatus(ProcessState.RUNNING, None, None, (entry,)),
                 "q": ProcessStatus(ProcessState.STOPPED, Reason.UNDECODABLE_METADATA, "d")}

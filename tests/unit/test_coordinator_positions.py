@@ -37,10 +37,13 @@ def test_each_rule_on_an_example() -> None:
 @pytest.mark.parametrize("covered", [-1, -(2**63), FED_TO_END + 1, 2**64])
 def test_coverage_out_of_range_is_refused(covered: int) -> None:
     with pytest.raises(ParsleyFailClosedError) as info:
-        initial_position(True, covered, True, EARLY, 0, 10, where="app-ordering-changelog[0]: a-0")
+        initial_position(True, covered, True, EARLY, 0, 10, where="<channel>",
+                         source="a-0, ordering changelog app-ordering-changelog[0]")
     assert info.value.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
     assert info.value.detail.startswith(
-        f"app-ordering-changelog[0]: a-0: covered position {covered} is outside 0..{FED_TO_END}")
+        f"restored coverage names position {covered} on <channel>, which no channel can "
+        "assign (a-0, ordering changelog app-ordering-changelog[0]): a covered position is "
+        f"in 0..{FED_TO_END}")
 
 
 @pytest.mark.parametrize(("earliest", "latest"), [(-1, 0), (5, 4), (-3, -1)])

@@ -10,12 +10,13 @@ from uuid import UUID
 import pytest
 
 from parsley.engine import state_codec as sc
-from parsley.engine.channel import FED_TO_END, ChannelId, ReceivedMessage, describe_channel
+from parsley.engine.channel import FED_TO_END, ChannelId, ReceivedMessage, kafka_topic_id
 from parsley.engine.engine import ProcessEngine, TopicVerdict
 from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes, encoded_size
+from tests.seed_shapes import assert_seed_shape
 
 pytestmark = pytest.mark.usefixtures("engine_impl")
 
@@ -26,8 +27,10 @@ X = ChannelId(UUID(int=0xEE), 7)  # never received
 
 
 def at(ch: ChannelId, pos: int) -> str:
-    """``ch`` at ``pos`` as the engine's details name it (no names bound in these tests)."""
-    return describe_channel(ch, {}, pos)
+    """``ch`` at ``pos`` as the engine's details add it after the shape, for the Kafka
+    tools (no names bound in these tests)."""
+    return (f"topic id {kafka_topic_id(ch.topic_id)} partition {ch.partition} offset {pos}, "
+            "a topic whose name this task does not know")
 
 
 def msg(ch: ChannelId, pos: int, causes: dict[ChannelId, int] | None = None,
@@ -171,11 +174,13 @@ def test_out_of_order_within_execution() -> None:
     err = refusal(e.receive, msg(A, 5))
     assert err.reason is Reason.OUT_OF_ORDER_FEED
     assert err.detail == (
-        f"fed {at(A, 5)} after this execution was already fed offset 5 of the same partition; "
-        "the host must feed each channel in increasing position order. Restart; if it recurs "
-        "at the same offsets, keep the logs and report it (docs/runbooks.md, OUT_OF_ORDER_FEED)")
+        f"fed {A}@5 after this execution was already fed position 5 of the same channel "
+        f"({at(A, 5)}); the host must feed each channel in increasing position order. "
+        "Restart; if it recurs at the same offsets, keep the logs and report it "
+        "(docs/runbooks.md, OUT_OF_ORDER_FEED)")
+    assert_seed_shape(Reason.OUT_OF_ORDER_FEED, err.detail)
     err = refusal(e.receive, msg(A, 2))
-    assert err.detail.startswith(f"fed {at(A, 2)} after this execution was already fed offset 5")
+    assert err.detail.startswith(f"fed {A}@2 after this execution was already fed position 5")
 
 
 def test_replay_at_or_below_floor_is_dropped_silently_but_merges_causes() -> None:
@@ -200,8 +205,10 @@ def test_fed_to_end_channel_refuses_a_feed() -> None:
     assert e.covered(A) == FED_TO_END
     err = refusal(e.receive, msg(A, 0))
     assert err.reason is Reason.OUT_OF_ORDER_FEED
-    assert err.detail.startswith(f"fed {at(A, 0)} on a channel recorded as no longer existing")
+    assert err.detail.startswith(
+        f"fed {A}@0 on a channel recorded as no longer existing ({at(A, 0)}); ")
     assert "(docs/runbooks.md, OUT_OF_ORDER_FEED)" in err.detail
+    assert_seed_shape(Reason.OUT_OF_ORDER_FEED, err.detail)
 
 
 def test_covered_position_fed_invariant_guard() -> None:
@@ -212,11 +219,12 @@ def test_covered_position_fed_invariant_guard() -> None:
     err = refusal(e.receive, msg(A, 5))
     assert err.reason is Reason.COVERED_POSITION_FED
     assert err.detail == (
-        f"fed {at(A, 5)} which this execution's own coverage already records as fed or never "
+        f"fed {A}@5 which this execution's own coverage already records as fed or never "
         "arriving (fedUpTo=8), above the session floor of 2; the host's feed and the "
         "engine's record contradict each other. A restart resumes from the committed "
-        "record, and this refusal then does not recur (docs/runbooks.md, "
-        "COVERED_POSITION_FED).")
+        f"record, and this refusal then does not recur. The record is {at(A, 5)} "
+        "(docs/runbooks.md, COVERED_POSITION_FED).")
+    assert_seed_shape(Reason.COVERED_POSITION_FED, err.detail)
     e2 = engine()
     e2._advance_fed(B, 8)
     err = refusal(e2.receive, msg(B, 1))
@@ -251,9 +259,10 @@ def test_undecodable_metadata(headers: tuple[tuple[str, bytes | None], ...],
     e = engine()
     err = refusal(e.receive, ReceivedMessage(B, 12, 0, None, None, headers))
     assert err.reason is Reason.UNDECODABLE_METADATA
-    assert err.detail == (f"{at(B, 12)}: {diagnosis}. Find and fix the producer that stamped "
-                          "the header; no restart passes the record (docs/runbooks.md, "
-                          "UNDECODABLE_METADATA)")
+    assert err.detail == (f"{B}@12: {diagnosis} ({at(B, 12)}). Find and fix the producer "
+                          "that stamped the header; no restart passes the record "
+                          "(docs/runbooks.md, UNDECODABLE_METADATA)")
+    assert_seed_shape(Reason.UNDECODABLE_METADATA, err.detail)
 
 
 def test_budget_at_receipt_is_checked_before_decoding() -> None:
@@ -261,9 +270,10 @@ def test_budget_at_receipt_is_checked_before_decoding() -> None:
     junk = b"\x09" * 31  # undecodable, but too long first
     err = refusal(e.receive, ReceivedMessage(A, 3, 0, None, None, (("parsley.causes", junk),)))
     assert err.reason is Reason.METADATA_BUDGET_EXCEEDED
-    assert err.detail.startswith(f"{at(A, 3)} carries 31 bytes of causal metadata; the "
-                                 "configured budget is 30 bytes. ")
+    assert err.detail.startswith(f"{A}@3 carries 31 bytes of causal metadata; the "
+                                 f"configured budget is 30 bytes ({at(A, 3)}). ")
     assert err.detail.endswith("(docs/runbooks.md, METADATA_BUDGET_EXCEEDED)")
+    assert_seed_shape(Reason.METADATA_BUDGET_EXCEEDED, err.detail)
 
 
 def test_budget_at_merge_and_emission() -> None:
@@ -275,6 +285,7 @@ def test_budget_at_merge_and_emission() -> None:
     assert err.reason is Reason.METADATA_BUDGET_EXCEEDED
     assert err.detail.startswith("the causal frontier reached 54 bytes (2 channels); the "
                                  "configured budget is 53 bytes.")
+    assert_seed_shape(Reason.METADATA_BUDGET_EXCEEDED, err.detail)
 
 
 def test_budget_at_emission() -> None:
@@ -286,6 +297,7 @@ def test_budget_at_emission() -> None:
     assert err.reason is Reason.METADATA_BUDGET_EXCEEDED
     assert err.detail.startswith("expressing the causal frontier needs 54 bytes (2 channels); "
                                  "the configured budget is 40 bytes")
+    assert_seed_shape(Reason.METADATA_BUDGET_EXCEEDED, err.detail)
 
 
 def test_budget_emission_after_restore_with_smaller_budget() -> None:
@@ -420,7 +432,9 @@ def test_a_held_head_absent_from_the_store_is_refused() -> None:
     err = refusal(e2.deliver_next)
     assert err.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
     assert err.detail.startswith(
-        f"held message at {at(B, 1)} is in the hold-back buffer but absent from the store. ")
+        f"held message at {B}@1 is in the hold-back buffer but absent from the store "
+        f"({at(B, 1)}). ")
+    assert_seed_shape(Reason.UNKNOWN_ORDERING_STATE_FORMAT, err.detail)
 
 
 def test_a_held_head_corrupted_in_the_store_is_refused_with_the_codecs_diagnosis() -> None:
@@ -467,8 +481,9 @@ def test_restore_refuses_held_on_a_channel_no_longer_received() -> None:
     with pytest.raises(ParsleyFailClosedError) as info:
         ProcessEngine(InMemoryOrderingStore(store.items()), received=[A, C])
     assert info.value.reason is Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES
-    assert info.value.detail.startswith(f"held message at {at(B, 4)} but the channel is no "
-                                        "longer in the declared received-channel set. ")
+    assert info.value.detail.startswith(f"held message at {B}@4 but the channel is no longer "
+                                        f"in the declared received-channel set ({at(B, 4)}). ")
+    assert_seed_shape(Reason.CHANNEL_REMOVED_WITH_HELD_MESSAGES, info.value.detail)
 
 
 def test_restore_refuses_unknown_state_format() -> None:
@@ -494,7 +509,9 @@ def test_restore_refuses_a_held_message_above_its_channels_coverage() -> None:
         ProcessEngine(store, received=[A])
     assert info.value.reason is Reason.UNKNOWN_ORDERING_STATE_FORMAT
     assert info.value.detail.startswith(
+        "held messages restored out of position order: "
         f"held message at {A}@10 above its channel's coverage (fedUpTo=5); "), info.value.detail
+    assert_seed_shape(Reason.UNKNOWN_ORDERING_STATE_FORMAT, info.value.detail)
 
 
 def test_restored_holds_from_real_deltas_sit_within_coverage() -> None:

@@ -1,9 +1,11 @@
-"""Cross-partition causes and how refusal details name channels (docs/failing-closed.md).
+"""Cross-partition causes, and how refusal details name channels (docs/failing-closed.md).
 
 A cause on a partition of a received topic that another task reads can never be
 enforced by this task. Under ``CrossPartition.REFUSE`` it is ``CROSS_PARTITION_CAUSE``
 naming both channels, the key and the remedy; under ``CrossPartition.WARN`` it is
 carried unenforced, warned once per pair of partitions and counted in the diagnosis.
+Every other refusal the engine raises opens with its reason's runbook shape
+(``tests/seed_shapes.py``), then names the channel as the Kafka tools need it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from parsley.engine.feed import FeedOutcome
 from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import encode_causes
+from tests.seed_shapes import assert_seed_shape
 
 pytestmark = pytest.mark.usefixtures("engine_impl")
 
@@ -174,13 +177,18 @@ def _engine_refusals() -> dict[str, ParsleyFailClosedError]:
     return out
 
 
-def test_every_engine_refusal_names_channels_as_kafka_tools_do_and_its_runbook() -> None:
+def test_every_engine_refusal_opens_with_its_seed_shape_then_names_kafka_coordinates() -> None:
     refusals = _engine_refusals()
     assert len(refusals) == 9
     for label, refusal in refusals.items():
         detail = refusal.detail
-        assert not BARE_UUID.search(detail), f"{label}: a bare UUID in {detail!r}"
         assert "docs/runbooks.md" in detail, f"{label}: no runbook section in {detail!r}"
+        if refusal.reason is Reason.CROSS_PARTITION_CAUSE:  # ours alone: no seed shape
+            assert not BARE_UUID.search(detail), f"{label}: a bare UUID in {detail!r}"
+        else:
+            assert_seed_shape(refusal.reason, detail)
+            assert BARE_UUID.search(detail), f"{label}: the seed's <channel> in {detail!r}"
         if label != "budget at receipt":
             assert "topic '" in detail and " partition " in detail, f"{label}: {detail!r}"
-        assert "(topic id " in detail or "topic id " in detail, f"{label}: {detail!r}"
+        assert "topic id " in detail, f"{label}: {detail!r}"
+        assert re.search(r"topic id [A-Za-z0-9_-]{22}\b", detail), f"{label}: {detail!r}"

@@ -15,7 +15,6 @@ from parsley.engine.channel import (
     FED_TO_END,
     ChannelId,
     ReceivedMessage,
-    describe_channel,
     kafka_topic_id,
 )
 from parsley.engine.engine import ProcessEngine, TopicVerdict
@@ -23,6 +22,7 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.status import Blocker, HeldChannel, TaskDiagnosis
 from parsley.wire import encode_causes, encoded_size
+from tests.seed_shapes import assert_seed_shape
 
 pytestmark = pytest.mark.usefixtures("engine_impl")
 
@@ -79,8 +79,10 @@ def test_bind_names_refuses_a_changed_identity_and_binds_nothing() -> None:
         e2.bind_names({"c": TC, "a": TB})
     assert info.value.reason is Reason.CHANNEL_IDENTITY_CHANGED
     assert info.value.detail.startswith(
-        f"topic 'a' now resolves to topic id {kafka_topic_id(TB)} but this process's state "
-        f"was built against a previous incarnation (topic id {kafka_topic_id(TA)})")
+        f"topic 'a' now resolves to {B} but this process's state was built against a "
+        f"previous incarnation (topic id {kafka_topic_id(TB)} now, topic id "
+        f"{kafka_topic_id(TA)} then)")
+    assert_seed_shape(Reason.CHANNEL_IDENTITY_CHANGED, info.value.detail)
     assert "c" not in e2.names(), "a refused binding call binds nothing"
 
 
@@ -100,8 +102,10 @@ def test_recreated_received_topic_refuses() -> None:
         e.apply_identity({TB: TopicVerdict.RECREATED})
     assert info.value.reason is Reason.CHANNEL_IDENTITY_CHANGED
     assert info.value.detail.startswith(
-        f"the topic of received channel {describe_channel(B, {})} was deleted and "
-        "recreated under the same name while this process ran")
+        f"the topic of received channel {B} was deleted and recreated under the same name "
+        f"while this process ran (topic id {kafka_topic_id(TB)} partition 0, a topic whose "
+        "name this task does not know); ")
+    assert_seed_shape(Reason.CHANNEL_IDENTITY_CHANGED, info.value.detail)
 
 
 def test_deleted_received_topic_with_held_messages_refuses() -> None:
@@ -112,9 +116,11 @@ def test_deleted_received_topic_with_held_messages_refuses() -> None:
         e.apply_identity({TB: TopicVerdict.DELETED})
     assert info.value.reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES
     assert info.value.detail.startswith(
-        f"2 received message(s) from {describe_channel(B, {})} remain undelivered but "
-        "the channel's topic no longer exists; their place in causal order can no longer be "
-        "preserved.")
+        f"2 received message(s) from {B} remain undelivered but the channel's topic no "
+        "longer exists; their place in causal order can no longer be preserved. The channel "
+        f"was topic id {kafka_topic_id(TB)} partition 0, a topic whose name this task does "
+        "not know. ")
+    assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, info.value.detail)
     assert e.covered(B) == 1, "a refused report changes nothing"
 
 

@@ -1,7 +1,7 @@
 """The handler frame (parsley/frame.py): decode, call, latch, plan, serialize.
 
-Every refusal is asserted by reason and by its whole detail (the shapes of
-docs/runbooks.md, prefixed with the process name as Java prints them).
+Every refusal is asserted by reason and by its whole detail, which opens with its
+reason's runbook shape (``tests/seed_shapes.py``) and names the process after it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from parsley.frame import (
 )
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BYTES, JSON, STRING
+from tests.seed_shapes import assert_seed_shape
 
 ORDERS: Channel[str, Any] = Channel("orders", STRING, JSON)
 AUDIT: Channel[str, Any] = Channel("audit", STRING, JSON)
@@ -59,8 +60,10 @@ class DictStores:
 
 
 def bare(refusal: ParsleyFailClosedError) -> str:
-    """The detail without the frame's common remedy, which it must end with."""
+    """The detail without the frame's common remedy, which it must end with; the detail
+    opens with its reason's runbook shape."""
     assert refusal.detail.endswith(APPLICATION_REMEDY), refusal.detail
+    assert_seed_shape(refusal.reason, refusal.detail)
     return refusal.detail.removesuffix(APPLICATION_REMEDY)
 
 
@@ -167,21 +170,22 @@ def test_undecodable_value_and_key() -> None:
     refusal = _refusal(frame, value=b"{not json")
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNDECODABLE
     assert refusal.detail.startswith(
-        "tally: orders@41 value could not be decoded by the declared serde (partition 3; "
-        "JSONDecodeError: ")
+        "orders@41 value could not be decoded by the declared serde (process 'tally'; "
+        "partition 3; JSONDecodeError: ")
+    bare(refusal)  # ends with the remedy, opens with the shape
     assert isinstance(refusal.__cause__, ValueError)
     refusal = _refusal(frame, key=b"\xff", offset=9)
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNDECODABLE
     assert refusal.detail.startswith(
-        "tally: orders@9 key could not be decoded by the declared serde (partition 3; "
-        "UnicodeDecodeError: ")
+        "orders@9 key could not be decoded by the declared serde (process 'tally'; "
+        "partition 3; UnicodeDecodeError: ")
 
 
 def test_none_effects_are_refused() -> None:
     refusal = _refusal(_frame(lambda d, s: None))
     assert refusal.reason is Reason.HANDLER_RETURNED_NULL_EFFECTS
-    assert bare(refusal) == ("tally: handler for orders returned null effects; "
-                             "return Effects.none() for a step that changes nothing")
+    assert bare(refusal) == ("handler for orders returned null effects; return "
+                             "Effects.none() for a step that changes nothing (process 'tally')")
 
 
 def test_emission_to_an_undeclared_channel() -> None:
@@ -195,12 +199,13 @@ def test_write_to_an_undeclared_store_and_to_a_look_alike() -> None:
     other = Store("other", STRING, JSON)
     refusal = _refusal(_frame(lambda d, s: Effects.builder().put(other, "k", 1).build()))
     assert refusal.reason is Reason.STATE_ACCESS_TO_UNDECLARED_STORE
-    assert bare(refusal) == "tally: state write targets a store not declared by stores(...): other"
+    assert bare(refusal) == ("write targets a store not declared by stores(...): other "
+                             "(process 'tally')")
     look_alike = Store("counts", STRING, BYTES)
     refusal = _refusal(_frame(lambda d, s: Effects.builder().delete(look_alike, "k").build()))
     assert refusal.reason is Reason.STATE_ACCESS_TO_UNDECLARED_STORE
-    assert bare(refusal) == ("tally: state write targets a store not declared by stores(...): "
-                             "counts (a Store instance other than the declared one)")
+    assert bare(refusal) == ("write targets a store not declared by stores(...): counts (a "
+                             "Store instance other than the declared one) (process 'tally')")
 
 
 def test_equal_store_instance_is_the_declared_store() -> None:
@@ -213,19 +218,22 @@ def test_equal_store_instance_is_the_declared_store() -> None:
 def test_unserializable_payloads() -> None:
     refusal = _refusal(_frame(lambda d, s: Effects.builder().send(AUDIT, "k", object()).build()))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert bare(refusal) == ("tally: audit payload could not be serialized by the declared serde "
-                             "(value; TypeError: Type is not JSON serializable: object)")
+    assert bare(refusal) == ("audit payload could not be serialized by the declared serde "
+                             "(process 'tally'; value; TypeError: Type is not JSON "
+                             "serializable: object)")
     refusal = _refusal(_frame(lambda d, s: Effects.builder().send(AUDIT, 5, 1).build()))
-    assert bare(refusal) == ("tally: audit payload could not be serialized by the declared serde "
-                             "(key; TypeError: STRING serializes str, got int)")
+    assert bare(refusal) == ("audit payload could not be serialized by the declared serde "
+                             "(process 'tally'; key; TypeError: STRING serializes str, got "
+                             "int)")
     refusal = _refusal(_frame(lambda d, s: Effects.builder().put(COUNTS, "k", {1j}).build()))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert refusal.detail.startswith("tally: counts payload could not be serialized by the "
-                                     "declared serde (state write value; ")
+    assert refusal.detail.startswith("counts payload could not be serialized by the declared "
+                                     "serde (process 'tally'; state write value; ")
+    bare(refusal)
     refusal = _refusal(_frame(lambda d, s: Effects.builder().put(COUNTS, None, 1).build()))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert bare(refusal) == ("tally: counts state write key serialized to null; the declared key "
-                             "serde could not encode it")
+    assert bare(refusal) == ("counts state write key serialized to null; the declared key "
+                             "serde could not encode it (process 'tally')")
 
 
 class _StrSerializer:
@@ -244,8 +252,9 @@ def test_a_serializer_that_returns_non_bytes_is_unserializable() -> None:
                                                    .send(bad, "k", 1).build()).sends(bad),
                          0, DictStores())
     refusal = _refusal(frame)
-    assert bare(refusal) == ("tally: audit payload could not be serialized by the declared serde "
-                             "(key; TypeError: serializer returned str, not bytes)")
+    assert bare(refusal) == ("audit payload could not be serialized by the declared serde "
+                             "(process 'tally'; key; TypeError: serializer returned str, not "
+                             "bytes)")
 
 
 def test_reserved_header_from_the_builder_is_a_refusal_not_a_handler_failure() -> None:
@@ -255,6 +264,7 @@ def test_reserved_header_from_the_builder_is_a_refusal_not_a_handler_failure() -
     refusal = _refusal(_frame(handler))
     assert refusal.reason is Reason.RESERVED_HEADER_USED
     assert refusal.detail == "serializer for audit wrote reserved header 'parsley.causes'"
+    assert_seed_shape(Reason.RESERVED_HEADER_USED, refusal.detail)
 
 
 def test_reserved_header_refusal_caught_by_the_application_is_latched() -> None:
@@ -336,7 +346,8 @@ def test_headers_written_by_a_serializer_are_checked(header: str, refused: bool)
         return
     refusal = _refusal(frame)
     assert refusal.reason is Reason.RESERVED_HEADER_USED
-    assert bare(refusal) == "tally: serializer for audit wrote reserved header 'parsley.schema'"
+    assert bare(refusal) == ("serializer for audit wrote reserved header 'parsley.schema' "
+                             "(process 'tally')")
 
 
 # --- state reads and the latch -------------------------------------------------------------
@@ -358,17 +369,17 @@ def _swallowing(read: Callable[[State], Any]) -> HandlerFn:
     [
         (lambda s: s.get(Store("other", STRING, JSON), "k"), None,
          Reason.STATE_ACCESS_TO_UNDECLARED_STORE,
-         "tally: state read targets a store not declared by stores(...): other"),
+         "read targets a store not declared by stores(...): other (process 'tally')"),
         (lambda s: s.get(Store("counts", BYTES, JSON), b"k"), None,
          Reason.STATE_ACCESS_TO_UNDECLARED_STORE,
-         "tally: state read targets a store not declared by stores(...): counts "
-         "(a Store instance other than the declared one)"),
+         "read targets a store not declared by stores(...): counts (a Store instance other "
+         "than the declared one) (process 'tally')"),
         (lambda s: s.get(COUNTS, "k"), b"{oops", Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-         "tally: counts stored value could not be decoded by the declared serde "
-         "(JSONDecodeError: "),
+         "counts stored value could not be decoded by the declared serde (process 'tally'; "
+         "JSONDecodeError: "),
         (lambda s: s.get(COUNTS, 12), None, Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE,
-         "tally: counts state read key could not be serialized by the declared serde "
-         "(TypeError: STRING serializes str, got int)"),
+         "counts state read key could not be serialized by the declared serde (process "
+         "'tally'; TypeError: STRING serializes str, got int)"),
     ],
 )
 def test_a_swallowed_state_refusal_is_latched(read: Callable[[State], Any], stored: bytes | None,
@@ -379,6 +390,7 @@ def test_a_swallowed_state_refusal_is_latched(read: Callable[[State], Any], stor
     refusal = _refusal(_frame(_swallowing(read), stores))
     assert refusal.reason is reason, "the caught refusal must still stop the step"
     assert refusal.detail.startswith(detail), refusal.detail
+    assert_seed_shape(reason, refusal.detail)
     if detail.endswith(": "):
         return  # a prefix: the decoder's own message follows
     assert bare(refusal) == detail
@@ -396,8 +408,8 @@ def test_a_read_key_serialized_to_null_is_latched() -> None:
     store = Store("counts", _NullKey(), JSON)
     refusal = _refusal(_frame(_swallowing(lambda s: s.get(store, "k")), declared=(store,)))
     assert refusal.reason is Reason.APPLICATION_PAYLOAD_UNSERIALIZABLE
-    assert bare(refusal) == ("tally: counts state read key serialized to null; the declared key "
-                             "serde could not encode it")
+    assert bare(refusal) == ("counts state read key could not be serialized by the declared "
+                             "serde (process 'tally'; it serialized to null)")
 
 
 def test_a_latched_refusal_beats_the_handlers_own_exception() -> None:

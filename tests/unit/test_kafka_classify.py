@@ -144,9 +144,11 @@ def test_offset_reset_refusal_detail_names_the_gap() -> None:
     assert isinstance(exc, ParsleyFailClosedError)
     assert exc.reason is Reason.POSITIONS_DISCARDED_UNREAD
     assert "orders-2" in exc.detail and "3..6" in exc.detail and "app-p" in exc.detail
-    transient = offset_reset_refusal("orders", 2, None, 7, 12)
-    assert isinstance(transient, SubstrateError)
-    assert transient.kind is ErrorKind.SUBSTRATE_TRANSIENT
+    missing = offset_reset_refusal("orders", 2, None, 7, 12)
+    assert isinstance(missing, SubstrateError)
+    # Only a restart's bootstrap pre-commits a missing position: never recovered in place.
+    assert missing.kind is ErrorKind.RESTART_REQUIRED
+    assert stop_kind(missing) is StopKind.SUBSTRATE
 
 
 # -- delivery ledger --------------------------------------------------------------
@@ -255,7 +257,11 @@ def test_producer_config_owned_settings() -> None:
 def test_restore_consumer_config() -> None:
     r = restore_consumer_config(BS, "pre", "proc", 0)
     assert r["isolation.level"] == "read_committed"
-    assert r["group.id"] != "pre-proc", "the restore consumer must not use the process's group"
+    # It never joins or commits (assign-only, no auto commit); librdkafka asks for its
+    # group's coordinator all the same, which ACLs allow on the process's own group only
+    # (docs/operations.md, "ACLs").
+    assert r["group.id"] == "pre-proc"
+    assert "group.instance.id" not in r and r["client.id"] == "pre-proc-task-000.restore"
     assert r["enable.auto.commit"] is False
     # A bounded prefetch (the worker keeps this consumer for its life), refilled at once.
     assert r["queued.max.messages.kbytes"] == 16_384 and r["fetch.queue.backoff.ms"] == 10

@@ -15,6 +15,7 @@ import pytest
 from parsley.engine import state_codec as sc
 from parsley.engine.channel import FED_TO_END, ChannelId
 from parsley.refusals import ParsleyFailClosedError, Reason
+from tests.seed_shapes import assert_seed_shape
 
 # Every test runs on both codec implementations (tests/conftest.py, "codecs").
 pytestmark = pytest.mark.usefixtures("codecs")
@@ -187,6 +188,7 @@ def test_held_corruption(family: str, label: str, blob: bytes, expected: str) ->
         with pytest.raises(ParsleyFailClosedError) as caught:
             parse(blob)
         assert refused(caught) == expected, f"{family}/{label} via {parse.__name__}"
+        assert_seed_shape(Reason.UNKNOWN_ORDERING_STATE_FORMAT, caught.value.detail)
 
 
 def test_every_truncation_and_byte_flip_fails_closed() -> None:
@@ -269,6 +271,7 @@ CORRUPT_ROW = (
     "which no channel can assign; receipt refuses negative positions, so this row is corrupt "
     "ordering state. Reset the process's state and group offsets deliberately to proceed."
 )
+OUT_OF_ORDER = "held messages restored out of position order: "
 HELD_UNFED = (
     "every held message is fed before it is held, so this row is corrupt ordering state. "
     "Reset the process's state and group offsets deliberately to proceed."
@@ -345,15 +348,17 @@ IMAGE_CORRUPTIONS: list[tuple[str, str, list[tuple[bytes, bytes]], str]] = [
     ("restore", "coverage -1", _with(sc.fed_key(CH0), sc.encode_long(-1)),
      f"restored coverage names position -1 on {CH0}, {CORRUPT_ROW}"),
     ("restore", "held above its channel's coverage", _with(sc.held_key(A, 14), EXAMPLE_2),
-     f"held message at {A}@14 above its channel's coverage (fedUpTo=13); {HELD_UNFED}"),
+     f"{OUT_OF_ORDER}held message at {A}@14 above its channel's coverage (fedUpTo=13); "
+     f"{HELD_UNFED}"),
     ("restore", "held far above a low coverage",
      [(b"v", b"\x01"), (sc.fed_key(A), sc.encode_long(5)), (sc.held_key(A, 10), EXAMPLE_2)],
-     f"held message at {A}@10 above its channel's coverage (fedUpTo=5); {HELD_UNFED}"),
+     f"{OUT_OF_ORDER}held message at {A}@10 above its channel's coverage (fedUpTo=5); "
+     f"{HELD_UNFED}"),
     ("restore", "held on a channel with no coverage row",
      _with(sc.held_key(B, 2), EXAMPLE_2, drop=sc.fed_key(B)),
-     f"held message at {B}@2 on a channel with no coverage row; {HELD_UNFED}"),
+     f"{OUT_OF_ORDER}held message at {B}@2 on a channel with no coverage row; {HELD_UNFED}"),
     ("restore", "held on a fed-to-end channel", _with(sc.held_key(D, 1), EXAMPLE_2),
-     f"held message at {D}@1 on a channel recorded as no longer existing "
+     f"{OUT_OF_ORDER}held message at {D}@1 on a channel recorded as no longer existing "
      f"(fedUpTo={FED_TO_END}); a channel is fed to its end only with nothing held, so "
      "this row is corrupt ordering state. Reset the process's state and group offsets "
      "deliberately to proceed."),
@@ -379,6 +384,7 @@ def test_load_image_corruption(
     with pytest.raises(ParsleyFailClosedError) as caught:
         sc.load_image(items)
     assert refused(caught) == expected, f"{family}/{label}"
+    assert_seed_shape(Reason.UNKNOWN_ORDERING_STATE_FORMAT, caught.value.detail)
 
 
 def test_fed_rows_keep_the_sentinel_and_allow_any_position() -> None:

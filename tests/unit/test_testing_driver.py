@@ -28,6 +28,7 @@ from parsley.frame import APPLICATION_REMEDY
 from parsley.serdes import JSON, STRING
 from parsley.status import Blocker
 from parsley.testing import HandlerFailure, ParsleyTestDriver, murmur2, partition_for
+from tests.seed_shapes import assert_seed_shape
 
 IN = Channel("in", STRING, JSON)
 DERIVED = Channel("derived", STRING, JSON)
@@ -150,11 +151,12 @@ def test_an_undecodable_causes_header_is_refused_with_the_engines_reason_and_det
         driver.pipe("derived", {"from": 0}, key="k", headers=[("parsley.causes", b"\x01")])
     refusal = info.value
     assert refusal.reason is Reason.UNDECODABLE_METADATA
-    topic_id = kafka_topic_id(driver.topic_id("derived"))
+    topic_id = driver.topic_id("derived")
     assert refusal.detail == (
-        f"topic 'derived' partition 0 offset 0 (topic id {topic_id}): truncated causes header. "
-        "Find and fix the producer that stamped the header; no restart passes the record "
-        "(docs/runbooks.md, UNDECODABLE_METADATA)")
+        f"{topic_id}-0@0: truncated causes header (topic 'derived' partition 0 offset 0, "
+        f"topic id {kafka_topic_id(topic_id)}). Find and fix the producer that stamped the "
+        "header; no restart passes the record (docs/runbooks.md, UNDECODABLE_METADATA)")
+    assert_seed_shape(Reason.UNDECODABLE_METADATA, refusal.detail)
     assert driver.stopped("sink") is refusal
     assert driver.stopped("relay") is None
     # the stopped process takes nothing more; the others run on
@@ -344,7 +346,8 @@ def test_bytes_no_serde_decodes_are_refused_as_the_frame_refuses_them() -> None:
         driver.pipe_bytes("in", b"{not json", b"k")
     assert info.value.reason is Reason.APPLICATION_PAYLOAD_UNDECODABLE
     assert info.value.detail.startswith(
-        "relay: in@0 value could not be decoded by the declared serde (partition 0; ")
+        "in@0 value could not be decoded by the declared serde (process 'relay'; partition 0; ")
+    assert_seed_shape(Reason.APPLICATION_PAYLOAD_UNDECODABLE, info.value.detail)
     assert info.value.detail.endswith(APPLICATION_REMEDY)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from parsley.engine.engine import TopicVerdict
+from tests.seed_shapes import assert_seed_shape
 from workers.identity import Answer, Backoff, judge
 
 S, U, E, D = Answer.SAME, Answer.UNKNOWN, Answer.ELSEWHERE, Answer.DENIED
@@ -76,12 +77,17 @@ def test_a_deleted_topic_read_past_its_coverage_is_refused_with_the_offsets() ->
                                 coverage.get)
     assert refusal is not None
     assert refusal.reason is Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES
-    assert (f"up to 2 received message(s) from topic 'b' partition 0 (topic id "
-            f"{kafka_topic_id(b.topic_id)}) (offsets 5 to 6)") in refusal.detail
+    assert refusal.detail.startswith(
+        f"2 received message(s) from {b} remain undelivered but the channel's topic no longer "
+        "exists; their place in causal order can no longer be preserved. At most that many: "
+        f"offsets 5 to 6 of topic 'b' partition 0, topic id {kafka_topic_id(b.topic_id)} "
+        "were read but their read was never committed"), refusal.detail
+    assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, refusal.detail)
     assert "docs/runbooks.md" in refusal.detail
     # Nothing ever covered on b: every offset read from the start is lost.
-    assert "up to 7 " in unread_on_deleted(deleted, channels, {("b", 0): 7},
-                                           {a: 9}.get).detail  # type: ignore[union-attr]
+    whole = unread_on_deleted(deleted, channels, {("b", 0): 7}, {a: 9}.get)
+    assert whole is not None
+    assert whole.detail.startswith(f"7 received message(s) from {b} remain undelivered")
 
 
 def test_a_deleted_topic_covered_to_what_was_read_or_alive_or_unread_is_not_refused() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from coordinator.bootstrap.common import BOOTSTRAP_METADATA as COORDINATOR_BOOTSTRAP_METADATA
 from parsley.engine.channel import FED_TO_END
 from parsley.refusals import Reason
+from tests.seed_shapes import assert_seed_shape
 from workers.offsets import positions_past_markers
 from workers.positions import (
     BOOTSTRAP_METADATA,
@@ -73,5 +74,10 @@ def test_members_other_than_the_tasks_are_foreign_and_named() -> None:
     assert foreign_members([task, console, other], own) == [console, other]
     refusal = foreign_member_refusal([console], "shop-relay", 2.5)
     assert refusal.reason is Reason.SUBSTRATE_MISCONFIGURED
+    assert refusal.detail.startswith(
+        "the group join has been refused as a protocol conflict for longer than 2.5 s, so a "
+        "member speaking another group protocol persists in this group: group 'shop-relay' "
+        "holds a member that is not one of this process's tasks: "), refusal.detail
+    assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, refusal.detail)
     assert "client id console-consumer-1 on host 10.0.0.9" in refusal.detail
     assert "kafka-consumer-groups --describe --group shop-relay --members" in refusal.detail

@@ -33,7 +33,7 @@ def describe_exit(exitcode: int | None) -> str:
 
 SUCCESSOR_FENCED: Final = "fenced by a live successor:"
 """How a worker's ``failure_detail`` begins when a live successor holds its task's
-``group.instance.id`` (KIP-345; ``workers.verdicts._successor_stop``)."""
+``group.instance.id`` (KIP-345; ``workers.verdicts.successor_stop``)."""
 
 
 def fenced_by_successor(kind: StopKind, detail: str | None) -> bool:

@@ -10,6 +10,8 @@ import logging
 import signal
 from typing import Final
 
+import psutil  # type: ignore[import-untyped]
+
 from coordinator.bootstrap import StartError
 from coordinator.runtime.supervisor.exits import classify_exit, describe_exit, fenced_by_successor
 from coordinator.runtime.supervisor.state import Run, SupervisorBase, Task
@@ -21,6 +23,9 @@ __all__ = ["BACKOFF_CAP_S", "RestartPolicy", "Restarts"]
 log = logging.getLogger("parsley.coordinator.supervisor")
 
 
+UNKILLABLE_AFTER_S: Final = 10.0
+"""How long a stale worker may outlive the coordinator's SIGKILL before it is reported as
+unkillable and its process stopped, s."""
 BACKOFF_CAP_S: Final = 30.0
 """The longest restart delay, s."""
 
@@ -81,12 +86,44 @@ class Restarts(SupervisorBase):
                                   "reported state %s): killing it (SIGKILL)",
                                   run.plan.application_id, t.index, t.pid, silent,
                                   t.last_state or "none")
-                        self._signal(t, signal.SIGKILL)
+                        if self._signal(t, signal.SIGKILL):
+                            t.killed_at = now
+                    elif t.killed_at is not None and not t.unkillable \
+                            and now - t.killed_at >= UNKILLABLE_AFTER_S:
+                        self._unkillable(run, t, now)
                 if run.substrate_attempts and healthy == len(run.indexes()):
                     log.info("%s: every task RUNNING and reporting for %g s: the process's "
                              "restart budget (%d used) and backoff start again",
                              run.plan.application_id, self._reset_after_s, run.substrate_attempts)
                     run.substrate_attempts = 0
+
+    def _unkillable(self, run: Run, t: Task, now: float) -> None:
+        """A stale worker still alive :data:`UNKILLABLE_AFTER_S` after its SIGKILL (asleep
+        in the kernel, uninterruptible): report it and stop its process; never respawn its
+        task while it lives (no second worker may run for a task). Holds the lock."""
+        t.unkillable = True
+        state = "unknown"
+        if t.handle is not None:
+            try:
+                state = str(t.handle.status())
+            except psutil.Error:
+                state = "gone"
+        assert t.stale is not None and t.killed_at is not None
+        detail = (f"task {t.index} of '{run.plan.name}' (pid {t.pid}) sent no report for "
+                  f"{t.stale[0]:.1f} s and is still alive {now - t.killed_at:.1f} s after the "
+                  f"coordinator's SIGKILL (process state {state}"
+                  + (": uninterruptible sleep in the kernel, e.g. on a hung disk or network "
+                     "file system" if state == psutil.STATUS_DISK_SLEEP else "")
+                  + "); its task is not respawned while it lives, since no second worker may "
+                  "run for a task: find what it waits on (cat /proc/<pid>/stack), end it, "
+                  "then start the process again (docs/operations.md, \"Supervision\")")
+        log.error("%s: %s", run.plan.application_id, detail)
+        if run.stopped or run.closing:
+            return
+        run.stopped, run.restarting = True, False
+        run.refusal_reason, run.failure_detail = None, detail
+        self._changed.notify_all()
+        self._helper(self._stop_siblings, run)
 
     def _stale_detail(self, run: Run, t: Task) -> str:
         assert t.stale is not None

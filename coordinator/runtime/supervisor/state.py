@@ -62,6 +62,8 @@ class Task:
     exited_at: float | None = None
     exited: threading.Event = field(default_factory=threading.Event)
     stale: tuple[float, str | None] | None = None
+    killed_at: float | None = None  # when the stale SIGKILL was sent (monotonic s)
+    unkillable: bool = False  # still alive UNKILLABLE_AFTER_S after that SIGKILL: reported
     crash_respawns: int = 0
     malformed_logged: bool = False
     released: bool = False  # stopped because its task moved to another coordinator

@@ -6,7 +6,7 @@
 use std::cmp::Reverse;
 use std::rc::Rc;
 
-use super::host::{Fault, Host, Reason};
+use super::host::{Fault, Host, Refusal};
 use super::receipt::RESERVED_PREFIX;
 use super::state::{
     Causes, Core, Delivered, Held, SABOTAGE_EAGER_DELIVERY, SABOTAGE_IGNORE_ONE_CAUSE,
@@ -89,14 +89,11 @@ impl<P> Core<P> {
         }
         let n = self.encoding.bytes().len();
         if n > self.config.budget {
-            let detail = format!(
-                "expressing the causal frontier needs {n} bytes ({} channels); the \
-                 configured budget is {} bytes. Raise metadata_budget_bytes here and \
-                 upstream (docs/runbooks.md, METADATA_BUDGET_EXCEEDED).",
-                self.frontier.len(),
-                self.config.budget
-            );
-            return Err(Self::refused(Reason::MetadataBudgetExceeded, detail));
+            return Err(Self::refused(Refusal::EmissionOverBudget {
+                size: n,
+                channels: self.frontier.len(),
+                budget: self.config.budget,
+            }));
         }
         Ok((self.header_generation, self.encoding.bytes()))
     }
@@ -206,17 +203,11 @@ impl<P> Core<P> {
         {
             Some(blob) => blob,
             None => {
-                let detail = format!(
-                    "held message at {} is in the hold-back buffer but absent from the \
-                     store. Wipe the process's local state directory and restart \
-                     (docs/runbooks.md, UNKNOWN_ORDERING_STATE_FORMAT)",
-                    host.describe(&ch, Some(q))
-                );
-                return Err(Self::refused(Reason::UnknownOrderingStateFormat, detail));
+                return Err(Self::refused(Refusal::HeldBodyMissing { ch, position: q }));
             }
         };
         let mut held = state_codec::decode_held(blob.as_ref())
-            .map_err(|diagnosis| Self::refused(Reason::UnknownOrderingStateFormat, diagnosis))?;
+            .map_err(|diagnosis| Self::refused(Refusal::CorruptHeld { diagnosis }))?;
         held.headers
             .retain(|(k, _)| !k.starts_with(RESERVED_PREFIX));
         let payload = host.payload(&held).map_err(Fault::Host)?;

@@ -1,6 +1,6 @@
 //! The ordering engine in plain Rust (no PyO3): one task's state, receipt, decisions,
-//! delivery and changelog rows, with the rules and refusal texts of
-//! `parsley.engine.engine.ProcessEngine` (docs/model.md). The PyO3 class that drives it,
+//! delivery and changelog rows, with the rules of `parsley.engine.engine.ProcessEngine`
+//! (docs/model.md); a refusal leaves it as a `Refusal`, whose detail the host writes. The PyO3 class that drives it,
 //! with the same API as `ProcessEngine`, is `crate::py_engine`; what the core needs from
 //! its host (payloads, the store, warnings, channel rendering) is the trait in `host.rs`.
 //!
@@ -20,7 +20,7 @@ mod receipt;
 mod tests;
 
 pub use self::state::{Causes, Config, Core, Delivered, Held, Restore, RowSink};
-pub use self::host::{Fault, HeldParts, Host, Reason};
+pub use self::host::{Fault, HeldParts, Host, Reason, Refusal};
 pub use self::receipt::{
     encodable_position, header_role, CausesHeader, HeaderRole, CAUSES_HEADER, RESERVED_PREFIX,
 };

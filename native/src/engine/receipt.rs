@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use super::host::{Fault, Host, Reason};
+use super::host::{Fault, Host, Refusal};
 use super::state::{Causes, Core, Decoded, Held, SABOTAGE_IGNORE_CROSS_PARTITION};
 use crate::wire::{decode_causes, Channel, FED_TO_END};
 
@@ -71,10 +71,18 @@ impl<P> Core<P> {
         let raw = match header {
             CausesHeader::Absent => None,
             CausesHeader::Duplicate => {
-                return Err(self.undecodable(host, &ch, q, "duplicate parsley.causes headers"))
+                return Err(Self::undecodable(
+                    &ch,
+                    q,
+                    "duplicate parsley.causes headers",
+                ))
             }
             CausesHeader::Null => {
-                return Err(self.undecodable(host, &ch, q, "causes header present with null value"))
+                return Err(Self::undecodable(
+                    &ch,
+                    q,
+                    "causes header present with null value",
+                ))
             }
             CausesHeader::Value(raw) => Some(raw),
         };
@@ -83,19 +91,16 @@ impl<P> Core<P> {
         let mut entry: Option<Rc<Decoded>> = None;
         if let Some(data) = raw {
             if data.len() > self.config.budget {
-                let detail = format!(
-                    "{} carries {} bytes of causal metadata; the configured budget is \
-                     {} bytes. Raise metadata_budget_bytes here and upstream \
-                     (docs/runbooks.md, METADATA_BUDGET_EXCEEDED)",
-                    host.describe(&ch, Some(q)),
-                    data.len(),
-                    self.config.budget
-                );
-                return Err(Self::refused(Reason::MetadataBudgetExceeded, detail));
+                return Err(Self::refused(Refusal::HeaderOverBudget {
+                    ch,
+                    position: q,
+                    size: data.len(),
+                    budget: self.config.budget,
+                }));
             }
             entry = Some(match self.decoded.get(data) {
                 Some(e) => e.clone(),
-                None => self.decode(host, &ch, q, data)?,
+                None => self.decode(&ch, q, data)?,
             });
         }
         let causes: Causes = match &entry {
@@ -106,14 +111,11 @@ impl<P> Core<P> {
         // -- in-execution order
         if let Some(before) = self.fed_exec[r] {
             if q <= before {
-                let detail = format!(
-                    "fed {} after this execution was already fed offset {before} of the same \
-                     partition; the host must feed each channel in increasing position \
-                     order. Restart; if it recurs at the same offsets, keep the logs and \
-                     report it (docs/runbooks.md, OUT_OF_ORDER_FEED)",
-                    host.describe(&ch, Some(q))
-                );
-                return Err(Self::refused(Reason::OutOfOrderFeed, detail));
+                return Err(Self::refused(Refusal::FedAfterPosition {
+                    ch,
+                    position: q,
+                    fed_before: before,
+                }));
             }
         }
         self.fed_exec[r] = Some(q);
@@ -131,7 +133,7 @@ impl<P> Core<P> {
         // -- coverage: dead channel, invariant guard, replay drop
         if let Some(&fed) = self.fed.get(&ch) {
             if q <= fed {
-                return self.covered_feed(host, &ch, q, fed);
+                return self.covered_feed(&ch, q, fed);
             }
         }
 
@@ -164,16 +166,10 @@ impl<P> Core<P> {
     }
 
     /// Decode a header value not in the cache, and cache it.
-    fn decode<H: Host<Payload = P>>(
-        &mut self,
-        host: &mut H,
-        ch: &Channel,
-        q: i64,
-        data: &[u8],
-    ) -> Result<Rc<Decoded>, Fault<H::Error>> {
+    fn decode<E>(&mut self, ch: &Channel, q: i64, data: &[u8]) -> Result<Rc<Decoded>, Fault<E>> {
         let decoded = match decode_causes(data) {
             Ok(d) => d,
-            Err(diagnosis) => return Err(self.undecodable(host, ch, q, &diagnosis)),
+            Err(diagnosis) => return Err(Self::undecodable(ch, q, &diagnosis)),
         };
         if self.decoded.len() >= DECODE_CACHE_ENTRIES {
             self.decoded.clear();
@@ -194,52 +190,31 @@ impl<P> Core<P> {
 
     /// A feed at or below coverage `fed`: refused on a deleted channel or above the
     /// session floor (the host contradicts the engine), else dropped as a replay.
-    fn covered_feed<H: Host<Payload = P>>(
-        &self,
-        host: &mut H,
-        ch: &Channel,
-        q: i64,
-        fed: i64,
-    ) -> Result<bool, Fault<H::Error>> {
+    fn covered_feed<E>(&self, ch: &Channel, q: i64, fed: i64) -> Result<bool, Fault<E>> {
         if fed == FED_TO_END {
-            let detail = format!(
-                "fed {} on a channel recorded as no longer existing; the identity \
-                 verdict was wrong. Reset the process, keep the logs and report it \
-                 (docs/runbooks.md, OUT_OF_ORDER_FEED)",
-                host.describe(ch, Some(q))
-            );
-            return Err(Self::refused(Reason::OutOfOrderFeed, detail));
+            return Err(Self::refused(Refusal::FedGoneChannel {
+                ch: *ch,
+                position: q,
+            }));
         }
         let floor_at = self.floor.as_ref().and_then(|f| f.get(ch).copied());
         if floor_at.is_none() || q > floor_at.unwrap() {
-            let floor_text = floor_at.map_or_else(|| "none".to_string(), |f| f.to_string());
-            let detail = format!(
-                "fed {} which this execution's own coverage already records as fed \
-                 or never arriving (fedUpTo={fed}), above the session floor of \
-                 {floor_text}; the host's feed and the engine's record contradict \
-                 each other. A restart resumes from the committed record, and this \
-                 refusal then does not recur (docs/runbooks.md, \
-                 COVERED_POSITION_FED).",
-                host.describe(ch, Some(q))
-            );
-            return Err(Self::refused(Reason::CoveredPositionFed, detail));
+            return Err(Self::refused(Refusal::CoveredPositionFed {
+                ch: *ch,
+                position: q,
+                fed_up_to: fed,
+                floor: floor_at,
+            }));
         }
         Ok(false)
     }
 
-    pub(super) fn undecodable<H: Host<Payload = P>>(
-        &self,
-        host: &mut H,
-        ch: &Channel,
-        q: i64,
-        diagnosis: &str,
-    ) -> Fault<H::Error> {
-        let detail = format!(
-            "{}: {diagnosis}. Find and fix the producer that stamped the header; no restart \
-             passes the record (docs/runbooks.md, UNDECODABLE_METADATA)",
-            host.describe(ch, Some(q))
-        );
-        Self::refused(Reason::UndecodableMetadata, detail)
+    pub(super) fn undecodable<E>(ch: &Channel, q: i64, diagnosis: &str) -> Fault<E> {
+        Self::refused(Refusal::Undecodable {
+            ch: *ch,
+            position: q,
+            diagnosis: diagnosis.to_string(),
+        })
     }
 
     /// Warn once when the frontier's size reaches 80% of the budget.
@@ -280,16 +255,11 @@ impl<P> Core<P> {
         self.header_generation += 1;
         let size = self.encoding.size();
         if size > self.config.budget {
-            let detail = format!(
-                "the causal frontier reached {size} bytes ({} channels); the configured \
-                 budget is {} bytes. The frontier's size is the sum over its topics of 26 \
-                 bytes for the first partition and 9 for each further one, plus 2 \
-                 (docs/model.md). Raise metadata_budget_bytes here and upstream \
-                 (docs/runbooks.md, METADATA_BUDGET_EXCEEDED).",
-                self.frontier.len(),
-                self.config.budget
-            );
-            return Err(Self::refused(Reason::MetadataBudgetExceeded, detail));
+            return Err(Self::refused(Refusal::FrontierOverBudget {
+                size,
+                channels: self.frontier.len(),
+                budget: self.config.budget,
+            }));
         }
         self.check_warning(host)
     }
@@ -339,19 +309,14 @@ impl<P> Core<P> {
         let ch = self.by_rank[r];
         let key_text = host.describe_key(payload).map_err(Fault::Host)?;
         if self.config.cross_refuse {
-            let (cause, position) = foreign[0];
-            let detail = format!(
-                "the record at {} ({key_text}) names a cause at {}, a partition another task \
-                 of this process reads, so no task can hold the record until its cause is \
-                 delivered. Usually a keying or partitioner mistake upstream: produce the \
-                 input keyed, with the murmur2_random partitioner (Java's default), and reset \
-                 the process past the record; if an upstream stage deliberately fans in \
-                 partitions, cross_partition_causes = \"warn\" carries such causes \
-                 unenforced (docs/runbooks.md, CROSS_PARTITION_CAUSE)",
-                host.describe(&ch, Some(q)),
-                host.describe(&cause, Some(position))
-            );
-            return Err(Self::refused(Reason::CrossPartitionCause, detail));
+            let (cause, cause_at) = foreign[0];
+            return Err(Self::refused(Refusal::CrossPartitionCause {
+                ch,
+                position: q,
+                key: key_text,
+                cause,
+                cause_at,
+            }));
         }
         self.cross_count += 1;
         for &(cause, position) in foreign {

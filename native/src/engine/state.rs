@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use super::frontier::FrontierEncoding;
 use super::fx::{FxMap, FxSet};
-use super::host::{Fault, Host, Reason};
+use super::host::{Fault, Host, Refusal};
 use super::ordered::{OrderedMap, OrderedSet};
 use crate::state_codec::{self, VERSION_KEY, VERSION_VALUE};
 use crate::wire::{Channel, TopicId};
@@ -463,8 +463,8 @@ impl<P> Core<P> {
 
     // ------------------------------------------------------------------ shared steps
 
-    pub(super) fn refused<E>(reason: Reason, detail: String) -> Fault<E> {
-        Fault::Refused { reason, detail }
+    pub(super) fn refused<E>(refusal: Refusal) -> Fault<E> {
+        Fault::Refused(refusal)
     }
 
     #[inline]

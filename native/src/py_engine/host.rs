@@ -1,6 +1,7 @@
 //! The Python side of `EngineCore`: the payloads and Python objects it keeps, and
 //! `PyHost`, the engine core's host (the ordering store, the warning callback,
-//! `describe_channel` for details), with the mapping of core faults to exceptions.
+//! `describe_channel` for warnings), with the mapping of core faults to exceptions (a
+//! refusal's detail written by `parsley.engine.details`).
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
@@ -9,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use super::convert::{bytes_of, channel_of, optional_bytes};
 use crate::engine::fx::FxMap;
-use crate::engine::{Core, Fault, HeldParts, Host};
+use crate::engine::{Core, Fault, HeldParts, Host, Refusal};
 use crate::state_codec::HeldRef;
 use crate::wire::Channel;
 
@@ -29,6 +30,7 @@ pub(super) struct Refs {
     pub(super) error: PyObject,
     pub(super) reason: PyObject,
     pub(super) describe_channel: PyObject,
+    pub(super) details: PyObject,
     pub(super) describe_key: PyObject,
     pub(super) cached_channel: PyObject,
     pub(super) deliverable: PyObject,
@@ -78,23 +80,113 @@ impl PyState {
     }
 
     /// The Python exception of a core fault.
-    pub(super) fn error(&self, py: Python<'_>, fault: Fault<PyErr>) -> PyErr {
+    pub(super) fn error(&mut self, py: Python<'_>, fault: Fault<PyErr>) -> PyErr {
         match fault {
             Fault::Host(err) => err,
             Fault::Misuse(text) => PyRuntimeError::new_err(text),
-            Fault::Refused { reason, detail } => {
-                let refs = self.refs();
-                let made = refs
-                    .reason
-                    .bind(py)
-                    .getattr(reason.name())
-                    .and_then(|r| refs.error.bind(py).call1((r, detail)));
+            Fault::Refused(refusal) => {
+                let made = self.detail(py, &refusal).and_then(|detail| {
+                    let refs = self.refs();
+                    let reason = refs.reason.bind(py).getattr(refusal.reason().name())?;
+                    refs.error.bind(py).call1((reason, detail))
+                });
                 match made {
                     Ok(err) => PyErr::from_value(err),
                     Err(err) => err,
                 }
             }
         }
+    }
+
+    /// A refusal's detail, written by the function of `parsley.engine.details` its
+    /// variant names (the one text both engines give).
+    fn detail(&mut self, py: Python<'_>, refusal: &Refusal) -> PyResult<String> {
+        let names = match &self.labels {
+            Some(l) => l.clone_ref(py),
+            None => PyDict::new(py).into_any().unbind(),
+        };
+        let details = self.refs().details.clone_ref(py);
+        let details = details.bind(py);
+        let text = match refusal {
+            Refusal::Undecodable {
+                ch,
+                position,
+                diagnosis,
+            } => {
+                let ch = self.py_channel(py, ch)?;
+                let args = (ch, names, *position, diagnosis.as_str());
+                details.call_method1(intern!(py, "undecodable"), args)?
+            }
+            Refusal::HeaderOverBudget {
+                ch,
+                position,
+                size,
+                budget,
+            } => {
+                let ch = self.py_channel(py, ch)?;
+                let args = (ch, names, *position, *size, *budget);
+                details.call_method1(intern!(py, "header_over_budget"), args)?
+            }
+            Refusal::FrontierOverBudget {
+                size,
+                channels,
+                budget,
+            } => {
+                let args = (*size, *channels, *budget);
+                details.call_method1(intern!(py, "frontier_over_budget"), args)?
+            }
+            Refusal::EmissionOverBudget {
+                size,
+                channels,
+                budget,
+            } => {
+                let args = (*size, *channels, *budget);
+                details.call_method1(intern!(py, "emission_over_budget"), args)?
+            }
+            Refusal::FedAfterPosition {
+                ch,
+                position,
+                fed_before,
+            } => {
+                let ch = self.py_channel(py, ch)?;
+                let args = (ch, names, *position, *fed_before);
+                details.call_method1(intern!(py, "fed_after_position"), args)?
+            }
+            Refusal::FedGoneChannel { ch, position } => {
+                let ch = self.py_channel(py, ch)?;
+                let args = (ch, names, *position);
+                details.call_method1(intern!(py, "fed_gone_channel"), args)?
+            }
+            Refusal::CoveredPositionFed {
+                ch,
+                position,
+                fed_up_to,
+                floor,
+            } => {
+                let ch = self.py_channel(py, ch)?;
+                let args = (ch, names, *position, *fed_up_to, *floor);
+                details.call_method1(intern!(py, "covered_position_fed"), args)?
+            }
+            Refusal::CrossPartitionCause {
+                ch,
+                position,
+                key,
+                cause,
+                cause_at,
+            } => {
+                let ch = self.py_channel(py, ch)?;
+                let cause = self.py_channel(py, cause)?;
+                let args = (ch, names, *position, key.as_str(), cause, *cause_at);
+                details.call_method1(intern!(py, "cross_partition_cause"), args)?
+            }
+            Refusal::HeldBodyMissing { ch, position } => {
+                let ch = self.py_channel(py, ch)?;
+                let args = (ch, names, *position);
+                details.call_method1(intern!(py, "held_body_missing"), args)?
+            }
+            Refusal::CorruptHeld { diagnosis } => return Ok(diagnosis.clone()),
+        };
+        text.extract()
     }
 
     /// The Python `ChannelId` of `ch` (the host's own object for a received channel).

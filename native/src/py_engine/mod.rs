@@ -3,9 +3,9 @@
 //! It converts arguments (Python `ChannelId`s to ranks and channels, records to
 //! positions, payloads and the causes header), keeps the Python objects (payloads, one
 //! `ChannelId` per channel, the header's `bytes`), serves the core as its `Host` (the
-//! store, the warning callback, `describe_channel` for details) and maps its faults to
+//! store, the warning callback, `describe_channel` for warnings) and maps its faults to
 //! Python exceptions: refusals are `parsley.refusals.ParsleyFailClosedError` with the
-//! Python engine's `Reason` and detail text. `parsley/engine/native_engine.py` subclasses
+//! Python engine's `Reason` and the detail `parsley.engine.details` writes for both. `parsley/engine/native_engine.py` subclasses
 //! this class and adds the cold parts in Python (restore from the store's image, name
 //! bindings, identity verdicts, diagnosis), so the API is that of
 //! `parsley.engine.engine.ProcessEngine`.
@@ -49,7 +49,7 @@ pub struct EngineCore {
 }
 
 impl EngineCore {
-    fn fail(&self, py: Python<'_>, fault: Fault<PyErr>) -> PyErr {
+    fn fail(&mut self, py: Python<'_>, fault: Fault<PyErr>) -> PyErr {
         self.py.error(py, fault)
     }
 
@@ -211,6 +211,7 @@ impl EngineCore {
             error: refusals.getattr("ParsleyFailClosedError")?.unbind(),
             reason: refusals.getattr("Reason")?.unbind(),
             describe_channel: channel.getattr("describe_channel")?.unbind(),
+            details: py.import("parsley.engine.details")?.into_any().unbind(),
             describe_key: channel.getattr("describe_key")?.unbind(),
             cached_channel: wire.getattr("cached_channel")?.unbind(),
             deliverable: channel.getattr("DeliverableMessage")?.unbind(),

@@ -255,7 +255,7 @@ fn check_held_within_coverage(
         Some(f) => f,
         None => {
             return Err(format!(
-                "held message at {ch}@{} on a channel with no coverage row; {}",
+                "{OUT_OF_ORDER}held message at {ch}@{} on a channel with no coverage row; {}",
                 positions[0],
                 held_unfed()
             ))
@@ -263,7 +263,7 @@ fn check_held_within_coverage(
     };
     if fed == FED_TO_END {
         return Err(format!(
-            "held message at {ch}@{} on a channel recorded as no longer existing \
+            "{OUT_OF_ORDER}held message at {ch}@{} on a channel recorded as no longer existing \
              (fedUpTo={fed}); a channel is fed to its end only with nothing held, so this row \
              is corrupt ordering state. {RESET}",
             positions[0]
@@ -271,7 +271,8 @@ fn check_held_within_coverage(
     }
     if let Some(&above) = positions.iter().find(|&&p| p > fed) {
         return Err(format!(
-            "held message at {ch}@{above} above its channel's coverage (fedUpTo={fed}); {}",
+            "{OUT_OF_ORDER}held message at {ch}@{above} above its channel's coverage \
+             (fedUpTo={fed}); {}",
             held_unfed()
         ));
     }

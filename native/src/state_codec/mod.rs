@@ -227,6 +227,9 @@ pub fn decode_binding(value: &[u8], name: &str) -> Result<TopicId, String> {
 const CORRUPT_ROW: &str = "receipt refuses negative positions, so this row is corrupt ordering \
      state. Reset the process's state and group offsets deliberately to proceed.";
 const RESET: &str = "Reset the process's state and group offsets deliberately to proceed.";
+/// How a held row inconsistent with its channel's coverage opens: the runbook's corrupt
+/// entry it is (docs/runbooks.md, UNKNOWN_ORDERING_STATE_FORMAT).
+const OUT_OF_ORDER: &str = "held messages restored out of position order: ";
 const LOST_HEAD: &str = "ordering state present without its format version entry; the \
      earliest records of the ordering changelog have been lost, so this state is incomplete \
      and cannot be trusted. Check the changelog topic's cleanup.policy, then reset the \

@@ -185,7 +185,8 @@ fn image_loads_and_refuses() {
     assert_eq!(
         load(&bad).unwrap_err(),
         format!(
-            "held message at {ch}@9 above its channel's coverage (fedUpTo=8); {}",
+            "held messages restored out of position order: held message at {ch}@9 above its \
+             channel's coverage (fedUpTo=8); {}",
             held_unfed()
         )
     );
