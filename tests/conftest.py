@@ -68,6 +68,10 @@ BROKER_FIXTURES = frozenset(
     {"kafka_broker", "kafka_bootstrap", "kafka_admin", "create_topic", "kafka_cluster",
      "secured_broker", "private_kafka"}
 )
+ON_DEMAND_BROKERS = frozenset({"kafka_cluster", "secured_broker"})
+"""Session fixtures that start brokers of their own when first asked for. Under pytest-xdist
+each worker is a session of its own, so the tests of each are one ``xdist_group``: one
+worker runs them all, and the brokers start once, not once per worker."""
 PHASES = ("parallel", "serial")
 """``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
 
@@ -322,12 +326,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works;
-    with ``--phase``, deselect the other phase's tests."""
+    put the tests of each broker that a session starts on demand in one pytest-xdist group
+    (:data:`ON_DEMAND_BROKERS`); with ``--phase``, deselect the other phase's tests."""
     for item in items:
-        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.broker)
+        for fixture in sorted(ON_DEMAND_BROKERS & used):
+            item.add_marker(pytest.mark.xdist_group(fixture))
     phase = config.getoption("phase")
     if phase is None:
         return
