@@ -2,8 +2,11 @@
 #
 #   make test    create .venv if needed, install the project with its test extra, start a
 #                local Kafka broker with parsley-devbroker (unless KAFKA_BOOTSTRAP_SERVERS
-#                is set), run every test, stop the broker (also on failure or Ctrl-C) and
-#                exit with pytest's status. Extra pytest arguments: make test PYTEST_ARGS=-x
+#                is set), run every test in two phases on that broker (the tests not marked
+#                serial in TEST_WORKERS pytest-xdist workers, then those marked serial one at
+#                a time), stop the broker (also on failure or Ctrl-C) and exit non-zero when
+#                either phase fails. Extra pytest arguments, given to both phases:
+#                make test PYTEST_ARGS=-x; one process, no xdist: make test TEST_WORKERS=0
 #   make lint    ruff over the repository
 #   make venv    only create .venv and install the project with its test extra
 #   make demo    create .venv if needed and run the mailing-list demo (it starts its own
@@ -15,6 +18,9 @@ VPY := $(VENV)/bin/python
 DEVBROKER := $(VENV)/bin/parsley-devbroker
 STAMP := $(VENV)/.parsley-installed
 PYTEST_ARGS ?=
+# Workers of the parallel phase: twice the CI machine's 2 cores, as those tests mostly wait on
+# the broker (README.md, "Run the tests").
+TEST_WORKERS ?= 4
 DEMO_ARGS ?=
 
 .PHONY: test lint venv demo demo-data
@@ -36,10 +42,25 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 	$(OLD_CARGO_ENV) $(VPY) -m pip install --quiet -e ".[test]"
 	touch $@
 
+# The two phases of README.md, "Run the tests": pytest's exit status 5 (no tests collected)
+# in one phase is not a failure when the other phase ran tests (PYTEST_ARGS may select only
+# one phase's tests); in both it is, as pytest's own 5.
+XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+define RUN_PHASES
+parallel=0; $(VPY) -m pytest tests --phase parallel $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
+serial=0; $(VPY) -m pytest tests --phase serial $(PYTEST_ARGS) || serial=$$?; \
+echo "make test: parallel phase exited $$parallel, serial phase exited $$serial"; \
+if [ "$$parallel" -eq 5 ] && [ "$$serial" -eq 5 ]; then status=5; \
+elif [ "$$parallel" -ne 0 ] && [ "$$parallel" -ne 5 ]; then status=$$parallel; \
+elif [ "$$serial" -ne 0 ] && [ "$$serial" -ne 5 ]; then status=$$serial; \
+else status=0; fi
+endef
+
 test: $(STAMP)
 	@if [ -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then \
 	  echo "make test: using KAFKA_BOOTSTRAP_SERVERS=$$KAFKA_BOOTSTRAP_SERVERS"; \
-	  exec $(VPY) -m pytest tests $(PYTEST_ARGS); \
+	  $(RUN_PHASES); \
+	  exit $$status; \
 	fi; \
 	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/parsley-devbroker-XXXXXX"); \
 	trap '$(DEVBROKER) down --dir "$$dir" || true; rm -rf "$$dir"' EXIT; \
@@ -48,7 +69,8 @@ test: $(STAMP)
 	bootstrap=$$(printf '%s\n' "$$out" | tail -n 1 | sed -n 's/^bootstrap.servers=//p'); \
 	[ -n "$$bootstrap" ] || { echo "make test: parsley-devbroker up printed no bootstrap address" >&2; exit 1; }; \
 	echo "make test: broker $$bootstrap, log $$dir/logs/server.log"; \
-	status=0; KAFKA_BOOTSTRAP_SERVERS=$$bootstrap $(VPY) -m pytest tests $(PYTEST_ARGS) || status=$$?; \
+	export KAFKA_BOOTSTRAP_SERVERS=$$bootstrap; \
+	$(RUN_PHASES); \
 	[ "$$status" -eq 0 ] || echo "make test: pytest exited $$status" >&2; \
 	exit $$status
 

@@ -17,7 +17,8 @@ Two more session brokers start only when a test asks for them (``devtools/dev_cl
 ``kafka_cluster``, a 3-broker KRaft cluster (replication 3, ``min.insync.replicas`` 2), and
 ``secured_broker``, one broker with ``--security sasl_ssl`` (TLS, SCRAM, ACLs enforced). A
 test that stops, kills or freezes a broker of either heals it before it ends
-(``DevCluster.heal``).
+(``DevCluster.heal``). Tests that stop, restart or freeze a single broker share a third,
+``private_kafka`` (``devtools/private_broker.py``), handed to each running and warmed.
 
 Only tests that use a broker fixture, or carry ``@pytest.mark.broker``, start one:
 pure unit tests run without Java or Kafka. A test that needs the broker and cannot
@@ -26,8 +27,14 @@ the session.
 
 Fixtures (see each docstring): ``kafka_broker``, ``kafka_bootstrap``, ``kafka_admin``,
 ``unique_names``, ``topic_name``, ``group_id``, ``transactional_id``, ``create_topic``,
-``kafka_cluster``, ``secured_broker``.
-Helpers for code outside fixtures live in ``devtools/kafka_support.py``.
+``kafka_cluster``, ``secured_broker``, ``private_kafka``. Helpers for code outside fixtures
+live in ``devtools/kafka_support.py``.
+
+Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
+``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
+``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after,
+one at a time: broker restarts, chaos, load and timing-sensitive tests). Without
+``--phase`` every test runs.
 """
 
 from __future__ import annotations
@@ -42,9 +49,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from devtools import private_broker
 from devtools.dev_cluster import DevCluster
 from devtools.kafka_support import QUIET, CreateTopic, TopicInfo, UniqueNames
 from devtools.kafka_support import create_topic as _create_topic
+from devtools.private_broker import PrivateBroker
 from parsley import wire
 from parsley.engine import state_codec
 from tests.codec_impls import ALL as ALL_CODECS
@@ -57,8 +66,14 @@ TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:8.0.0"
 
 BROKER_FIXTURES = frozenset(
     {"kafka_broker", "kafka_bootstrap", "kafka_admin", "create_topic", "kafka_cluster",
-     "secured_broker"}
+     "secured_broker", "private_kafka"}
 )
+ON_DEMAND_BROKERS = frozenset({"kafka_cluster", "secured_broker"})
+"""Session fixtures that start brokers of their own when first asked for. Under pytest-xdist
+each worker is a session of its own, so the tests of each are one ``xdist_group``: one
+worker runs them all, and the brokers start once, not once per worker."""
+PHASES = ("parallel", "serial")
+"""``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
 
 
 def _ci() -> bool:
@@ -261,6 +276,39 @@ def create_topic(kafka_admin: AdminClient, unique_names: UniqueNames) -> Iterato
         kafka_admin.delete_topics(created, request_timeout=30)
 
 
+@pytest.fixture(scope="session")
+def _private_kafka_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The private broker's data directory; the broker is stopped and the directory removed
+    at the end of the session."""
+    from devtools import devbroker
+
+    data_dir = tmp_path_factory.mktemp("private-kafka") / "broker"
+    try:
+        yield data_dir
+    finally:
+        private_broker.thaw(data_dir)
+        devbroker.down(data_dir)
+
+
+@pytest.fixture
+def private_kafka(_private_kafka_dir: Path) -> Iterator[PrivateBroker]:
+    """A private dev broker that this test may stop, restart (same port and data) or freeze.
+
+    One broker serves every such test of the session (one JVM start, not one per test;
+    the shared broker of ``kafka_broker`` is never stopped). It is running and warmed when
+    the test starts, whatever an earlier test left (``devtools.private_broker.ready``), and
+    thawed after the test. Topics of earlier tests remain: use unique names.
+
+    Yields:
+        ``devtools.private_broker.PrivateBroker`` (``data_dir``, ``state``, ``bootstrap``).
+    """
+    broker = private_broker.ready(_private_kafka_dir)
+    try:
+        yield broker
+    finally:
+        private_broker.thaw(_private_kafka_dir)
+
+
 @pytest.fixture(autouse=True)
 def _broker_for_marked_tests(request: pytest.FixtureRequest) -> None:
     """Tests marked ``@pytest.mark.broker`` get the session broker even if they name no fixture."""
@@ -268,11 +316,39 @@ def _broker_for_marked_tests(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("kafka_broker")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--phase parallel|serial``: which of ``make test``'s two runs this is (module
+    docstring)."""
+    parser.addoption(
+        "--phase", choices=PHASES, default=None,
+        help="parallel: only tests not marked serial (for pytest-xdist); serial: only tests "
+             "marked serial. Default: every test.",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works."""
+    """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works;
+    put the tests of each broker that a session starts on demand in one pytest-xdist group
+    (:data:`ON_DEMAND_BROKERS`); with ``--phase``, deselect the other phase's tests."""
     for item in items:
-        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.broker)
+        for fixture in sorted(ON_DEMAND_BROKERS & used):
+            item.add_marker(pytest.mark.xdist_group(fixture))
+    phase = config.getoption("phase")
+    if phase is None:
+        return
+    want_serial = phase == "serial"
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        serial = item.get_closest_marker("serial") is not None
+        (kept if serial == want_serial else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(params=[c.name for c in ALL_CODECS])

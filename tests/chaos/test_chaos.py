@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from devtools.chaos.harness import ChaosSettings, run_chaos
 from devtools.chaos.schedule import parse_kinds
+
+# Its own broker, a producer and a coordinator under faults: it loads the machine.
+pytestmark = pytest.mark.serial
 
 
 def settings_from_env() -> ChaosSettings:

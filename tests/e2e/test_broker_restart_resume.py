@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from coordinator import Parsley, ParsleyConfig
 from coordinator.control.status import ProcessState
 from devtools.kafka_support import QUIET, create_topic, unique_name
-from devtools.private_broker import bounce, private_broker
+from devtools.private_broker import PrivateBroker, bounce
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process
 from parsley.serdes import BYTES
@@ -55,42 +55,42 @@ def _running(parsley: Parsley, name: str, width: int) -> bool:
             and all(t.state == "RUNNING" and not t.stale for t in st.tasks))
 
 
-def test_tasks_resume_by_themselves_after_a_broker_restart(tmp_path: Path) -> None:
-    data_dir = tmp_path / "broker"
-    with private_broker(data_dir) as state:
-        bs = state.bootstrap
-        admin = AdminClient({"bootstrap.servers": bs, **QUIET})
-        src = create_topic(admin, unique_name("src", "restart-resume"), partitions=2)
-        out = create_topic(admin, unique_name("out", "restart-resume"), partitions=2)
-        config = ParsleyConfig(bs, f"rr-{uuid.uuid4().hex[:8]}", state_dir=str(tmp_path / "s"),
-                               status_interval_ms=300)
-        with Parsley.start(config, relay("relay", src.name, out.name), restart="transient",
-                           backoff_s=0.5, control=None) as parsley:
-            _wait(lambda: _running(parsley, "relay", 2), 90, "two RUNNING tasks")
-            producer = Producer({"bootstrap.servers": bs, **QUIET})
-            expected = []
-            for i in range(4):  # each task commits before the restart
-                value = b"before%d" % i
-                producer.produce(src.name, key=b"k", value=value, partition=i % 2)
-                expected.append(b"relayed:" + value)
-            assert producer.flush(30) == 0
-            _wait(lambda: len(read_committed(bs, out.name, (0, 1))) >= 4, 60, "4 relayed")
-            time.sleep(2.0)  # idle
-            answered = bounce(data_dir, state, down_s=3.0)
-            for i in range(20):
-                value = b"v%02d" % i
-                producer.produce(src.name, key=b"k", value=value, partition=i % 2)
-                expected.append(b"relayed:" + value)
-            assert producer.flush(60) == 0
-            _wait(lambda: len(read_committed(bs, out.name, (0, 1))) >= 24
-                  and _running(parsley, "relay", 2), RESUME_BOUND_S + 30,
-                  "20 relayed and every task RUNNING")
-            resumed_s = time.monotonic() - answered
-            st = parsley.status()["relay"]
-            print(f"resumed {resumed_s:.1f} s after the broker answered; "
-                  f"restarts {st.restarts}")
-            assert resumed_s < RESUME_BOUND_S
-            time.sleep(1.0)
-            values = sorted(r.value for r in read_committed(bs, out.name, (0, 1)))
-            assert values == sorted(expected), "exactly once"
-            assert parsley.healthy()
+def test_tasks_resume_by_themselves_after_a_broker_restart(
+        private_kafka: PrivateBroker, tmp_path: Path) -> None:
+    data_dir, state = private_kafka.data_dir, private_kafka.state
+    bs = state.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+    src = create_topic(admin, unique_name("src", "restart-resume"), partitions=2)
+    out = create_topic(admin, unique_name("out", "restart-resume"), partitions=2)
+    config = ParsleyConfig(bs, f"rr-{uuid.uuid4().hex[:8]}", state_dir=str(tmp_path / "s"),
+                           status_interval_ms=300)
+    with Parsley.start(config, relay("relay", src.name, out.name), restart="transient",
+                       backoff_s=0.5, control=None) as parsley:
+        _wait(lambda: _running(parsley, "relay", 2), 90, "two RUNNING tasks")
+        producer = Producer({"bootstrap.servers": bs, **QUIET})
+        expected = []
+        for i in range(4):  # each task commits before the restart
+            value = b"before%d" % i
+            producer.produce(src.name, key=b"k", value=value, partition=i % 2)
+            expected.append(b"relayed:" + value)
+        assert producer.flush(30) == 0
+        _wait(lambda: len(read_committed(bs, out.name, (0, 1))) >= 4, 60, "4 relayed")
+        time.sleep(2.0)  # idle
+        answered = bounce(data_dir, state, down_s=3.0)
+        for i in range(20):
+            value = b"v%02d" % i
+            producer.produce(src.name, key=b"k", value=value, partition=i % 2)
+            expected.append(b"relayed:" + value)
+        assert producer.flush(60) == 0
+        _wait(lambda: len(read_committed(bs, out.name, (0, 1))) >= 24
+              and _running(parsley, "relay", 2), RESUME_BOUND_S + 30,
+              "20 relayed and every task RUNNING")
+        resumed_s = time.monotonic() - answered
+        st = parsley.status()["relay"]
+        print(f"resumed {resumed_s:.1f} s after the broker answered; "
+              f"restarts {st.restarts}")
+        assert resumed_s < RESUME_BOUND_S
+        time.sleep(1.0)
+        values = sorted(r.value for r in read_committed(bs, out.name, (0, 1)))
+        assert values == sorted(expected), "exactly once"
+        assert parsley.healthy()

@@ -1,15 +1,14 @@
 """A process under load resumes by itself after a broker outage, exactly once.
 
-A private broker (``devtools.devbroker`` in a tmp dir; the shared one is never
-stopped) carries a 2-task relay started through ``Parsley.start`` with
-``restart="transient"``. A producer writes numbered inputs throughout. The broker is
-stopped for about 20 s and started again on the same port and data. The workers stop
-(a substrate failure) and the coordinator restarts the process through its bootstrap;
-every restart attempt uses fresh Kafka clients and bounds each admin call itself, so a
-client wedged by the outage cannot time every attempt out (docs/operations.md, "Broker
-outage"). Verdict by an independent ``read_committed`` consumer: every input relayed
-exactly once, and the process RUNNING again within a generous bound of the broker
-answering.
+A private broker (fixture ``private_kafka``; the shared one is never stopped) carries a
+2-task relay started through ``Parsley.start`` with ``restart="transient"``. A producer
+writes numbered inputs throughout. The broker is stopped for about 20 s and started again
+on the same port and data. The workers stop (a substrate failure) and the coordinator
+restarts the process through its bootstrap; every restart attempt uses fresh Kafka clients
+and bounds each admin call itself, so a client wedged by the outage cannot time every
+attempt out (docs/operations.md, "Broker outage"). Verdict by an independent
+``read_committed`` consumer: every input relayed exactly once, and the process RUNNING
+again within a generous bound of the broker answering.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from coordinator import Parsley, ParsleyConfig
 from coordinator.control.status import ProcessState
 from devtools import devbroker
 from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.private_broker import PrivateBroker
 from devtools.worker_support import read_committed
 from tests.e2e.test_coordinator_relay import relay
 
@@ -77,9 +77,9 @@ def _wait(pred: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def test_a_relay_under_load_resumes_by_itself_after_a_broker_outage(tmp_path: Path) -> None:
-    data_dir = tmp_path / "broker"
-    state, _ = devbroker.up(data_dir, warm=True)
+def test_a_relay_under_load_resumes_by_itself_after_a_broker_outage(
+        private_kafka: PrivateBroker, tmp_path: Path) -> None:
+    data_dir, state = private_kafka.data_dir, private_kafka.state
     handle: Parsley | None = None
     load: _Load | None = None
     try:
@@ -138,4 +138,3 @@ def test_a_relay_under_load_resumes_by_itself_after_a_broker_outage(tmp_path: Pa
             load._stop.set()
         if handle is not None:
             handle.close(deadline_s=20)
-        devbroker.down(data_dir)

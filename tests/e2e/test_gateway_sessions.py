@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import uvicorn
 from confluent_kafka.admin import AdminClient
 
@@ -39,6 +40,8 @@ from examples.gateway.cluster import topic_ids
 from examples.gateway.projection import Topics, build
 from parsley.engine.channel import ChannelId
 from parsley.session import CausalPast, TokenSigner
+
+pytestmark = pytest.mark.serial  # a load test: 50 clients, 1,000 pairs
 
 PAIRS = int(os.environ.get("PARSLEY_GATEWAY_PAIRS", "1000"))
 CLIENTS = int(os.environ.get("PARSLEY_GATEWAY_CLIENTS", "50"))

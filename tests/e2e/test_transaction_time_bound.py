@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
@@ -31,6 +32,8 @@ from parsley import Channel, Effects, Process
 from parsley.engine.channel import ChannelId
 from parsley.serdes import BYTES
 from parsley.wire import CAUSES_HEADER, encode_causes
+
+pytestmark = pytest.mark.serial  # a 4 s stale bound over a drain timed to last three of them
 
 MASS_RELEASE = int(os.environ.get("PARSLEY_TEST_MASS_RELEASE", "3000"))
 STALE_TASK_MS = 4000

@@ -1,11 +1,11 @@
 """librdkafka's own lines go through Python logging, with the task, throttled in an outage.
 
-A worker runs on a private broker (the shared one is never stopped); the broker is then
-stopped for about ten seconds, so each of the worker's clients fails to connect again
-and again. Every librdkafka line reaches the ``parsley.worker.kafka`` logger naming the
-task (``<app-id> task 0``), none is printed raw to stderr (``%3|...|FAIL|...``), and a
-line repeated during the outage passes once per window, its repeats counted
-(docs/operations.md, "Logging").
+A worker runs on a private broker (fixture ``private_kafka``; the shared one is never
+stopped); the broker is then stopped for about ten seconds, so each of the worker's
+clients fails to connect again and again. Every librdkafka line reaches the
+``parsley.worker.kafka`` logger naming the task (``<app-id> task 0``), none is printed
+raw to stderr (``%3|...|FAIL|...``), and a line repeated during the outage passes once
+per window, its repeats counted (docs/operations.md, "Logging").
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from confluent_kafka.admin import AdminClient
 
 from devtools import devbroker
 from devtools.kafka_support import QUIET, create_topic, unique_name
+from devtools.private_broker import PrivateBroker
 from devtools.worker_support import StatusCollector, bootstrap, make_spec, spawn, stop_worker
 from tests.integration.test_worker_causal import relay_process
 
 OUTAGE_S = 10.0
 
 
-def test_librdkafka_lines_go_through_logging_with_the_task(tmp_path: Path, capfd: Any) -> None:
-    data_dir = tmp_path / "broker"
-    state, _ = devbroker.up(data_dir, warm=True)
+def test_librdkafka_lines_go_through_logging_with_the_task(
+        private_kafka: PrivateBroker, tmp_path: Path, capfd: Any) -> None:
+    data_dir, state = private_kafka.data_dir, private_kafka.state
     worker = None
     try:
         bs = state.bootstrap
@@ -56,7 +57,6 @@ def test_librdkafka_lines_go_through_logging_with_the_task(tmp_path: Path, capfd
     finally:
         if worker is not None and worker.is_alive():
             worker.kill()
-        devbroker.down(data_dir)
     err = capfd.readouterr().err
     raw = [ln for ln in err.splitlines() if ln.startswith("%")]
     assert not raw, "librdkafka printed to stderr:\n" + "\n".join(raw[:20])

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 from devtools import devbroker
 from devtools.devbroker import BrokerState
 from devtools.kafka_support import QUIET, create_topic, unique_name
-from devtools.private_broker import bounce, private_broker
+from devtools.private_broker import PrivateBroker, bounce
 from devtools.worker_support import (
     StatusCollector,
     bootstrap,
@@ -48,22 +47,23 @@ from workers.protocol import EXIT_CODES, StopKind
 from workers.watchdog import STOP_GRACE_S, bound_of
 
 
-@pytest.fixture(scope="module")
-def broker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("watchdog") / "broker"
+@pytest.fixture
+def broker_dir(private_kafka: PrivateBroker) -> Path:
+    return private_kafka.data_dir
 
 
-@pytest.fixture(scope="module")
-def broker(broker_dir: Path) -> Iterator[BrokerState]:
-    with private_broker(broker_dir) as state:
-        yield state
+@pytest.fixture
+def broker(private_kafka: PrivateBroker) -> BrokerState:
+    return private_kafka.state
 
 
-def _slow_relay(source: str, out_name: str) -> Process:
+def _slow_relay(source: str, out_name: str, handling: Path) -> Process:
+    """A relay whose handler, given ``slow``, creates the file ``handling`` and sleeps 3 s."""
     out = Channel(out_name, BYTES, BYTES)
 
     def handle(delivery: Any, state: Any) -> Effects:
         if delivery.value == b"slow":
+            handling.touch()
             time.sleep(3.0)  # the test freezes the broker meanwhile
         return Effects.builder().send(out, delivery.key, b"relayed:" + delivery.value).build()
 
@@ -77,7 +77,7 @@ def _running_worker(broker: BrokerState, tmp_path: Path, name: str,
     admin = AdminClient({"bootstrap.servers": bs, **QUIET})
     src = create_topic(admin, unique_name("src", name))
     out = create_topic(admin, unique_name("out", name))
-    process = _slow_relay(src.name, out.name)
+    process = _slow_relay(src.name, out.name, tmp_path / "handling")
     topics = {src.name: src, out.name: out}
     prefix = unique_name("app", name)
     bootstrap(admin, prefix, process, topics)
@@ -144,7 +144,11 @@ def _frozen_in_a_transaction(broker: BrokerState, broker_dir: Path, tmp_path: Pa
     (SIGSTOP); (worker, collector, out, frozen broker pid): the caller sends SIGCONT."""
     worker, collector, src, out = _running_worker(broker, tmp_path, name, **spec)
     _produce(broker.bootstrap, src, b"slow")
-    time.sleep(1.5)  # the worker fetched it and sleeps in the handler, its transaction open
+    # The worker fetched it and sleeps in the handler, its transaction open.
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "handling").exists():
+        assert time.monotonic() < deadline, "the worker never handled the slow record"
+        time.sleep(0.05)
     now = devbroker.running(broker_dir)  # restarted by the tests before: a new pid
     assert now is not None
     os.kill(now.pid, signal.SIGSTOP)
