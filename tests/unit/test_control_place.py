@@ -6,6 +6,7 @@ and ZeroMQ sockets of the test's own."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -65,9 +66,11 @@ def test_an_ipc_path_too_long_is_a_start_error_before_the_bootstrap(tmp_path: Pa
 
 
 @pytest.fixture
-def pre_upgrade(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def pre_upgrade(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A coordinator of an earlier build: serving under ``<tmp>/parsley``, while the
-    default state dir is now the user's own."""
+    default state dir is now the user's own. The directory is short (not pytest's
+    ``tmp_path``, longer under xdist) so its ipc path fits the 107 bytes ipc:// allows."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="pcp-"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     home = tmp_path / "home"
     home.mkdir()
@@ -87,6 +90,7 @@ def pre_upgrade(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         yield stopped
     finally:
         server.close()
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_status_and_stop_find_a_coordinator_under_the_pre_upgrade_state_dir(

@@ -189,8 +189,10 @@ def test_diagnose_names_count_head_and_every_blocker() -> None:
     )
     assert d.to_json() == {
         "held": [{"topic": "b", "partition": 0, "count": 2, "head": 5, "blockers": [
-            {"topic": "a", "partition": 0, "required": 9, "settled": 3},
-            {"topic": str(TC), "partition": 0, "required": 0, "settled": None}]}],
+            {"topic": "a", "partition": 0, "required": 9, "settled": 3,
+             "class": None, "last_stable": None, "end": None},  # classed by the worker
+            {"topic": str(TC), "partition": 0, "required": 0, "settled": None,
+             "class": None, "last_stable": None, "end": None}]}],
         "frontier_channels": 3,
         "frontier_bytes": d.frontier_bytes,
         "budget_bytes": 262_144,

@@ -249,7 +249,7 @@ def test_the_module_map_names_every_module_and_only_modules_that_exist() -> None
 
 
 def test_no_two_test_modules_share_a_file_name() -> None:
-    """pytest's rootdir import mode keys a test module by its file name: two alike stop collection."""
+    """pytest keys a test module outside a package by its file name: two alike stop collection."""
     by_name: dict[str, list[str]] = {}
     for path in (ROOT / "tests").rglob("test_*.py"):
         if not (path.parent / "__init__.py").exists():
