@@ -33,7 +33,8 @@ live in ``devtools/kafka_support.py``.
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
 ``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after,
-one at a time: broker restarts, chaos, load and timing-sensitive tests). Without
+one at a time: tests of brokers started on demand, broker restarts, chaos, load and
+timing-sensitive tests). Without
 ``--phase`` every test runs.
 """
 
@@ -68,10 +69,11 @@ BROKER_FIXTURES = frozenset(
     {"kafka_broker", "kafka_bootstrap", "kafka_admin", "create_topic", "kafka_cluster",
      "secured_broker", "private_kafka"}
 )
-ON_DEMAND_BROKERS = frozenset({"kafka_cluster", "secured_broker"})
-"""Session fixtures that start brokers of their own when first asked for. Under pytest-xdist
-each worker is a session of its own, so the tests of each are one ``xdist_group``: one
-worker runs them all, and the brokers start once, not once per worker."""
+ON_DEMAND_BROKERS = frozenset({"kafka_cluster", "secured_broker", "private_kafka"})
+"""Fixtures whose brokers start when first asked for (3 JVMs for the cluster, one each for
+the others). Their tests are ``serial``: under pytest-xdist each worker is a session of its
+own and would start its own, several clusters at once on a 2-core machine; in the serial
+phase each starts once."""
 PHASES = ("parallel", "serial")
 """``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
 
@@ -326,17 +328,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+@pytest.hookimpl(tryfirst=True)  # before the phase filter below and xdist's own hook
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works;
-    put the tests of each broker that a session starts on demand in one pytest-xdist group
-    (:data:`ON_DEMAND_BROKERS`); with ``--phase``, deselect the other phase's tests."""
+    """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works,
+    and every test of a broker started on demand ``serial`` (:data:`ON_DEMAND_BROKERS`); with
+    ``--phase``, deselect the other phase's tests."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.broker)
-        for fixture in sorted(ON_DEMAND_BROKERS & used):
-            item.add_marker(pytest.mark.xdist_group(fixture))
+        if ON_DEMAND_BROKERS & used:
+            item.add_marker(pytest.mark.serial)
     phase = config.getoption("phase")
     if phase is None:
         return

@@ -66,6 +66,7 @@ def test_status_without_a_coordinator_exits_7(tmp_path: Path) -> None:
     assert "no coordinator answers" in res.stderr
 
 
+@pytest.mark.serial  # bounds a second run's refusal in time
 def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
     src = create_topic(partitions=1)
     out = create_topic(partitions=1)
@@ -267,6 +268,7 @@ def test_unreachable_cluster_is_one_short_message_not_a_flood(tmp_path: Path) ->
     assert len(connect_lines) <= 2, res.stderr  # none when the probe answers first
 
 
+@pytest.mark.serial  # bounds a time
 def test_a_port_that_does_not_speak_kafka_is_named_at_once(tmp_path: Path) -> None:
     """An HTTP server on the bootstrap port (python's own http.server, as an operator might
     have one on a neighbouring port): "not a Kafka broker" within seconds, not _TRANSPORT

@@ -39,6 +39,7 @@ def _topics(bootstrap: str) -> set[str]:
     return set(result.stdout.split())
 
 
+@pytest.mark.serial  # starts a broker JVM of its own
 def test_up_status_tool_down(tmp_path: Path) -> None:
     data_dir = tmp_path / "broker"
     try:

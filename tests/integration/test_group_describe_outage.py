@@ -10,10 +10,11 @@ that does not expire inside librdkafka
 (:data:`workers.admin.COORDINATOR_REQUEST_TIMEOUT_S`) and bound their own wait.
 
 Each check runs in a child process (an abort would end pytest) with a new AdminClient,
-against a private broker (never the shared one) frozen with SIGSTOP: the check gives up
-waiting, the broker is thawed, and the child keeps its client until a new describe on it
-is answered (the client reached the group coordinator). Before the change (request
-timeouts of 10 s and 5 s) both children died of SIGABRT there, every run.
+against the private broker (fixture ``private_kafka``, never the shared one) frozen with
+SIGSTOP: the check gives up waiting, the broker is thawed, and the child keeps its client
+until a new describe on it is answered (the client reached the group coordinator). Before
+the change (request timeouts of 10 s and 5 s) both children died of SIGABRT there, every
+run.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from devtools.devbroker import BrokerState
-from devtools.private_broker import private_broker
+from devtools.private_broker import PrivateBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,12 +66,6 @@ print("alive", flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerState]:
-    with private_broker(tmp_path_factory.mktemp("outage") / "broker") as state:
-        yield state
-
-
 def _child(bootstrap: str, check: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, bootstrap, check],
@@ -82,7 +73,9 @@ def _child(bootstrap: str, check: str) -> subprocess.Popen[str]:
         text=True)
 
 
-def test_group_and_successor_checks_survive_a_frozen_broker(broker: BrokerState) -> None:
+def test_group_and_successor_checks_survive_a_frozen_broker(
+        private_kafka: PrivateBroker) -> None:
+    broker = private_kafka.state
     os.kill(broker.pid, signal.SIGSTOP)
     try:
         children = {check: _child(broker.bootstrap, check)

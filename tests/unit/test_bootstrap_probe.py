@@ -84,6 +84,7 @@ def test_the_handshake_is_an_api_versions_v0_request_a_line_server_answers() -> 
     assert not_kafka(struct.pack(">ii", 16, correlation + 1) + b"xx") is not None
 
 
+@pytest.mark.serial  # bounds a time
 @pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"-ERR unknown\r\n"])
 def test_a_server_that_answers_as_something_else_is_named(answer: bytes) -> None:
     port, thread = _serve_once(lambda conn: (conn.recv(64), conn.sendall(answer)))
