@@ -391,9 +391,23 @@ def bootstrap_process(
             raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
 
         if precommit:
-            commit_initial_positions(config, app_id, [
-                TopicPartition(t, p, off, metadata=BOOTSTRAP_METADATA)
-                for (t, p), off in sorted(precommit.items())])
+            try:
+                commit_initial_positions(config, app_id, [
+                    TopicPartition(t, p, off, metadata=BOOTSTRAP_METADATA)
+                    for (t, p), off in sorted(precommit.items())])
+            except StartRetryableError as exc:
+                if tasks is None or not overridden:
+                    raise
+                # The peers' workers are the group's members: Kafka takes no commit from
+                # outside the group while it has members, so this would retry for ever.
+                raise StartError(
+                    f"{app_id}: read positions Parsley did not commit "
+                    f"({[f'{t}-{p}' for (t, p) in sorted(overridden)]}) cannot be moved back "
+                    "to the ordering state's coverage while other coordinators' workers are "
+                    f"in group '{app_id}' ({exc}). Stop every coordinator of the application "
+                    "(parsley-coordinator stop --all), start one without --join once (it "
+                    "overrides them and warns), stop it, then start the coordinators with "
+                    "--join again (docs/operations.md, \"Several coordinators\")") from exc
             positions.update(precommit)
             log.info("%s: committed initial positions for %s", app_id,
                      [f"{t}-{p}@{o}" for (t, p), o in sorted(precommit.items())])
