@@ -554,23 +554,28 @@ class HandlerFrame:
             self._rethrow()
         delivery = new_delivery(topic, partition, offset, timestamp_ms, key_value, value_value,
                                 strip_reserved(headers) if headers else ())
+        effects = self._call(handler, delivery, topic, partition, offset)
+        return self.plan(effects, topic, partition, offset, timestamp_ms)
+
+    def _call(self, handler: Callable[[Any, Any], Any], argument: Any, topic: str,
+              partition: int, offset: int) -> Any:
+        """``handler(argument, state)``'s effects; a refusal it raises (or latched meanwhile)
+        is rethrown, any other exception is :meth:`handler_raised`'s at ``offset``."""
         try:
             if self._latching:
-                effects = handler(delivery, self._state)
-            else:
-                # RefusalLatch(self.latch), without the object: refusals raised while the
-                # handler builds effects are latched into this frame.
-                token = _REFUSAL_LATCH.set(self._latch_fn)
-                try:
-                    effects = handler(delivery, self._state)
-                finally:
-                    _REFUSAL_LATCH.reset(token)
+                return handler(argument, self._state)
+            # RefusalLatch(self.latch), without the object: refusals raised while the
+            # handler builds effects are latched into this frame.
+            token = _REFUSAL_LATCH.set(self._latch_fn)
+            try:
+                return handler(argument, self._state)
+            finally:
+                _REFUSAL_LATCH.reset(token)
         except ParsleyFailClosedError:
             self._rethrow()
             raise
         except Exception as exc:
             self.handler_raised(exc, topic, partition, offset)
-        return self.plan(effects, topic, partition, offset, timestamp_ms)
 
     def _not_received(self, topic: str, *, batch: bool) -> ValueError:
         """The worker bug of feeding ``topic`` to the wrong one of :meth:`run` and
@@ -645,20 +650,7 @@ class HandlerFrame:
         if self._latched is not None:
             self._rethrow()
         first = entries[0][0]
-        try:
-            if self._latching:
-                effects = handler(deliveries, self._state)
-            else:
-                token = _REFUSAL_LATCH.set(self._latch_fn)
-                try:
-                    effects = handler(deliveries, self._state)
-                finally:
-                    _REFUSAL_LATCH.reset(token)
-        except ParsleyFailClosedError:
-            self._rethrow()
-            raise
-        except Exception as exc:
-            self.handler_raised(exc, topic, partition, first)
+        effects = self._call(handler, deliveries, topic, partition, first)
         return self.plan(effects, topic, partition, first, entries[-1][1])
 
     def deliver_batch(self, topic: str, partition: int,
