@@ -42,13 +42,18 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 	$(OLD_CARGO_ENV) $(VPY) -m pip install --quiet -e ".[test]"
 	touch $@
 
-# The two phases of README.md, "Run the tests": pytest's exit status 5 (no tests collected)
+# The two phases of README.md, "Run the tests", each under a short --basetemp (/tmp/ptXXXX/p,
+# not /tmp/pytest-of-<user>/pytest-<n>/popen-gw<i>): a test's coordinator socket path
+# lives under its tmp_path, and an ipc:// path may be 107 bytes at most.
+# pytest's exit status 5 (no tests collected)
 # in one phase is not a failure when the other phase ran tests (PYTEST_ARGS may select only
 # one phase's tests); in both it is, as pytest's own 5.
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 define RUN_PHASES
-parallel=0; $(VPY) -m pytest tests --phase parallel $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
-serial=0; $(VPY) -m pytest tests --phase serial $(PYTEST_ARGS) || serial=$$?; \
+bt=$$(mktemp -d "/tmp/ptXXXX"); \
+parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
+serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(PYTEST_ARGS) || serial=$$?; \
+rm -rf "$$bt"; \
 echo "make test: parallel phase exited $$parallel, serial phase exited $$serial"; \
 if [ "$$parallel" -eq 5 ] && [ "$$serial" -eq 5 ]; then status=5; \
 elif [ "$$parallel" -ne 0 ] && [ "$$parallel" -ne 5 ]; then status=$$parallel; \

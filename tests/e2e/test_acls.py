@@ -331,3 +331,31 @@ def test_a_reset_runs_with_the_process_rights_and_the_listed_reset_rights(
                                                                      acl_app.NAME)]))
     with pytest.raises(KafkaException, match="UNKNOWN_TOPIC"):
         next(iter(gone.values())).result(timeout=20)
+
+
+def test_the_runbook_s_acl_commands_run_as_written(world: World, clean_run: float) -> None:
+    """docs/runbooks.md's ``SUBSTRATE_MISCONFIGURED`` block for a refused right (the commands
+    with ``--command-config <admin.properties>``; tests/e2e/test_coordinator_runbooks.py runs
+    every other runbook command on the plaintext broker, which has no authorizer) runs against
+    this broker as written, and the listing shows the rights the first command printed."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "runbooks.md").read_text()
+    commands = [line.strip() for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+                for line in re.sub(r"\\\n\s*", " ", block).splitlines()
+                if "<admin.properties>" in line]
+    assert [c.split()[0] for c in commands] == ["parsley-coordinator", "kafka-acls"], commands
+    values = {"<app>": "tests.acl_app:processes", "<prefix>": world.prefix,
+              "<name>": world.user, "<servers>": world.broker.bootstrap,
+              "<admin.properties>": str(world.broker.data_dir / "admin.properties")}
+    filled = []
+    for command in commands:
+        for key, value in values.items():
+            command = command.replace(key, value)
+        assert "<" not in command, f"unfilled placeholder in: {command}"
+        filled.append(shlex.split(command))
+    printed = CliRunner().invoke(cli, filled[0][1:])
+    assert printed.exit_code == 0, printed.output
+    listing = subprocess.run([sys.executable, "-m", "devtools.devbroker_cli", "tool",
+                              *filled[1]], capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    for grant in process_grants(world.prefix, acl_app.relay(world.source, world.out)):
+        assert grant.name in listing.stdout, (grant.name, listing.stdout)

@@ -107,6 +107,8 @@ def test_every_runbook_command_runs_against_the_broker(
         commands = runbook_commands(RUNBOOKS.read_text())
         assert len(commands) >= 20, commands
         for command in commands:
+            if "<admin.properties>" in command:
+                continue  # ACLs: this broker has no authorizer; tests/e2e/test_acls.py runs them
             for key, value in values.items():
                 command = command.replace(key, value)
             assert "<" not in command, f"unfilled placeholder in: {command}"

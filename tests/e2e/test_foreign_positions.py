@@ -354,7 +354,8 @@ def test_a_deliberate_reset_is_honoured_not_overridden(
             raise AssertionError("the start was not refused")
     except ParsleyFailClosedError as exc:
         assert exc.reason is Reason.ORDERING_STATE_LOST, exc
-        assert f"{src.name}-0 (offset 1)" in exc.detail, exc.detail
+        assert f"exist for {src.name}-0," in exc.detail, exc.detail
+        assert "(committed offset 1, metadata none;" in exc.detail, exc.detail
     assert len(_relayed(kafka_bootstrap, out.name)) == 10
 
 
