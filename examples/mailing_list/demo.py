@@ -397,7 +397,9 @@ def process_lines(status: dict[str, Any]) -> list[tuple[str, int, str]]:
         text = (f"{name} {proc.get('state')}: {len(tasks)} tasks, held {held}, lag {lag}")
         if proc.get("refusal_reason") or proc.get("failure_detail"):
             text += f", stopped: {proc.get('refusal_reason')} {proc.get('failure_detail')}"
-        first = next(((t, h) for t in tasks for h in (t.get("held") or [])), None)
+        heads = [(t, h) for t in tasks for h in (t.get("held") or [])]
+        # A head waiting for a cause says more than one only queued behind a delivery pass.
+        first = next((th for th in heads if th[1].get("blockers")), heads[0] if heads else None)
         if first is not None:
             t, h = first
             text += (f"; task {t.get('task')} holds {h.get('topic')}-{h.get('partition')}"
