@@ -42,11 +42,15 @@ def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
                      topics, status_interval_ms=100, commit_interval_ms=60_000)
 
     recovered = False
+    recovering = False
     deadline = time.monotonic() + 60.0
     worker: Worker
+    first: object = None
 
     def should_stop() -> bool:
-        nonlocal recovered
+        nonlocal recovered, recovering, first
+        if recovering:
+            return False  # the recovery's own stop checks: no stop is asked meanwhile
         worker.next_shape_check = float("inf")  # no commit before a shape check
         worker.next_group_check = float("inf")  # nor before a group check
         worker.next_received_check = float("inf")  # nor before a deletion check
@@ -55,9 +59,13 @@ def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
             return time.monotonic() > deadline
         if not recovered:
             assert worker.txn.open and step.delivered_committed == 0
-            recovered = True
-            worker._recover(SubstrateError(ErrorKind.ABORTABLE, "a test's abortable error"))
+            recovered, recovering, first = True, True, step
+            try:
+                worker._recover(SubstrateError(ErrorKind.ABORTABLE, "a test's abortable error"))
+            finally:
+                recovering = False
             return False
+        assert step is not first, "the rebuild made a new step"
         return True
 
     worker = Worker(spec, None, should_stop)
