@@ -50,10 +50,8 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # one phase's tests); in both it is, as pytest's own 5.
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 define RUN_PHASES
-bt=$$(mktemp -d "/tmp/ptXXXX"); \
 parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
 serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(PYTEST_ARGS) || serial=$$?; \
-rm -rf "$$bt"; \
 echo "make test: parallel phase exited $$parallel, serial phase exited $$serial"; \
 if [ "$$parallel" -eq 5 ] && [ "$$serial" -eq 5 ]; then status=5; \
 elif [ "$$parallel" -ne 0 ] && [ "$$parallel" -ne 5 ]; then status=$$parallel; \
@@ -61,14 +59,19 @@ elif [ "$$serial" -ne 0 ] && [ "$$serial" -ne 5 ]; then status=$$serial; \
 else status=0; fi
 endef
 
+# The tests' tmp dirs (/tmp/ptXXXX) are kept when a phase failed (their logs), removed otherwise.
 test: $(STAMP)
-	@if [ -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then \
+	@bt=$$(mktemp -d "/tmp/ptXXXX") || exit 1; \
+	keep_or_remove() { if [ "$${status:-1}" -eq 0 ]; then rm -rf "$$bt"; else echo "make test: the tests' tmp dirs are kept in $$bt" >&2; fi; }; \
+	if [ -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then \
+	  trap 'keep_or_remove' EXIT; \
+	  trap 'exit 130' INT TERM; \
 	  echo "make test: using KAFKA_BOOTSTRAP_SERVERS=$$KAFKA_BOOTSTRAP_SERVERS"; \
 	  $(RUN_PHASES); \
 	  exit $$status; \
 	fi; \
 	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/parsley-devbroker-XXXXXX"); \
-	trap '$(DEVBROKER) down --dir "$$dir" || true; rm -rf "$$dir"' EXIT; \
+	trap '$(DEVBROKER) down --dir "$$dir" || true; rm -rf "$$dir"; keep_or_remove' EXIT; \
 	trap 'exit 130' INT TERM; \
 	out=$$($(DEVBROKER) up --dir "$$dir") || exit 1; \
 	bootstrap=$$(printf '%s\n' "$$out" | tail -n 1 | sed -n 's/^bootstrap.servers=//p'); \

@@ -339,6 +339,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
         if ON_DEMAND_BROKERS & used:
             item.add_marker(pytest.mark.serial)
+        for fixture in sorted(ON_DEMAND_BROKERS & used):
+            # A plain "pytest -n N" (no --phase) still starts each on one worker only.
+            item.add_marker(pytest.mark.xdist_group(fixture))
     phase = config.getoption("phase")
     if phase is None:
         return

@@ -59,13 +59,26 @@ def test_cluster_broker_faults_under_load_never_stop_the_process(
     _assert_clean(_run(kafka_cluster, RIDDEN, 3, len(RIDDEN)), RIDDEN)
 
 
-@pytest.mark.xfail(strict=False, reason=(
+KNOWN_DUPLICATE = (
     "known fault, open: once in the first full run (seed 3) a SIGKILL of the broker that was "
     "both the transaction coordinator and the output partition's leader left both tasks "
     "recovering from _MSG_TIMED_OUT, and task 0 rewound to offsets and a state one "
     "committed transaction old: 11 records relayed twice, 0 lost, 0 causal violations "
-    "(docs/operations.md, 'Broker restarts and the task timeout')"))
+    "(docs/operations.md, 'Broker restarts and the task timeout')")
+
+
 def test_a_transaction_coordinator_killed_under_load_loses_and_repeats_nothing(
         kafka_cluster: DevCluster) -> None:
+    """Every check holds unconditionally but one: records relayed twice (and the state
+    counts that go with them) are the known fault, reported as an expected failure."""
     kinds = ("txn_coordinator_kill",)
-    _assert_clean(_run(kafka_cluster, kinds, 5, 2), kinds)
+    result = _run(kafka_cluster, kinds, 5, 2)
+    verdict = result.verdict
+    assert result.failure is None and verdict is not None, result.report()
+    assert all(f.recovered_s is not None for f in result.faults), result.report()
+    assert result.restarts == 0 and result.all_running, result.report()
+    assert verdict.lost == 0 and verdict.causal == 0 and verdict.foreign == 0, \
+        result.report()
+    if verdict.duplicated:
+        pytest.xfail(f"{KNOWN_DUPLICATE}; this run: {result.report()}")
+    _assert_clean(result, kinds)
