@@ -78,7 +78,7 @@ KNOWN_DUPLICATE = (
     "known fault, open: a task recovering in place from _MSG_TIMED_OUT at its commit, while "
     "the output partition's leader restarts (a rolling restart) or is killed with the "
     "transaction coordinator, has rewound to offsets and a state one committed transaction "
-    "old: 11 and 28 records relayed twice in 2 of 6 runs, 0 lost, 0 causal violations "
+    "old: 11 and 28 records relayed twice in 2 of 5 runs, 0 lost, 0 causal violations "
     "(docs/operations.md, 'Broker restarts and the task timeout')")
 
 
