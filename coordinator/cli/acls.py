@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from coordinator.cli.common import load_app, load_config
+from coordinator.cli.common import load_config, load_processes
 from coordinator.cli.grants import commands, process_grants, reset_grants
 
 
@@ -45,14 +45,7 @@ def command(app: str, principal: str, process_names: tuple[str, ...], prefix: st
     """
     if not principal.startswith("User:") or principal == "User:":
         raise click.UsageError(f"--principal must be User:NAME, got {principal!r}")
-    declared = load_app(app)
-    by_name = {p.name: p for p in declared}
-    unknown = [n for n in process_names if n not in by_name]
-    if unknown:
-        raise click.UsageError(f"{app} declares no process {unknown}; it declares "
-                               f"{sorted(by_name)}")
-    processes = [by_name[n] for n in dict.fromkeys(process_names)] if process_names \
-        else declared
+    processes = load_processes(app, process_names)
     try:
         config = load_config(config_file, bootstrap_servers=bootstrap_servers,
                              application_id_prefix=prefix)

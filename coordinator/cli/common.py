@@ -93,6 +93,22 @@ def load_app(spec: str) -> list[Any]:
     return procs
 
 
+def load_processes(spec: str, names: tuple[str, ...]) -> list[Any]:
+    """The processes of ``spec`` (:func:`load_app`) named in ``names``, in the order first
+    given and each once; every declared process when ``names`` is empty.
+
+    Raises:
+        click.UsageError: a name the application does not declare (the declared ones named).
+    """
+    declared = load_app(spec)
+    by_name = {p.name: p for p in declared}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise click.UsageError(f"{spec} declares no process {unknown}; it declares "
+                               f"{sorted(by_name)}")
+    return [by_name[n] for n in dict.fromkeys(names)] if names else declared
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),

@@ -16,8 +16,8 @@ from coordinator.bootstrap.group import group_members
 from coordinator.cli.common import (
     ExitCode,
     exit_on_config_problem,
-    load_app,
     load_config,
+    load_processes,
     start_local_broker,
 )
 from coordinator.cli.help import PlainDefaultOption
@@ -107,14 +107,7 @@ def command(app: str, process_names: tuple[str, ...], to_earliest: bool, to_late
                                "reset, or --dry-run to print the plan")
     if bootstrap_servers and local_broker:
         raise click.UsageError("give --bootstrap-servers or --local-broker, not both")
-    declared = load_app(app)
-    by_name = {p.name: p for p in declared}
-    unknown = [n for n in process_names if n not in by_name]
-    if unknown:
-        raise click.UsageError(f"{app} declares no process {unknown}; it declares "
-                               f"{sorted(by_name)}")
-    processes = [by_name[n] for n in dict.fromkeys(process_names)] if process_names \
-        else declared
+    processes = load_processes(app, process_names)
     if local_broker:
         bootstrap_servers = start_local_broker()
     config = load_config(config_file, bootstrap_servers=bootstrap_servers,
