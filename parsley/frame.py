@@ -536,20 +536,8 @@ class HandlerFrame:
         if source is None:
             raise self._not_received(topic, batch=False)
         handler, decode_key, decode_value = source
-        part = "key"
-        try:
-            key_value = None if key is None else decode_key(key)
-            part = "value"
-            value_value = None if value is None else decode_value(value)
-        except Exception as exc:
-            self._rethrow()
-            raise ParsleyFailClosedError(
-                Reason.APPLICATION_PAYLOAD_UNDECODABLE,
-                f"{shapes.application_payload_undecodable(topic, offset)} "
-                f"{part} could not be decoded by the declared serde"
-                + _context(self.process.name, f"partition {partition}", _describe(exc))
-                + APPLICATION_REMEDY,
-            ) from exc
+        key_value, value_value = self._decode(topic, partition, offset, key, value,
+                                              decode_key, decode_value)
         if self._latched is not None:
             self._rethrow()
         delivery = new_delivery(topic, partition, offset, timestamp_ms, key_value, value_value,
