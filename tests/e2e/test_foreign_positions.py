@@ -45,10 +45,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
 )
 
 from coordinator import Parsley, ParsleyConfig
@@ -61,6 +57,7 @@ from parsley import Channel, Effects, Process, Reason
 from parsley.declarations import application_id, ordering_changelog
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES
+from tests.purge import purge_to
 from workers.positions import BOOTSTRAP_METADATA, TASK_METADATA
 
 DEVBROKER_TOOL = [sys.executable, "-c", "from devtools.devbroker_cli import main; main()", "tool"]
@@ -407,13 +404,8 @@ def test_an_ordering_changelog_partition_emptied_under_a_live_process_is_refused
                                                            timeout=10)
         assert end > 0
         # Kafka refuses delete-records on a compact-only topic (POLICY_VIOLATION): the
-        # purge needs cleanup.policy changed away from compact first (docs/runbooks.md).
-        res = ConfigResource(ResourceType.TOPIC, changelog, incremental_configs=[
-            ConfigEntry("cleanup.policy", "compact,delete",
-                        incremental_operation=AlterConfigOpType.SET)])
-        kafka_admin.incremental_alter_configs([res])[res].result()
-        tp = TopicPartition(changelog, 0, end)
-        kafka_admin.delete_records([tp])[tp].result()
+        # purge changes cleanup.policy away from compact first (docs/runbooks.md).
+        purge_to(kafka_admin, changelog, 0, end)
         os.kill(pid, signal.SIGKILL)
         _wait(lambda: _stopped_with(parsley, "relay") is not None
               or (parsley.status()["relay"].restarts >= 1

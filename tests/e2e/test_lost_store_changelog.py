@@ -33,6 +33,7 @@ from parsley import Channel, Effects, Process, Reason, Store
 from parsley.declarations import store_changelog
 from parsley.refusals import ParsleyFailClosedError
 from parsley.serdes import BYTES, JSON, STRING
+from tests.purge import purge_to
 
 INTERVAL_MS = 300
 
@@ -139,13 +140,8 @@ def test_store_changelog_deleted_while_running_refuses_at_the_rebuild(
 def test_store_changelog_purged_or_of_another_width_refuses_the_start(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:
-    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import (
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
         NewPartitions,
-        ResourceType,
     )
 
     src = create_topic(partitions=1)
@@ -159,15 +155,8 @@ def test_store_changelog_purged_or_of_another_width_refuses_the_start(
         assert parsley.close(deadline_s=20).clean
     # cleanup.policy changed away from compact (a compacted topic refuses DeleteRecords),
     # then records deleted up to the log end: the partition's log start moves past 0.
-    resource = ConfigResource(ResourceType.TOPIC, changelog, incremental_configs=[
-        ConfigEntry("cleanup.policy", "delete",
-                    incremental_operation=AlterConfigOpType.SET)])
-    for f in kafka_admin.incremental_alter_configs([resource]).values():
-        f.result(timeout=35)
     _low, high = _watermarks(kafka_bootstrap, changelog)
-    done = kafka_admin.delete_records([TopicPartition(changelog, 0, high)], request_timeout=30)
-    for f in done.values():
-        f.result(timeout=35)
+    purge_to(kafka_admin, changelog, 0, high, policy="delete")
     with pytest.raises(ParsleyFailClosedError) as excinfo:
         Parsley.start(config, process).close(deadline_s=20)
     assert excinfo.value.reason is Reason.ORDERING_STATE_LOST, excinfo.value
