@@ -70,6 +70,7 @@ TOOLS: dict[str, str] = {
     "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-storage": STORAGE_MAIN,
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",

@@ -306,7 +306,7 @@ def tool_command(name: str, args: tuple[str, ...]) -> None:
     \b
     kafka-topics, kafka-consumer-groups, kafka-get-offsets,
     kafka-configs, kafka-console-consumer, kafka-console-producer,
-    kafka-delete-records, kafka-transactions, kafka-acls, kafka-storage,
+    kafka-delete-records, kafka-transactions, kafka-dump-log, kafka-acls, kafka-storage,
     kafka-producer-perf-test, kafka-consumer-perf-test.
 
     On a sasl_ssl broker give them --command-config <dir>/admin.properties.
