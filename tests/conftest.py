@@ -33,8 +33,9 @@ live in ``devtools/kafka_support.py``.
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
 ``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after,
-one at a time: tests of brokers started on demand, broker restarts, chaos, load and
-timing-sensitive tests). Without
+one at a time: tests of the cluster and the private broker, broker restarts, chaos, load
+and timing-sensitive tests; the ``sasl_ssl`` broker's tests run in the parallel phase,
+all on one worker). Without
 ``--phase`` every test runs.
 """
 
@@ -71,9 +72,14 @@ BROKER_FIXTURES = frozenset(
 )
 ON_DEMAND_BROKERS = frozenset({"kafka_cluster", "secured_broker", "private_kafka"})
 """Fixtures whose brokers start when first asked for (3 JVMs for the cluster, one each for
-the others). Their tests are ``serial``: under pytest-xdist each worker is a session of its
-own and would start its own, several clusters at once on a 2-core machine; in the serial
-phase each starts once."""
+the others). Under pytest-xdist each worker is a session of its own and would start its
+own: each fixture's tests are one ``xdist_group``, so one worker runs them all and starts
+it once."""
+SERIAL_BROKERS = frozenset({"kafka_cluster", "private_kafka"})
+"""Of :data:`ON_DEMAND_BROKERS`, those whose tests are also ``serial``: they kill, restart
+or freeze brokers and bound the recovery's time, which a loaded machine would stretch.
+The ``secured_broker``'s tests (ACLs: refusals, bounded generously) run in the parallel
+phase, on one worker."""
 PHASES = ("parallel", "serial")
 """``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
 
@@ -331,13 +337,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)  # before the phase filter below and xdist's own hook
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses a broker fixture ``broker``, so ``-m "not broker"`` works,
-    and every test of a broker started on demand ``serial`` (:data:`ON_DEMAND_BROKERS`); with
+    every test of a broker started on demand in its ``xdist_group`` (:data:`ON_DEMAND_BROKERS`)
+    and ``serial`` where :data:`SERIAL_BROKERS` says; with
     ``--phase``, deselect the other phase's tests."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.broker)
-        if ON_DEMAND_BROKERS & used:
+        if SERIAL_BROKERS & used:
             item.add_marker(pytest.mark.serial)
         for fixture in sorted(ON_DEMAND_BROKERS & used):
             # A plain "pytest -n N" (no --phase) still starts each on one worker only.
