@@ -577,10 +577,15 @@ class ChaosRun:
             self.bootstrap, self.port = state.bootstrap, state.port
         admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
         tag = uuid.uuid4().hex[:6]
+        # Replicated on a cluster, as in production: a transaction's commit or abort marker
+        # for a partition with no live replica is skipped by Kafka's transaction coordinator
+        # (docs/operations.md, "Replicate every topic a process writes").
+        replicas = min(3, self.cluster.brokers) if self.cluster is not None else 1
         for label, partitions in (("A", TASKS), ("B", TASKS), ("OUT", 1)):
             name = f"chaos-{label.lower()}-{tag}"
             self.topics[label] = bounded(lambda n=name, p=partitions: create_topic(
-                admin, n, partitions=p), 60.0, f"creating topic {name}")
+                admin, n, partitions=p, replication_factor=replicas), 60.0,
+                f"creating topic {name}")
         self.producer = LoadProducer(self.bootstrap, self.topics["A"], self.topics["B"],
                                      self.s.rate, self.s.seed)
         self.producer.start()
