@@ -54,6 +54,7 @@ from workers.watchdog import bounded
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
     "RestoreProgress",
+    "broker_count",
     "changelog_replication",
     "ensure_changelog_topic",
     "read_partition",
@@ -342,7 +343,12 @@ def changelog_replication(
     return replicas, 2 if replicas >= 3 else 1
 
 
-def _broker_count(admin: AdminClient, timeout_s: float) -> int:
+def broker_count(admin: AdminClient, timeout_s: float = ADMIN_TIMEOUT_S) -> int:
+    """The brokers in the cluster metadata (``describe_cluster``), >= 1.
+
+    Raises:
+        SubstrateError: the describe failed or took longer than ``timeout_s`` (s).
+    """
     with map_kafka_errors("describing the cluster"):
         cluster = answer(admin.describe_cluster(request_timeout=timeout_s), timeout_s,
                          "describing the cluster")
@@ -404,7 +410,7 @@ def ensure_changelog_topic(
         config["max.message.bytes"] = str(max_message_bytes)
     replicas = -1
     if replication_factor != -1:
-        brokers = _broker_count(admin, timeout_s) if replication_factor is None else 1
+        brokers = broker_count(admin, timeout_s) if replication_factor is None else 1
         replicas, min_isr = changelog_replication(brokers, replication_factor,
                                                   min_insync_replicas)
         config["min.insync.replicas"] = str(min_isr)

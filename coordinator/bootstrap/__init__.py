@@ -61,6 +61,7 @@ from coordinator.bootstrap.positions import (
     ordering_state_lost,
     override_foreign_positions,
 )
+from coordinator.bootstrap.replication import warn_unreplicated_sent_topics
 from coordinator.bootstrap.resolve import (
     ResolvedTopic,
     describe_changelog,
@@ -226,6 +227,12 @@ def bootstrap_process(
 
     if fence:
         fence_tasks(config, process, range(width) if tasks is None else tasks, width)
+    if lead:
+        try:
+            warn_unreplicated_sent_topics(admin, app_id,
+                                          [topics[c.name] for c in process.outputs])
+        except SubstrateError as exc:  # a warning's query: the steps below meet the cluster
+            log.debug("%s: counting the brokers failed: %s", app_id, exc)
 
     # Step 3.1-3.3: describe and read the ordering changelog.
     changelog = describe_changelog(admin, changelog_name, answers=answers,

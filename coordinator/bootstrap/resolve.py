@@ -42,11 +42,13 @@ class ResolvedTopic:
         name: the topic name.
         topic_id: its Kafka topic id (never the zero UUID).
         partitions: its partition count, >= 1.
+        replicas: the fewest replicas any of its partitions has (0: not described).
     """
 
     name: str
     topic_id: UUID
     partitions: int
+    replicas: int = 0
 
 
 def _to_uuid(raw: object) -> UUID | None:
@@ -91,7 +93,8 @@ def _describe_once(
                 Reason.SUBSTRATE_MISCONFIGURED,
                 f"{shapes.substrate_no_topic_id(name)}. Upgrade the brokers.",
             )
-        found[name] = ResolvedTopic(name, topic_id, len(desc.partitions))
+        found[name] = ResolvedTopic(name, topic_id, len(desc.partitions),
+                                    min((len(p.replicas) for p in desc.partitions), default=0))
     return found, unknown
 
 

@@ -11,6 +11,7 @@ created changelogs with the broker's default replication and no topic-level mini
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -196,3 +197,22 @@ def test_up_again_starts_a_killed_broker_and_freeze_thaw_show_in_status(
         devbroker_cluster.wait_in_sync(kafka_cluster.bootstrap, timeout_s=180)
     finally:
         kafka_cluster.heal()
+
+
+def test_a_sent_topic_with_one_replica_is_warned_of_at_the_start(
+    kafka_cluster: DevCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = kafka_cluster.admin()
+    source = create_topic(admin, unique_name("in", "one-replica"), replication_factor=-1)
+    single = create_topic(admin, unique_name("out1", "one-replica"), replication_factor=1)
+    replicated = create_topic(admin, unique_name("out3", "one-replica"), replication_factor=-1)
+    prefix = f"one-replica-{uuid.uuid4().hex[:8]}"
+    config = ParsleyConfig(kafka_cluster.bootstrap, prefix, state_dir=str(tmp_path))
+    caplog.set_level(logging.WARNING, logger="parsley.bootstrap")
+    bootstrap(config, [_counting_relay("single", source.name, single.name),
+                       _counting_relay("replicated", source.name, replicated.name)],
+              group_window_s=1.0)
+    warned = [r.getMessage() for r in caplog.records if "single replica" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert f"{prefix}-single" in warned[0] and single.name in warned[0], warned[0]
+    assert replicated.name not in warned[0]
