@@ -273,6 +273,7 @@ class TopicInfo:
         partitions: the partition count.
         cleanup_policy: the topic's ``cleanup.policy`` (``"compact"`` for a changelog).
         max_message_bytes: the topic's ``max.message.bytes``, bytes.
+        replicas: the fewest replicas any of its partitions has.
     """
 
     name: str
@@ -280,6 +281,7 @@ class TopicInfo:
     partitions: int
     cleanup_policy: str
     max_message_bytes: int
+    replicas: int = 0
 
 
 def kafka_uuid(raw: object) -> UUID:
@@ -333,6 +335,7 @@ def describe_topic(
         partitions=len(desc.partitions),
         cleanup_policy=str(configs["cleanup.policy"].value),
         max_message_bytes=int(configs["max.message.bytes"].value),
+        replicas=min((len(p.replicas) for p in desc.partitions), default=0),
     )
 
 

@@ -61,7 +61,7 @@ from coordinator.bootstrap.positions import (
     ordering_state_lost,
     override_foreign_positions,
 )
-from coordinator.bootstrap.replication import warn_unreplicated_sent_topics
+from coordinator.bootstrap.replication import warn_unreplicated
 from coordinator.bootstrap.resolve import (
     ResolvedTopic,
     describe_changelog,
@@ -227,12 +227,6 @@ def bootstrap_process(
 
     if fence:
         fence_tasks(config, process, range(width) if tasks is None else tasks, width)
-    if lead:
-        try:
-            warn_unreplicated_sent_topics(admin, app_id,
-                                          [topics[c.name] for c in process.outputs])
-        except SubstrateError as exc:  # a warning's query: the steps below meet the cluster
-            log.debug("%s: counting the brokers failed: %s", app_id, exc)
 
     # Step 3.1-3.3: describe and read the ordering changelog.
     changelog = describe_changelog(admin, changelog_name, answers=answers,
@@ -369,6 +363,7 @@ def bootstrap_process(
                     f"{changelog_name}[{tp.partition}]")
 
         # Step 5 (Streams creates its changelogs at start): only once nothing refused.
+        written = {topics[c.name].name: topics[c.name].replicas for c in process.outputs}
         try:
             # With --join, only the owner of task 0 creates them (the others found the
             # ordering changelog, checked above).
@@ -378,6 +373,7 @@ def bootstrap_process(
                 info, _created = ensure_changelog_topic(
                     admin, changelog_name, width, replication_factor=replicas,
                     min_insync_replicas=min_isr)
+                written[changelog_name] = info.replicas
                 if info.cleanup_policy != "compact":
                     log.warning(
                         "%s: the ordering changelog %s has cleanup.policy=%s; it must be compact, "
@@ -389,6 +385,7 @@ def bootstrap_process(
                     store_info, _created = ensure_changelog_topic(
                         admin, name, width, replication_factor=replicas,
                         min_insync_replicas=min_isr)
+                    written[name] = store_info.replicas
                     if store_info.cleanup_policy != "compact":
                         log.warning(
                             "%s: the store changelog %s has cleanup.policy=%s; it must be compact, "
@@ -396,6 +393,8 @@ def bootstrap_process(
                             "ORDERING_STATE_LOST", app_id, name, store_info.cleanup_policy)
         except SubstrateError as exc:
             raise StartError(f"could not create the changelogs of '{process.name}': {exc}") from exc
+        if lead:  # once per application, by the owner of task 0 (at each of its starts)
+            warn_unreplicated(admin, app_id, written)
 
         if precommit:
             try:

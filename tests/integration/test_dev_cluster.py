@@ -199,7 +199,7 @@ def test_up_again_starts_a_killed_broker_and_freeze_thaw_show_in_status(
         kafka_cluster.heal()
 
 
-def test_a_sent_topic_with_one_replica_is_warned_of_at_the_start(
+def test_a_written_topic_with_one_replica_is_warned_of_at_the_start(
     kafka_cluster: DevCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     admin = kafka_cluster.admin()
@@ -215,4 +215,15 @@ def test_a_sent_topic_with_one_replica_is_warned_of_at_the_start(
     warned = [r.getMessage() for r in caplog.records if "single replica" in r.getMessage()]
     assert len(warned) == 1, warned
     assert f"{prefix}-single" in warned[0] and single.name in warned[0], warned[0]
+    assert replicated.name not in warned[0]
+
+    # A changelog configured with one replica is written in the transactions too.
+    caplog.clear()
+    one = ParsleyConfig(kafka_cluster.bootstrap, f"{prefix}-rf1", state_dir=str(tmp_path / "rf1"),
+                        changelog_replication_factor=1)
+    bootstrap(one, [_counting_relay("relay", source.name, replicated.name)], group_window_s=1.0)
+    warned = [r.getMessage() for r in caplog.records if "single replica" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert ordering_changelog(f"{prefix}-rf1", "relay") in warned[0], warned[0]
+    assert store_changelog(f"{prefix}-rf1", "relay", "counts") in warned[0], warned[0]
     assert replicated.name not in warned[0]
