@@ -61,9 +61,21 @@ STOP_BOUND_S = 60.0
 RELAY_BOUND_S = 90.0
 SESSION_MS = 1500
 """The workers' session timeout: each restart waits for the previous members to leave."""
+GROUP_WINDOW_S = 10.0
+"""A start's wait for a crashed member's session to expire, s: several ``SESSION_MS`` (the
+tests share the machine with the parallel phase's other workers)."""
+ACL_APPLIED_BOUND_S = 15.0
+"""An ACL change is seen by the broker's authorizer within this, s."""
 
 _TYPES = {"Topic": ResourceType.TOPIC, "Group": ResourceType.GROUP,
           "TransactionalId": ResourceType.TRANSACTIONAL_ID}
+
+
+def _filter(binding: AclBinding) -> AclBindingFilter:
+    """The filter that matches exactly ``binding``."""
+    return AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type,
+                            binding.principal, binding.host, binding.operation,
+                            binding.permission_type)
 
 
 def _operation(name: str) -> AclOperation:
@@ -113,14 +125,18 @@ class World:
         if add:
             futures = admin.create_acls([binding], request_timeout=15)
         else:
-            futures = admin.delete_acls([AclBindingFilter(
-                binding.restype, binding.name, binding.resource_pattern_type,
-                binding.principal, binding.host, binding.operation, binding.permission_type)],
-                request_timeout=15)
+            futures = admin.delete_acls([_filter(binding)], request_timeout=15)
         for future in futures.values():
             result = future.result(timeout=20)
             assert add or result, f"no ACL {binding} to revoke"
-        time.sleep(0.3)  # the authorizer applies it from the metadata log
+        # The authorizer applies it from the metadata log, a moment after the answer: wait
+        # until the broker describes it so (no fixed sleep: a loaded machine is slower).
+        query = _filter(binding)
+        deadline = time.monotonic() + ACL_APPLIED_BOUND_S
+        while bool(admin.describe_acls(query, request_timeout=15).result(timeout=20)) != add:
+            assert time.monotonic() < deadline, \
+                f"{binding} not {'granted' if add else 'revoked'} {ACL_APPLIED_BOUND_S:g} s on"
+            time.sleep(0.1)
 
     def relayed(self, out: str | None = None) -> list[bytes]:
         return [r.value for r in read_committed(self.broker.bootstrap, out or self.out,
@@ -139,7 +155,7 @@ def _run_until_relayed(world: World, out: str | None = None, prefix: str | None 
     """Start, wait until every input is relayed, close cleanly; return the seconds taken."""
     started = time.monotonic()
     process = process or acl_app.relay(world.source, world.out)
-    with Parsley.start(world.config(prefix), process, group_window_s=2.0) as parsley:
+    with Parsley.start(world.config(prefix), process, group_window_s=GROUP_WINDOW_S) as parsley:
         deadline = time.monotonic() + RELAY_BOUND_S
         while len(world.relayed(out)) < len(world.produced):
             assert parsley.healthy(), parsley.status()[acl_app.NAME].failure_detail
@@ -156,7 +172,7 @@ def _refused(world: World, prefix: str | None = None, process: Any = None
     started = time.monotonic()
     process = process or acl_app.relay(world.source, world.out)
     try:
-        parsley = Parsley.start(world.config(prefix), process, group_window_s=2.0)
+        parsley = Parsley.start(world.config(prefix), process, group_window_s=GROUP_WINDOW_S)
     except ParsleyFailClosedError as exc:
         assert exc.reason is Reason.SUBSTRATE_MISCONFIGURED, exc
         return "start", exc.detail, time.monotonic() - started
@@ -200,7 +216,25 @@ def world(secured_broker: DevCluster, tmp_path_factory: pytest.TempPathFactory,
     lines = [line for line in printed.output.splitlines() if line.startswith("kafka-acls ")]
     assert len(lines) == 5, printed.output
     _run_printed(lines)
+    _await_acls_settled(secured_broker, w.principal)
     yield w
+
+
+def _await_acls_settled(broker: DevCluster, principal: str) -> None:
+    """Wait until the broker describes the same non-empty ACLs of ``principal`` twice, 0.5 s
+    apart (its authorizer applies new ACLs from the metadata log after the answer)."""
+    admin = broker.admin()
+    query = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + ACL_APPLIED_BOUND_S
+    seen = -1
+    while True:
+        count = len(admin.describe_acls(query, request_timeout=15).result(timeout=20))
+        if count and count == seen:
+            return
+        assert time.monotonic() < deadline, f"the ACLs of {principal} did not settle"
+        seen = count
+        time.sleep(0.5)
 
 
 def _run_printed(lines: list[str]) -> None:
