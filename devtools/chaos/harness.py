@@ -579,7 +579,7 @@ class ChaosRun:
         tag = uuid.uuid4().hex[:6]
         # Replicated on a cluster, as in production: a transaction's commit or abort marker
         # for a partition with no live replica is skipped by Kafka's transaction coordinator
-        # (docs/operations.md, "Replicate every topic a process writes").
+        # (docs/operations.md, "Broker restarts and the task timeout").
         replicas = min(3, self.cluster.brokers) if self.cluster is not None else 1
         for label, partitions in (("A", TASKS), ("B", TASKS), ("OUT", 1)):
             name = f"chaos-{label.lower()}-{tag}"
