@@ -3,8 +3,8 @@
 Kafka's transaction coordinator writes each transaction's commit or abort marker to every
 partition the transaction wrote, and skips a partition whose leader it cannot find, taking
 it for a deleted topic (its log: "Couldn't find leader endpoint for partitions ... these
-partitions are likely deleted already and hence can be skipped"; docs/operations.md,
-"Broker restarts and the task timeout", has the evidence). A partition whose only replica
+partitions are likely deleted already and hence can be skipped"; the evidence:
+docs/upstream/kafka-transaction-marker-skip.md). A partition whose only replica
 is on a broker that is down has no leader. Its records of that transaction then stay open
 on the partition until the producer's next marker there closes them: a later commit makes
 an aborted transaction's records visible (delivered twice, or state counted twice), a
