@@ -917,7 +917,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoOutc
     if verdict is not None and naive is not None:
         incomplete = outcome.incomplete
         print_verdict(verdict, naive.inversions, extra=[
-            f"digest steps {verdict.steps}, threaded events {verdict.threaded} "
+            f"digest handled {verdict.steps} deliveries (posts and threaded events), "
+            f"threaded events {verdict.threaded} "
             f"({verdict.misplaced} contradicting their posts); "
             f"naive consumer saw {naive.inversions} of {naive.threaded} threaded events "
             "before their post or their parent's",
