@@ -39,7 +39,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from workers.authorization import Grant
-from workers.calls import CallStalled, await_future, call
+from workers.calls import CallStalled, await_future, call, pause
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -260,7 +260,7 @@ def offset_bounds(
                 raise
             if now() > deadline:
                 raise
-            time.sleep(0.1)
+            pause(0.1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.watchdog import bound_of, bounded
 
-__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "await_future", "call",
+__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "await_future", "call", "pause",
            "set_heartbeat"]
 
 T = TypeVar("T")
@@ -132,6 +132,20 @@ def _beat(caller: _Caller) -> None:
             beat()
         finally:
             caller.beating = False
+
+
+def pause(seconds: float) -> None:
+    """Sleep ``seconds``, calling this thread's heartbeat (:func:`set_heartbeat`) at least
+    every :data:`HEARTBEAT_S` meanwhile: a retry loop's wait between quick calls is as long
+    a silence as one slow call, and a worker silent for ``stale_task_ms`` is killed
+    (coordinator/config.py). Without a heartbeat set it is ``time.sleep``."""
+    until = time.monotonic() + seconds
+    while True:
+        _beat(_caller)
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(HEARTBEAT_S, left))
 
 
 def await_future(future: Any, timeout_s: float) -> Any:

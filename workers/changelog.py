@@ -39,7 +39,7 @@ from workers.admin import (
     offset_bounds,
 )
 from workers.authorization import Grant
-from workers.calls import call
+from workers.calls import call, pause
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -438,4 +438,4 @@ def ensure_changelog_topic(
                 f"changelog topic {name} still unknown or leaderless {timeout_s:g} s "
                 "after its creation",
             )
-        time.sleep(0.1)
+        pause(0.1)

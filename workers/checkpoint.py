@@ -31,6 +31,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from workers.admin import ADMIN_TIMEOUT_S, answer, describe_topic, offset_bounds
+from workers.calls import pause
 from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
 from workers.watchdog import bounded
 
@@ -191,7 +192,7 @@ def listed(admin: AdminClient, partitions: Iterable[tuple[str, int]],
                 break
             if time.monotonic() > deadline:
                 return None
-            time.sleep(0.05)
+            pause(0.05)
         out[(topic, partition)] = (str(info.topic_id), start, end)
     return out
 

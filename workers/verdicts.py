@@ -21,6 +21,7 @@ from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_members, lacking_topic
 from workers.authorization import NotAuthorized, principal_of
+from workers.calls import pause
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import (
     ErrorKind,
@@ -126,7 +127,7 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
             return None
         if seen and now >= max(deadline, min(seen.values()) + session_s + 5.0):
             return None
-        time.sleep(0.5)
+        pause(0.5)  # the status keeps coming: the look can outlast stale_task_ms
 
 
 def timed_out(outcome: Stop, worker: Fenced, fenced: bool = False) -> Stop:
