@@ -25,8 +25,10 @@ class _Group:
 
     def __init__(self, instance: str) -> None:
         self.instance = instance
+        self.describes = 0
 
     def describe_consumer_groups(self, groups: list[str], **_: Any) -> dict[str, Any]:
+        self.describes += 1
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         future.set_result(SimpleNamespace(members=[SimpleNamespace(
             member_id="other", client_id="c", host="/h", group_instance_id=self.instance)]))
@@ -35,15 +37,18 @@ class _Group:
 
 def test_the_look_for_a_successor_serves_the_heartbeat_while_it_waits() -> None:
     beats: list[float] = []
+    group = _Group("app-task-0")
     set_heartbeat(lambda: beats.append(time.monotonic()))
     try:
         started = time.monotonic()
-        found = live_successor(_Group("app-task-0"), "app", "app-task-0", "mine",  # type: ignore[arg-type]
+        found = live_successor(group, "app", "app-task-0", "mine",  # type: ignore[arg-type]
                                session_s=2.0, wait_s=1.0)
         took = time.monotonic() - started
     finally:
         set_heartbeat(None)
     assert found == "other"
     assert took >= 3.0, "the candidate is given its session timeout + 1 s to prove live"
-    gaps = [b - a for a, b in zip([started, *beats], [*beats, started + took], strict=True)]
-    assert max(gaps) < 1.0, f"no heartbeat for {max(gaps):.1f} s of a {took:.1f} s look"
+    # Each wait between two describes serves the heartbeat (counted, not timed: a loaded
+    # machine may stretch any gap); before, none did, and the whole look was silent.
+    assert group.describes >= 4
+    assert len(beats) >= group.describes - 1, (len(beats), group.describes)
