@@ -3,10 +3,11 @@
 #   make test    create .venv if needed, install the project with its test extra, start a
 #                local Kafka broker with parsley-devbroker (unless KAFKA_BOOTSTRAP_SERVERS
 #                is set), run every test in two phases on that broker (the tests not marked
-#                serial in TEST_WORKERS pytest-xdist workers, then those marked serial one at
-#                a time), stop the broker (also on failure or Ctrl-C) and exit non-zero when
-#                either phase fails. Extra pytest arguments, given to both phases:
-#                make test PYTEST_ARGS=-x; one process, no xdist: make test TEST_WORKERS=0
+#                serial in TEST_WORKERS pytest-xdist workers, then those marked serial in
+#                SERIAL_LANES lanes, one test at a time in each), stop the broker (also on
+#                failure or Ctrl-C) and exit non-zero when either phase fails. Extra
+#                pytest arguments, given to both phases: make test PYTEST_ARGS=-x; one
+#                process, no xdist: make test TEST_WORKERS=0
 #   make lint    ruff over the repository
 #   make venv    only create .venv and install the project with its test extra
 #   make demo    create .venv if needed and run the mailing-list demo (it starts its own
@@ -21,6 +22,9 @@ PYTEST_ARGS ?=
 # Workers of the parallel phase: twice the CI machine's 2 cores, as those tests mostly wait on
 # the broker (README.md, "Run the tests").
 TEST_WORKERS ?= 4
+# Lanes of the serial phase: one per xdist_group of its tests (the 3-broker cluster's, the
+# private broker's, the rest's: tests/conftest.py); within a lane, one test at a time.
+SERIAL_LANES ?= 3
 DEMO_ARGS ?=
 
 .PHONY: test lint venv demo demo-data
@@ -49,9 +53,10 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # in one phase is not a failure when the other phase ran tests (PYTEST_ARGS may select only
 # one phase's tests); in both it is, as pytest's own 5.
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+SERIAL_XDIST_ARGS := $(if $(filter 0 1,$(TEST_WORKERS) $(SERIAL_LANES)),,-n $(SERIAL_LANES) --dist loadgroup)
 define RUN_PHASES
 parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
-serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(PYTEST_ARGS) || serial=$$?; \
+serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(SERIAL_XDIST_ARGS) $(PYTEST_ARGS) || serial=$$?; \
 echo "make test: parallel phase exited $$parallel, serial phase exited $$serial"; \
 if [ "$$parallel" -eq 5 ] && [ "$$serial" -eq 5 ]; then status=5; \
 elif [ "$$parallel" -ne 0 ] && [ "$$parallel" -ne 5 ]; then status=$$parallel; \

@@ -80,6 +80,11 @@ SERIAL_BROKERS = frozenset({"kafka_cluster", "private_kafka"})
 or freeze brokers and bound the recovery's time, which a loaded machine would stretch.
 The ``secured_broker``'s tests (ACLs: refusals, bounded generously) run in the parallel
 phase, on one worker."""
+SHARED_SERIAL_GROUP = "shared_serial"
+"""The ``xdist_group`` of the ``serial`` tests that start no broker of :data:`SERIAL_BROKERS`
+(they time recoveries on the shared broker, or start their own): the serial phase runs in
+three lanes, one per group (the cluster's, the private broker's, this one), so that one
+lane's waits on a killed or frozen broker overlap the others' (``make test``)."""
 PHASES = ("parallel", "serial")
 """``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
 
@@ -346,9 +351,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
         if SERIAL_BROKERS & used:
             item.add_marker(pytest.mark.serial)
-        for fixture in sorted(ON_DEMAND_BROKERS & used):
+        groups = sorted(ON_DEMAND_BROKERS & used)
+        for fixture in groups:
             # A plain "pytest -n N" (no --phase) still starts each on one worker only.
             item.add_marker(pytest.mark.xdist_group(fixture))
+        if not groups and item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.xdist_group(SHARED_SERIAL_GROUP))
     phase = config.getoption("phase")
     if phase is None:
         return

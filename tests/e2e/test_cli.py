@@ -209,12 +209,20 @@ def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
         assert "a[0] needs 9 settled -" in flat and "b[0]@7 x2" in flat, table.stdout
         watch = subprocess.Popen([*CLI, "status", "--watch", "--json", "--interval", "0.2",
                                   "--endpoint", server.endpoint], cwd=tmp_path,
+                                 env=dict(os.environ, PYTHONFAULTHANDLER="1"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while len(served) < 6 and time.monotonic() < deadline:  # 5 refreshes served
             time.sleep(0.1)
         watch.send_signal(signal.SIGINT)
-        out, err = watch.communicate(timeout=30)
+        try:
+            out, err = watch.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            # Seen once in CI: say where it stood (faulthandler prints every thread's stack).
+            watch.send_signal(signal.SIGABRT)
+            out, err = watch.communicate(timeout=10)
+            raise AssertionError(f"--watch outlived SIGINT by 30 s after {len(served)} "
+                                 f"refreshes; its stacks:\n{err}") from None
         assert watch.returncode == 0, err
         assert out.count('"processes"') >= 3, "--watch refreshes"
     finally:
