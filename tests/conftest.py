@@ -33,10 +33,9 @@ live in ``devtools/kafka_support.py``.
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
 ``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after,
-one at a time: tests of the cluster and the private broker, broker restarts, chaos, load
-and timing-sensitive tests; the ``sasl_ssl`` broker's tests run in the parallel phase,
-all on one worker). Without
-``--phase`` every test runs.
+in three lanes of one test at a time: the cluster's tests, the private broker's, and the
+chaos, load and timing-sensitive tests on the shared broker; the ``sasl_ssl`` broker's
+tests run in the parallel phase, all on one worker). Without ``--phase`` every test runs.
 """
 
 from __future__ import annotations
