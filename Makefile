@@ -53,7 +53,7 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # in one phase is not a failure when the other phase ran tests (PYTEST_ARGS may select only
 # one phase's tests); in both it is, as pytest's own 5.
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
-SERIAL_XDIST_ARGS := $(if $(filter 0 1,$(TEST_WORKERS) $(SERIAL_LANES)),,-n $(SERIAL_LANES) --dist loadgroup)
+SERIAL_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(SERIAL_LANES)),-n $(SERIAL_LANES) --dist loadgroup))
 define RUN_PHASES
 parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
 serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(SERIAL_XDIST_ARGS) $(PYTEST_ARGS) || serial=$$?; \

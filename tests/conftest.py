@@ -33,8 +33,8 @@ live in ``devtools/kafka_support.py``.
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
 ``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after,
-in three lanes of one test at a time: the cluster's tests, the private broker's, and the
-chaos, load and timing-sensitive tests on the shared broker; the ``sasl_ssl`` broker's
+in three lanes of one test at a time: the cluster's tests with the other ``load`` tests,
+the private broker's, and the timing-sensitive tests on the shared broker; the ``sasl_ssl`` broker's
 tests run in the parallel phase, all on one worker). Without ``--phase`` every test runs.
 """
 
@@ -76,14 +76,20 @@ own: each fixture's tests are one ``xdist_group``, so one worker runs them all a
 it once."""
 SERIAL_BROKERS = frozenset({"kafka_cluster", "private_kafka"})
 """Of :data:`ON_DEMAND_BROKERS`, those whose tests are also ``serial``: they kill, restart
-or freeze brokers and bound the recovery's time, which a loaded machine would stretch.
-The ``secured_broker``'s tests (ACLs: refusals, bounded generously) run in the parallel
+or freeze brokers and bound the recovery's time, which the parallel phase's load would
+stretch; each broker's tests are a lane of their own in the serial phase. The
+``secured_broker``'s tests (ACLs: refusals, bounded generously) run in the parallel
 phase, on one worker."""
+LOAD_LANE = "kafka_cluster"
+"""The serial lane of the tests marked ``load`` (a chaos harness, many clients): the
+cluster's own chaos tests load the machine too, so one lane keeps every load test apart
+from the others while the other two lanes mostly wait on brokers."""
 SHARED_SERIAL_GROUP = "shared_serial"
-"""The ``xdist_group`` of the ``serial`` tests that start no broker of :data:`SERIAL_BROKERS`
-(they time recoveries on the shared broker, or start their own): the serial phase runs in
-three lanes, one per group (the cluster's, the private broker's, this one), so that one
-lane's waits on a killed or frozen broker overlap the others' (``make test``)."""
+"""The ``xdist_group`` of the ``serial`` tests that start no broker of
+:data:`SERIAL_BROKERS` and are not marked ``load`` (they time recoveries on the shared
+broker, or start their own): the serial phase runs in three lanes, one per group (the
+cluster's, the private broker's, this one), so that one lane's waits on a killed or frozen
+broker overlap the others' (``make test``)."""
 PHASES = ("parallel", "serial")
 """``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
 
@@ -355,7 +361,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # A plain "pytest -n N" (no --phase) still starts each on one worker only.
             item.add_marker(pytest.mark.xdist_group(fixture))
         if not groups and item.get_closest_marker("serial") is not None:
-            item.add_marker(pytest.mark.xdist_group(SHARED_SERIAL_GROUP))
+            lane = LOAD_LANE if item.get_closest_marker("load") else SHARED_SERIAL_GROUP
+            item.add_marker(pytest.mark.xdist_group(lane))
     phase = config.getoption("phase")
     if phase is None:
         return

@@ -20,7 +20,7 @@ from devtools.chaos.harness import ChaosSettings, run_chaos
 from devtools.chaos.schedule import parse_kinds
 
 # Its own broker, a producer and a coordinator under faults: it loads the machine.
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.load]
 
 
 def settings_from_env() -> ChaosSettings:

@@ -41,7 +41,7 @@ from examples.gateway.projection import Topics, build
 from parsley.engine.channel import ChannelId
 from parsley.session import CausalPast, TokenSigner
 
-pytestmark = pytest.mark.serial  # a load test: 50 clients, 1,000 pairs
+pytestmark = [pytest.mark.serial, pytest.mark.load]  # a load test: 50 clients, 1,000 pairs
 
 PAIRS = int(os.environ.get("PARSLEY_GATEWAY_PAIRS", "1000"))
 CLIENTS = int(os.environ.get("PARSLEY_GATEWAY_CLIENTS", "50"))
