@@ -2,12 +2,13 @@
 #
 #   make test    create .venv if needed, install the project with its test extra, start a
 #                local Kafka broker with parsley-devbroker (unless KAFKA_BOOTSTRAP_SERVERS
-#                is set), run every test in two phases on that broker (the tests not marked
-#                serial in TEST_WORKERS pytest-xdist workers, then those marked serial in
-#                SERIAL_LANES lanes, one test at a time in each), stop the broker (also on
-#                failure or Ctrl-C) and exit non-zero when either phase fails. Extra
-#                pytest arguments, given to both phases: make test PYTEST_ARGS=-x; one
-#                process, no xdist: make test TEST_WORKERS=0
+#                is set), run every test in three phases on that broker (the tests not
+#                marked serial in TEST_WORKERS pytest-xdist workers; those marked serial in
+#                SERIAL_LANES lanes, one test at a time in each; the 3-broker cluster's and
+#                the load tests alone, one at a time), stop the broker (also on failure or
+#                Ctrl-C) and exit non-zero when any phase fails. Extra pytest arguments,
+#                given to every phase: make test PYTEST_ARGS=-x; one process, no xdist:
+#                make test TEST_WORKERS=0
 #   make lint    ruff over the repository
 #   make venv    only create .venv and install the project with its test extra
 #   make demo    create .venv if needed and run the mailing-list demo (it starts its own
@@ -22,9 +23,9 @@ PYTEST_ARGS ?=
 # Workers of the parallel phase: twice the CI machine's 2 cores, as those tests mostly wait on
 # the broker (README.md, "Run the tests").
 TEST_WORKERS ?= 4
-# Lanes of the serial phase: one per xdist_group of its tests (the 3-broker cluster's, the
-# private broker's, the rest's: tests/conftest.py); within a lane, one test at a time.
-SERIAL_LANES ?= 3
+# Lanes of the serial phase: one per xdist_group of its tests (the private broker's, the
+# rest's: tests/conftest.py); within a lane, one test at a time.
+SERIAL_LANES ?= 2
 DEMO_ARGS ?=
 
 .PHONY: test lint venv demo demo-data
@@ -46,22 +47,24 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 	$(OLD_CARGO_ENV) $(VPY) -m pip install --quiet -e ".[test]"
 	touch $@
 
-# The two phases of README.md, "Run the tests", each under a short --basetemp (/tmp/ptXXXX/p,
-# not /tmp/pytest-of-<user>/pytest-<n>/popen-gw<i>): a test's coordinator socket path
-# lives under its tmp_path, and an ipc:// path may be 107 bytes at most.
-# pytest's exit status 5 (no tests collected)
-# in one phase is not a failure when the other phase ran tests (PYTEST_ARGS may select only
-# one phase's tests); in both it is, as pytest's own 5.
+# The three phases of README.md, "Run the tests", each under a short --basetemp
+# (/tmp/ptXXXX/p, not /tmp/pytest-of-<user>/pytest-<n>/popen-gw<i>): a test's coordinator
+# socket path lives under its tmp_path, and an ipc:// path may be 107 bytes at most.
+# pytest's exit status 5 (no tests collected) in a phase is not a failure when another
+# phase ran tests (PYTEST_ARGS may select only one phase's tests); in all it is, as
+# pytest's own 5. The first phase's failing status is make test's.
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 SERIAL_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(SERIAL_LANES)),-n $(SERIAL_LANES) --dist loadgroup))
 define RUN_PHASES
 parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
 serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(SERIAL_XDIST_ARGS) $(PYTEST_ARGS) || serial=$$?; \
-echo "make test: parallel phase exited $$parallel, serial phase exited $$serial"; \
-if [ "$$parallel" -eq 5 ] && [ "$$serial" -eq 5 ]; then status=5; \
-elif [ "$$parallel" -ne 0 ] && [ "$$parallel" -ne 5 ]; then status=$$parallel; \
-elif [ "$$serial" -ne 0 ] && [ "$$serial" -ne 5 ]; then status=$$serial; \
-else status=0; fi
+load=0; $(VPY) -m pytest tests --phase load --basetemp "$$bt/l" $(PYTEST_ARGS) || load=$$?; \
+echo "make test: parallel phase exited $$parallel, serial phase exited $$serial, load phase exited $$load"; \
+status=0; ran=0; \
+for code in $$parallel $$serial $$load; do \
+  if [ "$$code" -eq 0 ]; then ran=1; elif [ "$$code" -ne 5 ] && [ "$$status" -eq 0 ]; then status=$$code; fi; \
+done; \
+if [ "$$status" -eq 0 ] && [ "$$ran" -eq 0 ]; then status=5; fi
 endef
 
 # The tests' tmp dirs (/tmp/ptXXXX) are kept when a phase failed (their logs), removed otherwise.

@@ -32,10 +32,12 @@ live in ``devtools/kafka_support.py``.
 
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
-``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after,
-in three lanes of one test at a time: the cluster's tests with the other ``load`` tests,
-the private broker's, and the timing-sensitive tests on the shared broker; the ``sasl_ssl`` broker's
-tests run in the parallel phase, all on one worker). Without ``--phase`` every test runs.
+``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after, in
+two lanes of one test at a time: the private broker's tests, and the timing-sensitive
+tests on the shared broker) but the cluster's and those marked ``load``, which ``--phase
+load`` keeps (run last, one at a time, alone: they load the machine). The ``sasl_ssl``
+broker's tests run in the parallel phase, all on one worker. Without ``--phase`` every
+test runs.
 """
 
 from __future__ import annotations
@@ -81,17 +83,19 @@ stretch; each broker's tests are a lane of their own in the serial phase. The
 ``secured_broker``'s tests (ACLs: refusals, bounded generously) run in the parallel
 phase, on one worker."""
 LOAD_LANE = "kafka_cluster"
-"""The serial lane of the tests marked ``load`` (a chaos harness, many clients): the
-cluster's own chaos tests load the machine too, so one lane keeps every load test apart
-from the others while the other two lanes mostly wait on brokers."""
+"""The ``xdist_group`` of the ``serial`` tests that load the machine: the 3-broker
+cluster's (chaos on three brokers) and those marked ``load`` (a chaos harness, many
+clients). ``--phase load`` runs them, one at a time and alone, after the other serial
+tests: run beside them, the private broker's recovery tests missed their bounds (a
+fresh-clone CI run, load average 20-30 on 2 cores)."""
 SHARED_SERIAL_GROUP = "shared_serial"
-"""The ``xdist_group`` of the ``serial`` tests that start no broker of
-:data:`SERIAL_BROKERS` and are not marked ``load`` (they time recoveries on the shared
-broker, or start their own): the serial phase runs in three lanes, one per group (the
-cluster's, the private broker's, this one), so that one lane's waits on a killed or frozen
-broker overlap the others' (``make test``)."""
-PHASES = ("parallel", "serial")
-"""``--phase`` values: the tests not marked ``serial``, or only those marked ``serial``."""
+"""The ``xdist_group`` of the other ``serial`` tests that start no broker of
+:data:`SERIAL_BROKERS` (they time recoveries on the shared broker, or start their own):
+``--phase serial`` runs in two lanes, this group's and the private broker's, so that one
+lane's waits on a killed or frozen broker overlap the other's (``make test``)."""
+PHASES = ("parallel", "serial", "load")
+"""``--phase`` values: the tests not marked ``serial``; those marked ``serial`` but for
+the :data:`LOAD_LANE`'s; or only the :data:`LOAD_LANE`'s."""
 
 
 def _ci() -> bool:
@@ -335,12 +339,13 @@ def _broker_for_marked_tests(request: pytest.FixtureRequest) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--phase parallel|serial``: which of ``make test``'s two runs this is (module
-    docstring)."""
+    """``--phase parallel|serial|load``: which of ``make test``'s three runs this is
+    (module docstring)."""
     parser.addoption(
         "--phase", choices=PHASES, default=None,
         help="parallel: only tests not marked serial (for pytest-xdist); serial: only tests "
-             "marked serial. Default: every test.",
+             "marked serial, but the 3-broker cluster's and those marked load; load: only "
+             "those. Default: every test.",
     )
 
 
@@ -366,15 +371,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     phase = config.getoption("phase")
     if phase is None:
         return
-    want_serial = phase == "serial"
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        serial = item.get_closest_marker("serial") is not None
-        (kept if serial == want_serial else dropped).append(item)
+        (kept if _phase_of(item) == phase else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def _phase_of(item: pytest.Item) -> str:
+    """The ``--phase`` that runs ``item``, once :func:`pytest_collection_modifyitems` has
+    marked it: ``parallel``, ``serial`` or ``load`` (:data:`PHASES`)."""
+    if item.get_closest_marker("serial") is None:
+        return "parallel"
+    lanes = {m.args[0] for m in item.iter_markers("xdist_group") if m.args}
+    return "load" if LOAD_LANE in lanes else "serial"
 
 
 @pytest.fixture(params=[c.name for c in ALL_CODECS])

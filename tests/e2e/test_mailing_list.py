@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 pytestmark = pytest.mark.broker
@@ -104,20 +103,11 @@ class Demo:
         return "\n".join(self.lines[-n:])
 
 
-def status(config: str) -> dict[str, Any]:
-    """``parsley-coordinator status --json --config <config>``, or ``{}`` if it does not answer."""
-    done = subprocess.run([*COORDINATOR, "status", "--json", "--config", config], cwd=ROOT,
-                          capture_output=True, timeout=30)
-    if done.returncode != 0:
-        return {}
-    parsed = orjson.loads(done.stdout)
-    return parsed if isinstance(parsed, dict) else {}
-
-
 def status_now(config: str) -> dict[str, Any]:
-    """The same document as :func:`status`, asked of the control socket in this process
-    (milliseconds, where the CLI's own start takes a second or more under load: a hold
-    that lasts about a second falls between two CLI calls), or ``{}`` if none answers."""
+    """What ``parsley-coordinator status --json --config <config>`` shows, asked of the
+    control socket in this process (milliseconds, where the CLI's own start takes a second
+    or more under load: a hold that lasts about a second falls between two CLI calls), or
+    ``{}`` if none answers."""
     from coordinator.cli.common import control_place
     from coordinator.control.status_socket import NoReplyError, request
 
@@ -147,19 +137,19 @@ def test_demo_survives_a_digest_worker_killed_mid_run(kafka_bootstrap: str) -> N
         victim: dict[str, Any] | None = None
         deadline = time.monotonic() + 60
         while victim is None and time.monotonic() < deadline:
-            for task in digest_tasks(status(config)):
+            for task in digest_tasks(status_now(config)):
                 if task.get("state") == "RUNNING" and task.get("pid"):
                     victim = task
                     break
             else:
-                time.sleep(0.3)
+                time.sleep(0.05)
         assert victim is not None, "no digest task was RUNNING to kill:\n" + demo.tail()
         replay_done_before_kill = demo.seen(r"^replayed \d+ posts")
         os.kill(int(victim["pid"]), signal.SIGKILL)
         respawned = None
         deadline = time.monotonic() + 90
         while respawned is None and time.monotonic() < deadline:
-            for task in digest_tasks(status(config)):
+            for task in digest_tasks(status_now(config)):
                 if task.get("task") == victim["task"] and task.get("pid") not in (
                         None, victim["pid"]):
                     respawned = task

@@ -1,11 +1,13 @@
-"""Every test of ``make test``'s serial phase sits in one of its three lanes.
+"""Every test of ``make test``'s serial phase sits in one of its two lanes, and the load
+phase holds exactly the 3-broker cluster's tests and those marked ``load``.
 
-The serial phase runs under ``-n 3 --dist loadgroup`` (Makefile, ``SERIAL_LANES``):
+The serial phase runs under ``-n 2 --dist loadgroup`` (Makefile, ``SERIAL_LANES``):
 tests/conftest.py gives each ``serial`` test the ``xdist_group`` of the broker it starts
-(``kafka_cluster``, ``private_kafka``) or ``shared_serial``. A serial test with no group
-would be spread over the lanes by xdist and run beside a test of its own lane's broker;
-one with a fourth group would start a fourth lane's worth of brokers on a 2-core machine.
-The tests marked ``load`` share one lane, so that no two of them load the machine at once.
+(``private_kafka``) or ``shared_serial``. A serial test with no group would be spread
+over the lanes by xdist and run beside a test of its own lane's broker; one with a third
+group would start a third lane on a 2-core machine. The load phase (``--phase load``)
+runs the tests that load the machine alone, one at a time: one of them in the serial
+phase would run beside the private broker's recovery tests, which then miss their bounds.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LOAD_LANE, SERIAL_BROKERS, SHARED_SERIAL_GROUP
+from tests.conftest import LOAD_LANE, SHARED_SERIAL_GROUP
 
 REPORTER = '''
 def pytest_collection_finish(session):
@@ -25,29 +27,40 @@ def pytest_collection_finish(session):
         for item in session.items:
             groups = [m.args[0] for m in item.iter_markers("xdist_group")]
             load = "load" if item.get_closest_marker("load") else ""
-            out.write(item.nodeid + "\\t" + ",".join(groups) + "\\t" + load + "\\n")
+            cluster = "cluster" if "kafka_cluster" in item.fixturenames else ""
+            out.write("\\t".join([item.nodeid, ",".join(groups), load, cluster]) + "\\n")
 '''
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_each_serial_test_has_one_of_three_lanes(tmp_path: Path) -> None:
+def _phase(phase: str, tmp_path: Path) -> list[list[str]]:
+    """``(nodeid, groups, "load" or "", "cluster" or "")`` of each test ``--phase`` keeps."""
     (tmp_path / "lane_reporter.py").write_text(REPORTER)
-    out = tmp_path / "lanes.tsv"
+    out = tmp_path / f"{phase}.tsv"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests", "--phase", "serial", "--collect-only", "-q",
+        [sys.executable, "-m", "pytest", "tests", "--phase", phase, "--collect-only", "-q",
          "-p", "no:cacheprovider", "-p", "lane_reporter"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
         env={**os.environ, "LANES_OUT": str(out),
              "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    rows = [line.split("\t") for line in out.read_text().splitlines()]
-    assert len(rows) >= 10, rows  # the phase has its cluster, private-broker and shared tests
-    lanes = SERIAL_BROKERS | {SHARED_SERIAL_GROUP}
-    wrong = [(node, groups) for node, groups, _ in rows
-             if len(groups.split(",")) != 1 or groups not in lanes]
-    assert not wrong, f"serial tests outside one of {sorted(lanes)}: {wrong}"
-    assert {groups for _, groups, _ in rows} == lanes
-    loads = [(node, groups) for node, groups, load in rows if load]
-    assert loads and all(groups == LOAD_LANE for _, groups in loads), loads
+    return [line.split("\t") for line in out.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_each_serial_test_has_one_of_two_lanes_and_the_load_tests_run_alone(
+        tmp_path: Path) -> None:
+    serial = _phase("serial", tmp_path)
+    assert len(serial) >= 10, serial  # the private broker's tests and the shared ones
+    lanes = {"private_kafka", SHARED_SERIAL_GROUP}
+    wrong = [(node, groups) for node, groups, load, cluster in serial
+             if groups not in lanes or load or cluster]
+    assert not wrong, f"serial tests outside one of {sorted(lanes)}, or load tests: {wrong}"
+    assert {groups for _, groups, _, _ in serial} == lanes
+
+    load = _phase("load", tmp_path)
+    assert any(cluster for *_, cluster in load) and any(marked for _, _, marked, _ in load)
+    wrong = [(node, groups) for node, groups, marked, cluster in load
+             if groups != LOAD_LANE or not (marked or cluster)]
+    assert not wrong, f"load-phase tests that neither load nor use the cluster: {wrong}"
