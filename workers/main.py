@@ -64,9 +64,9 @@ MAX_ABORTABLE_RETRIES: Final = 5
 """Consecutive abortable failures (without a commit between) met with an abort and a rebuild
 over the same producer; past them the recovery renews the clients."""
 _CONSUMER_CALLS: Final = frozenset({"committed", "offset reset check"})
+"""Calls of the main consumer: when one stalls, the consumer is renewed too."""
 IDLE_PROGRESS_S: Final = 5.0
 """How long a stalled task must run idle and caught up for that to count as progress, s."""
-"""Calls of the main consumer: when one stalls, the consumer is renewed too."""
 
 
 def _schedule_of(guard: str) -> property:
@@ -511,7 +511,7 @@ class Worker:
                         self.task_timeout.timeout_s, detail)
             self._pause(delay)
             try:
-                renew_consumer = self.member_fenced or (
+                renew_consumer = self.member_fenced or self.task_timeout.renews_consumer or (
                     isinstance(exc, CallStalled) and exc.call in _CONSUMER_CALLS)
                 exc = None  # type: ignore[assignment]  # its traceback holds the old clients
                 self._renew(consumer=renew_consumer)

@@ -95,6 +95,16 @@ class TaskTimeout:
         self.cause = None
 
     @property
+    def renews_consumer(self) -> bool:
+        """Whether the attempt under way renews the main consumer too: from the second
+        attempt without progress between. The first keeps it unless it was fenced or its
+        own call stalled (a new member costs the group a rebalance); a second failure may
+        come from that consumer itself: after a broker restart under load one was seen
+        timing out ``committed()`` and its heartbeats for two minutes while a fresh one
+        read the same offsets at once (tests/e2e/test_coordinator_broker_outage.py)."""
+        return self.attempts > 1
+
+    @property
     def stalled(self) -> bool:
         """Whether a failure awaits progress."""
         return self.since is not None

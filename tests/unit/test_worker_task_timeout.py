@@ -62,3 +62,19 @@ def test_a_wait_never_reaches_past_the_timeout(gaps: list[float], timeout_s: flo
             return
         assert delay >= 0.0
         assert clock.since is not None and now + delay <= clock.since + timeout_s + 1e-9
+
+
+def test_the_second_attempt_without_progress_renews_the_consumer_and_progress_resets_it() -> None:
+    clock = TaskTimeout(timeout_s=300.0)
+    assert not clock.renews_consumer
+    clock.failed(0.0, "a commit's delivery timed out")
+    assert not clock.renews_consumer  # the first attempt keeps the group member
+    clock.recovered()
+    assert not clock.renews_consumer  # a completed recovery is not progress
+    clock.failed(10.0, "reading the group's committed offsets: _TIMED_OUT")
+    assert clock.renews_consumer
+    clock.failed(40.0, "again")
+    assert clock.renews_consumer
+    clock.progressed()
+    clock.failed(100.0, "a new stall")
+    assert not clock.renews_consumer
