@@ -327,6 +327,20 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def log_errors(path: Path, lines: int = 12) -> str:
+    """The last ``lines`` ERROR and FATAL lines of a broker log, each with the line after
+    it (an exception's first line), or ``(none)``: why a broker exited is logged before
+    the shutdown's own lines, which fill a tail."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    picked = [line + ("\n" + text[i + 1] if i + 1 < len(text) and not text[i + 1].startswith("[")
+                      else "")
+              for i, line in enumerate(text) if "] ERROR " in line or "] FATAL " in line]
+    return "\n".join(picked[-lines:]) or "(none)"
+
+
 _SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
 """JVM flags for one-shot commands: C1 only and the serial GC start faster (not for the
 broker or the perf-test tools, which run long enough for C2 to pay off)."""
@@ -535,13 +549,15 @@ def spawn_node(java: str, lib: Path, data_dir: Path, heap: str = DEFAULT_HEAP
 
 
 def start_failure(state: BrokerState, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
-    """Why the node ``state`` did not open its port: its exit status and its logs' tails."""
+    """Why the node ``state`` did not open its port: its exit status, its log's errors and
+    its logs' tails."""
     exited = proc.poll()
     return (
         f"broker {state.node_id} "
         f"{'exited with ' + str(exited) if exited is not None else 'did not open'}"
-        f" its port {state.port} within {timeout_s:.0f} s; log tail "
-        f"({state.log_path}):\n{log_tail(state.log_path)}\n"
+        f" its port {state.port} within {timeout_s:.0f} s; its errors "
+        f"({state.log_path}):\n{log_errors(state.log_path)}\nlog tail:\n"
+        f"{log_tail(state.log_path)}\n"
         f"stdout ({state.data_dir / 'logs' / 'stdout.log'}):\n"
         f"{log_tail(state.data_dir / 'logs' / 'stdout.log', 10)}"
     )

@@ -1,0 +1,38 @@
+"""A dev broker that did not come back is reported with its log's errors, not only the
+shutdown lines that fill its log's tail (devtools/devbroker.py, ``start_failure``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devtools.devbroker import log_errors
+
+LOG = """\
+[2026-12-06 19:09:40,000] INFO [KafkaRaftServer nodeId=1] starting (kafka.server.KafkaRaftServer)
+[2026-12-06 19:09:41,000] ERROR [KafkaRaftServer nodeId=1] Fatal error during startup. (k)
+java.net.BindException: Address already in use
+\tat java.base/sun.nio.ch.Net.bind0(Native Method)
+[2026-12-06 19:09:42,000] WARN [x] not an error (y)
+[2026-12-06 19:09:43,000] FATAL [z] Exiting Kafka. (z)
+""" + "".join(f"[2026-12-06 19:09:44,{i:03d}] INFO shutting down part {i} (p)\n"
+              for i in range(40))
+
+
+def test_the_errors_and_their_exception_line_are_picked_out_of_a_shutdown_tail(
+        tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+    picked = log_errors(log).splitlines()
+    assert picked == [
+        "[2026-12-06 19:09:41,000] ERROR [KafkaRaftServer nodeId=1] Fatal error during "
+        "startup. (k)",
+        "java.net.BindException: Address already in use",
+        "[2026-12-06 19:09:43,000] FATAL [z] Exiting Kafka. (z)",
+    ]
+
+
+def test_a_log_without_errors_or_without_a_file_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("[2026-12-06 19:09:40,000] INFO fine (x)\n")
+    assert log_errors(log) == "(none)"
+    assert log_errors(tmp_path / "missing.log") == "(no log)"
