@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 from devtools.devbroker_security import (
     PLAINTEXT,
@@ -237,11 +239,29 @@ def running(data_dir: Path | None = None) -> BrokerState | None:
 # ---------------------------------------------------------------------------- start
 
 
+BROKER_PORTS: Final = range(20000, 32768)
+"""Where :func:`free_port` picks a dev broker's ports: below Linux's ephemeral range
+(``net.ipv4.ip_local_port_range``, 32768-60999 by default). A port in that range, freed
+while its broker is down, can be taken as the local port of a client's connection, or
+of a reconnect to that very port on the loopback, which then connects to itself (TCP's
+simultaneous open): the broker's restart fails to bind it and exits 1. Seen twice in one
+CI run of the cluster chaos tests, whose clients reconnect many times a second."""
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 free at the moment of asking."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 free at the moment of asking, from :data:`BROKER_PORTS`
+    (a port the kernel hands out for outgoing connections is not reused when freed).
+
+    Raises:
+        DevBrokerError: no port of the range was free in 200 tries.
+    """
+    picker = random.SystemRandom()
+    for _ in range(200):
+        port = picker.randrange(BROKER_PORTS.start, BROKER_PORTS.stop)
+        if port_free(port):
+            return port
+    raise DevBrokerError(f"no free port on 127.0.0.1 in {BROKER_PORTS.start}-"
+                         f"{BROKER_PORTS.stop - 1} after 200 tries")
 
 
 def port_free(port: int) -> bool:

@@ -1,5 +1,6 @@
-"""A dev broker that did not come back is reported with its log's errors, not only the
-shutdown lines that fill its log's tail (devtools/devbroker.py, ``start_failure``)."""
+"""A dev broker restarted by a test comes back on its port, and one that does not is
+reported with its log's errors, not only the shutdown lines that fill its log's tail
+(devtools/devbroker.py, ``free_port``, ``start_failure``)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def test_a_log_without_errors_or_without_a_file_says_so(tmp_path: Path) -> None:
     log.write_text("[2026-12-06 19:09:40,000] INFO fine (x)\n")
     assert log_errors(log) == "(none)"
     assert log_errors(tmp_path / "missing.log") == "(no log)"
+
+
+def test_dev_broker_ports_are_picked_below_the_ephemeral_range() -> None:
+    # A freed broker port in the kernel's ephemeral range can be taken by a client's
+    # connection (or a reconnect that connects to itself) before the broker restarts.
+    from devtools.devbroker import BROKER_PORTS, free_port
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert BROKER_PORTS.stop <= low
+    assert all(port in BROKER_PORTS for port in (free_port() for _ in range(20)))
