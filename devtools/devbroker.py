@@ -355,9 +355,10 @@ def log_errors(path: Path, lines: int = 12) -> str:
         text = path.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return "(no log)"
-    picked = [line + ("\n" + text[i + 1] if i + 1 < len(text) and not text[i + 1].startswith("[")
-                      else "")
-              for i, line in enumerate(text) if "] ERROR " in line or "] FATAL " in line]
+    picked: list[str] = []
+    for line, after in zip(text, [*text[1:], "["], strict=True):
+        if "] ERROR " in line or "] FATAL " in line:
+            picked.append(line if after.startswith("[") else f"{line}\n{after}")
     return "\n".join(picked[-lines:]) or "(none)"
 
 
