@@ -51,7 +51,7 @@ def build(prefix: str = "shop") -> list[Process]:
     def pay(delivery: Delivery, state: State) -> Effects:
         order = delivery.value
         payment = {"order": order["id"], "amount": order["amount"]}
-        return Effects.builder().send(payments, delivery.key, payment).build()
+        return Effects.send(payments, delivery.key, payment)
 
     def record_order(delivery: Delivery, state: State) -> Effects:
         return Effects.builder().put(seen, delivery.value["id"], delivery.value).build()
@@ -59,7 +59,7 @@ def build(prefix: str = "shop") -> list[Process]:
     def settle(delivery: Delivery, state: State) -> Effects:
         order_id = delivery.value["order"]
         verdict = "paid" if state.get(seen, order_id) is not None else "VIOLATION"
-        return Effects.builder().send(ledger_out, delivery.key, f"{verdict} {order_id}").build()
+        return Effects.send(ledger_out, delivery.key, f"{verdict} {order_id}")
 
     checkout = Process("checkout").receives(orders, pay).sends(payments)
     ledger = (

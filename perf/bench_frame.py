@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     cases: list[tuple[str, Any]] = [
         ("Delivery(...)", lambda: Delivery("in", 0, 5, 1000, key, value, ())),
         ("builder().send().build()", lambda: Effects.builder().send(out, key, value).build()),
+        ("Effects.send() (one send)", lambda: Effects.send(out, key, value)),
         ("frame.run, BYTES relay", lambda: run("in", 0, 5, 1000, key, value, ())),
         ("frame.run + headers, BYTES relay", run_and_stamp),
         ("frame.deliver, BYTES relay",

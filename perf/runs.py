@@ -393,12 +393,14 @@ def batch_relay_handler(out: Any) -> Callable[[Any, Any], Any]:
 
 
 def relay_handler(out: Any) -> Callable[[Any, Any], Any]:
-    """A handler sending each delivery's key, value and timestamp to ``out``."""
+    """A handler sending each delivery's key and value to ``out``, as a user writes a relay:
+    one ``Effects.send``, the send's timestamp left to default to the delivered one."""
     from parsley import Effects
 
+    send = Effects.send
+
     def handle(delivery: Any, state: Any) -> Any:
-        return Effects.builder().send(out, delivery.key, delivery.value,
-                                      timestamp=delivery.timestamp).build()
+        return send(out, delivery.key, delivery.value)
 
     return handle
 

@@ -194,6 +194,7 @@ def test_builder_and_constructor_check_a_send_alike() -> None:
                        (-1, ValueError), (Ms.T, None), (0, None), (None, None)):
         for make in (lambda ts: Effects.builder().send(AUDIT, "k", 1, timestamp=ts).build()
                      .sends[0],
+                     lambda ts: Effects.send(AUDIT, "k", 1, timestamp=ts).sends[0],
                      lambda ts: Send(AUDIT, "k", 1, None, ts)):
             if error is None:
                 send = make(bad)
@@ -209,6 +210,36 @@ def test_builder_and_constructor_check_a_send_alike() -> None:
     assert [s.key for s in effects.sends] == ["k", "j"] and effects.writes == ()
     assert Effects.builder().put(COUNTS, "k", 3).delete(COUNTS, "j").build().writes == (
         Write(COUNTS, "k", 3), Write(COUNTS, "j", None))
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((AUDIT, "k", 1), {}),
+    ((AUDIT, None, None), {}),
+    ((AUDIT, "k", 1), {"headers": {"h": b"1", "g": None}}),
+    ((AUDIT, "k", 1), {"headers": [("b", None), ("a", bytearray(b"x"))], "timestamp": 7}),
+    ((AUDIT, "k", 1), {"timestamp": 0}),
+    ((AUDIT, "k", 1), {"timestamp": -1}),
+    ((AUDIT, "k", 1), {"timestamp": True}),
+    ((AUDIT, "k", 1), {"headers": {"h": "text"}}),
+    ((AUDIT, "k", 1), {"headers": [(1, b"")]}),
+    ((AUDIT, "k", 1), {"headers": [("parsley.causes", b"\x01\x00")]}),
+    (("audit", "k", 1), {}),
+])
+def test_the_one_send_constructor_is_the_builder_of_one_send(args: Any, kwargs: Any) -> None:
+    # Effects.send is the relay's short cut: equal Effects, or the same error in the
+    # same words, for every argument the builder takes or refuses.
+    def outcome(make: Any) -> Any:
+        try:
+            return make()
+        except Exception as error:  # compared below: its type, reason and words
+            return (type(error), getattr(error, "reason", None), str(error))
+
+    by_builder = outcome(lambda: Effects.builder().send(*args, **kwargs).build())
+    by_one = outcome(lambda: Effects.send(*args, **kwargs))
+    assert by_one == by_builder
+    if isinstance(by_one, Effects):
+        assert type(by_one.sends) is tuple and type(by_one.writes) is tuple
+        assert len(by_one.sends) == 1 and by_one.writes == ()
 
 
 # --- names on the cluster --------------------------------------------------------------

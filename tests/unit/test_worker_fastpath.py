@@ -178,6 +178,10 @@ CASES: dict[str, tuple[Handler, Any, Any]] = {
         OUT, d.key, bytearray(b"ba")).build()), BYTES, BYTES),
     "a caught reserved header": (_every(5, _latched), BYTES, BYTES),
     "STRING and JSON": (_text_relay, STRING, JSON),
+    "the one-send constructor": (lambda d, s: Effects.send(OUT, d.key, d.value),
+                                 BYTES, BYTES),
+    "the one-send constructor, refused": (_every(3, lambda d, s: Effects.send(
+        OUT, d.key, d.value, headers=[("parsley.x", b"1")])), BYTES, BYTES),
     "JSON that does not serialize": (_every(5, lambda d, s: Effects.builder().send(
         TEXT_OUT, d.key, {1j}).build(), _text_relay), STRING, JSON),
 }
@@ -235,7 +239,7 @@ def test_the_fast_path_sends_and_refuses_what_the_python_frame_does(case: str) -
     assert counting.handled > 0, "the fast path handled the plain records before any way out"
     if python[4] is None:
         assert STOP_RECORD in counting.stops, "records with application headers are handed back"
-    if case in ("plain relay", "what the handler is handed"):
+    if case in ("plain relay", "what the handler is handed", "the one-send constructor"):
         # every record but those with application headers (offsets 6, 13, 20)
         assert counting.handled == 24 - 3
     expected_stop = {"a handler that raises": STOP_RAISED, "two sends": STOP_EFFECTS,
