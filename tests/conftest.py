@@ -38,6 +38,13 @@ tests on the shared broker) but the cluster's and those marked ``load``, which `
 load`` keeps (run last, one at a time, alone: they load the machine). The ``sasl_ssl``
 broker's tests run in the parallel phase, all on one worker. Without ``--phase`` every
 test runs.
+
+The inner loop, ``pytest -m "not slow"``, leaves out the tests marked ``slow`` (each took
+1 s or more in the parallel phase) and every serial test, which this module marks ``slow``
+itself. A run given no ``--basetemp`` gets a short one under ``/tmp/pt-<uid>/`` (removed
+when the run passes): a coordinator's ``ipc://`` control socket lives in the test's
+directory, and pytest's default directory is too long for the 107 bytes such a path may
+have.
 """
 
 from __future__ import annotations
@@ -338,6 +345,30 @@ def _broker_for_marked_tests(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("kafka_broker")
 
 
+_SHORT_BASETEMP: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give a run with no ``--basetemp`` a short one (module docstring): pytest's default,
+    ``/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test>/``, leaves a coordinator's
+    control socket path over the 107 bytes ``ipc://`` allows. xdist's workers inherit it."""
+    if config.option.basetemp or hasattr(config, "workerinput"):
+        return
+    root = Path(tempfile.gettempdir()) / f"pt-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    _SHORT_BASETEMP.append(Path(tempfile.mkdtemp(dir=root)))
+    config.option.basetemp = str(_SHORT_BASETEMP[0])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the short ``--basetemp`` of :func:`pytest_configure` after a run that passed
+    (a failed run keeps its directories to look at)."""
+    session = getattr(config, "_parsley_session_status", None)
+    for path in _SHORT_BASETEMP:
+        if session == 0:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--phase parallel|serial|load``: which of ``make test``'s three runs this is
     (module docstring)."""
@@ -368,6 +399,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not groups and item.get_closest_marker("serial") is not None:
             lane = LOAD_LANE if item.get_closest_marker("load") else SHARED_SERIAL_GROUP
             item.add_marker(pytest.mark.xdist_group(lane))
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.slow)  # the inner loop never waits on a serial lane
     phase = config.getoption("phase")
     if phase is None:
         return
@@ -416,6 +449,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under ``CI=true`` a skipped test fails the run (never a skip: README.md, "Run the tests")."""
     if _ci() and _SKIPPED and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.config._parsley_session_status = int(session.exitstatus)  # type: ignore[attr-defined]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

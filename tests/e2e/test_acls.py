@@ -260,6 +260,7 @@ def clean_run(world: World) -> float:
     return _run_until_relayed(world)
 
 
+@pytest.mark.slow
 def test_exactly_the_listed_acls_run_the_relay_clean(world: World, clean_run: float) -> None:
     _assert_exactly_once(world.relayed(), world.produced)
     assert clean_run < RELAY_BOUND_S
@@ -294,6 +295,7 @@ def test_the_cases_are_every_listed_acl(world: World) -> None:
     assert len(listed) == 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("what", "op"), CASES, ids=[f"{w}-{o}" for w, o in CASES])
 def test_a_revoked_acl_stops_naming_its_grant_and_granted_again_nothing_is_lost(
     world: World, clean_run: float, what: str, op: str
@@ -318,6 +320,7 @@ def test_a_revoked_acl_stops_naming_its_grant_and_granted_again_nothing_is_lost(
     _assert_exactly_once(world.relayed(), world.produced)
 
 
+@pytest.mark.slow
 def test_without_create_the_first_start_refuses_naming_each_changelog(
     world: World, clean_run: float
 ) -> None:
@@ -346,6 +349,7 @@ def test_without_create_the_first_start_refuses_naming_each_changelog(
     _assert_exactly_once(world.relayed(out), world.produced)
 
 
+@pytest.mark.slow
 def test_a_reset_runs_with_the_process_rights_and_the_listed_reset_rights(
     world: World, clean_run: float, tmp_path: Path
 ) -> None:
@@ -373,6 +377,7 @@ def test_a_reset_runs_with_the_process_rights_and_the_listed_reset_rights(
         next(iter(gone.values())).result(timeout=20)
 
 
+@pytest.mark.slow
 def test_the_runbook_s_acl_commands_run_as_written(world: World, clean_run: float) -> None:
     """docs/runbooks.md's ``SUBSTRATE_MISCONFIGURED`` block for a refused right (the commands
     with ``--command-config <admin.properties>``; tests/e2e/test_coordinator_runbooks.py runs

@@ -47,6 +47,7 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert producer.flush(30) == 0
 
 
+@pytest.mark.slow
 def test_help_explains_each_command(tmp_path: Path) -> None:
     env = dict(os.environ)
     for cmd, phrase in [([], "Exit status"), ([], "`keys` makes the CURVE keys"),
@@ -141,6 +142,7 @@ def test_run_status_stop_inspect(kafka_bootstrap: str, create_topic: Any, tmp_pa
     assert f"covered  {src.name}[0] up to 1" in text.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_to_send", [signal.SIGTERM])
 def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path,
@@ -185,6 +187,7 @@ def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
             run.communicate()
 
 
+@pytest.mark.slow
 def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
     from coordinator.control.status_socket import ControlServer
 
@@ -233,6 +236,7 @@ def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
         server.close()
 
 
+@pytest.mark.slow
 def test_refusal_after_start_exits_3_and_status_is_logged(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -310,6 +314,7 @@ def test_a_port_that_does_not_speak_kafka_is_named_at_once(tmp_path: Path) -> No
     assert took < 8, f"took {took:.1f} s: the 10 s metadata wait ran"
 
 
+@pytest.mark.slow
 def test_unknown_kafka_property_is_a_usage_error_naming_where_it_was_set(
     kafka_bootstrap: str, tmp_path: Path,
 ) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from coordinator.cli.common import ExitCode
@@ -81,6 +82,7 @@ def _stop_run(run: Any) -> None:
         run.communicate(timeout=60)
 
 
+@pytest.mark.slow
 def test_a_run_reports_caught_up_fits_100_columns_and_keeps_its_last_report(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -155,6 +157,7 @@ def test_a_run_reports_caught_up_fits_100_columns_and_keeps_its_last_report(
     assert b"Traceback" not in err_bytes and b"BrokenPipe" not in err_bytes, err_bytes.decode()
 
 
+@pytest.mark.slow
 def test_a_refusal_in_flight_stays_readable_after_run_exits(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -187,6 +190,7 @@ def test_a_refusal_in_flight_stays_readable_after_run_exits(
     assert "relay: UNDECODABLE_METADATA:" in flat, table.stdout
 
 
+@pytest.mark.slow
 def test_a_refused_start_keeps_its_reason_for_status(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -213,6 +217,7 @@ def test_a_refused_start_keeps_its_reason_for_status(
     assert "start refused: UNKNOWN_ORDERING_STATE_FORMAT:" in flat, table.stdout
 
 
+@pytest.mark.slow
 def test_a_start_refused_before_its_bootstrap_keeps_the_previous_report(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -247,6 +252,7 @@ def test_a_start_refused_before_its_bootstrap_keeps_the_previous_report(
     assert orjson.loads(after.stdout) == orjson.loads(before)
 
 
+@pytest.mark.slow
 def test_status_with_nothing_running_answers_at_once_and_json_is_always_json(
     tmp_path: Path,
 ) -> None:
@@ -277,6 +283,7 @@ def test_status_with_nothing_running_answers_at_once_and_json_is_always_json(
     assert bad.returncode == ExitCode.USAGE and "soon" in orjson.loads(bad.stdout)["error"]
 
 
+@pytest.mark.slow
 def test_help_marks_required_flags_shows_defaults_and_h_works_everywhere(
     tmp_path: Path,
 ) -> None:

@@ -152,6 +152,7 @@ def test_owned_property_error_names_its_source(tmp_path: Path) -> None:
                        "linger.ms": "set by PARSLEY_KAFKA_LINGER_MS"}
 
 
+@pytest.mark.slow
 def test_supervision_settings_layer_file_env_flags_and_show_their_defaults(
     tmp_path: Path,
 ) -> None:

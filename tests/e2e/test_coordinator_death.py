@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import psutil
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -73,6 +74,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_workers_exit_when_their_coordinator_is_killed(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:

@@ -84,6 +84,7 @@ def _running(parsley: Parsley, name: str, tasks: int) -> bool:
     return st.state is ProcessState.RUNNING and len(st.tasks) == tasks
 
 
+@pytest.mark.slow
 def test_a_longer_session_timeout_is_waited_for_at_a_restart_not_refused(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -117,6 +118,7 @@ def test_a_longer_session_timeout_is_waited_for_at_a_restart_not_refused(
     print(f"resumed {resumed_s:.1f} s after the partition was added")
 
 
+@pytest.mark.slow
 def test_a_start_right_after_a_declaration_change_waits_for_the_previous_members_then_runs(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -143,6 +145,7 @@ def test_a_start_right_after_a_declaration_change_waits_for_the_previous_members
     print(f"RUNNING {running_s:.1f} s after the start")
 
 
+@pytest.mark.slow
 def test_a_live_foreign_consumer_in_the_group_is_refused_at_start_by_name(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -179,6 +182,7 @@ def test_a_live_foreign_consumer_in_the_group_is_refused_at_start_by_name(
     print(f"refused {refused_s:.1f} s after the start: {err.detail}")
 
 
+@pytest.mark.slow
 def test_a_join_start_still_refuses_a_live_foreign_consumer_by_name(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:

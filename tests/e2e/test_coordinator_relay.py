@@ -62,12 +62,16 @@ def _wait(pred: Any, timeout_s: float, what: str) -> None:
 
 
 def _children() -> list[psutil.Process]:
-    """Live child processes, except multiprocess's shared resource tracker."""
+    """Live child processes, except multiprocess's shared resource tracker and a Kafka
+    broker the session started itself (a plain ``pytest`` with no
+    ``KAFKA_BOOTSTRAP_SERVERS`` runs ``parsley-devbroker`` as its child)."""
     return [c for c in psutil.Process().children(recursive=True)
             if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-            and not any("resource_tracker" in part for part in c.cmdline())]
+            and not any("resource_tracker" in part or part == "kafka.Kafka"
+                        for part in c.cmdline())]
 
 
+@pytest.mark.slow
 def test_relay_runs_through_parsley_start_and_closes_cleanly(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -100,6 +104,7 @@ def test_relay_runs_through_parsley_start_and_closes_cleanly(
     assert _children() == []
 
 
+@pytest.mark.slow
 def test_real_refusal_stops_its_process_others_keep_running_and_status_is_logged(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -137,6 +142,7 @@ def test_real_refusal_stops_its_process_others_keep_running_and_status_is_logged
     assert "bad: STOPPED refusal=Reason.UNDECODABLE_METADATA" in caplog.text
 
 
+@pytest.mark.slow
 def test_refused_start_leaves_nothing_running(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -165,6 +171,7 @@ def test_a_second_coordinator_on_the_same_control_socket_is_refused(tmp_path: Pa
     assert _children() == []
 
 
+@pytest.mark.slow
 def test_transient_respawns_a_killed_worker_which_resumes_exactly_once(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 
 from devtools.kafka_support import QUIET
@@ -165,6 +166,7 @@ def _record(stdout: str) -> dict[str, Any]:
     return record
 
 
+@pytest.mark.slow
 def test_reset_refuses_while_alive_dry_run_changes_nothing_and_corrupt_state_resets(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -261,6 +263,7 @@ def test_reset_refuses_while_alive_dry_run_changes_nothing_and_corrupt_state_res
           f"with a member in {refused_members_s:.1f} s")
 
 
+@pytest.mark.slow
 def test_reset_in_each_mode_then_the_run_delivers_from_the_boundary(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -354,6 +357,7 @@ processes = [Process("relay").receives(SRC, relay).sends(MID),
 '''
 
 
+@pytest.mark.slow
 def test_positions_before_the_boundary_are_settled_causes(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -395,6 +399,7 @@ def test_positions_before_the_boundary_are_settled_causes(
         op.kill()
 
 
+@pytest.mark.slow
 def test_reset_to_one_partitions_offset_leaves_the_others_where_the_process_stands(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
 ) -> None:

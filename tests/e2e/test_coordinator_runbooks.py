@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from devtools.kafka_support import QUIET
@@ -68,6 +69,7 @@ def test_every_reason_has_a_runbook() -> None:
     assert "Log the status" in text and "with Parsley.start(config, shipper) as parsley:" in text
 
 
+@pytest.mark.slow
 def test_every_runbook_command_runs_against_the_broker(
     kafka_bootstrap: str, kafka_admin: Any, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -159,6 +161,7 @@ def test_every_runbook_command_runs_against_the_broker(
     assert not (state_dir / app_id).exists()
 
 
+@pytest.mark.slow
 def test_the_documented_causes_decoder_prints_each_cause(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:

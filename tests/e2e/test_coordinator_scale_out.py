@@ -174,6 +174,7 @@ class _Cluster:
         return leftovers
 
 
+@pytest.mark.slow
 def test_three_coordinators_share_tasks_through_kill_rejoin_and_rolling_restart(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any
 ) -> None:
@@ -329,6 +330,7 @@ def _alive(p: psutil.Process) -> bool:
 
 
 
+@pytest.mark.slow
 def test_a_partitioned_coordinators_worker_is_fenced_by_its_successor(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any,
     monkeypatch: pytest.MonkeyPatch

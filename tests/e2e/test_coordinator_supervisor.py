@@ -240,6 +240,7 @@ def supervisors() -> Any:
 # --- tests -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_status_shape_and_freshness(tmp_path: Path, supervisors: list[Supervisor]) -> None:
     sup = Supervisor(_config(tmp_path), {"p": _plan("p", 2)}, target=fake_running)
     supervisors.append(sup)
@@ -272,6 +273,7 @@ def test_status_shape_and_freshness(tmp_path: Path, supervisors: list[Supervisor
         assert max(seen) <= 3 * INTERVAL_MS, f"task {task_no} entry went stale: {seen}"
 
 
+@pytest.mark.slow
 def test_silent_task_is_flagged_stale(tmp_path: Path, supervisors: list[Supervisor]) -> None:
     sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_silent_after_one)
     supervisors.append(sup)
@@ -282,6 +284,7 @@ def test_silent_task_is_flagged_stale(tmp_path: Path, supervisors: list[Supervis
     assert task.stale and task.updated_ms_ago > 3 * INTERVAL_MS
 
 
+@pytest.mark.slow
 def test_refusal_stops_every_task_of_its_process_only(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -306,6 +309,7 @@ def test_refusal_stops_every_task_of_its_process_only(
     assert len(st["good"].tasks) == 1 and not st["good"].tasks[0].stale
 
 
+@pytest.mark.slow
 def test_application_failure_never_restarts(tmp_path: Path, supervisors: list[Supervisor]) -> None:
     sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_application_failure,
                      restart=RestartPolicy.TRANSIENT,
@@ -319,6 +323,7 @@ def test_application_failure_never_restarts(tmp_path: Path, supervisors: list[Su
     assert st.restarts == 0
 
 
+@pytest.mark.slow
 def test_crash_without_report_is_a_failure_with_the_signal(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -332,6 +337,7 @@ def test_crash_without_report_is_a_failure_with_the_signal(
     assert "was killed by signal 9 (SIGKILL) without a final report" in st.failure_detail
 
 
+@pytest.mark.slow
 def test_transient_respawns_only_the_crashed_task(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -348,6 +354,7 @@ def test_transient_respawns_only_the_crashed_task(
     assert next(t.pid for t in st.tasks if t.task == 1) == task1_pid, "task 1 kept running"
 
 
+@pytest.mark.slow
 def test_transient_substrate_failure_restarts_through_bootstrap(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -367,6 +374,7 @@ def test_transient_substrate_failure_restarts_through_bootstrap(
     assert calls == ["p"], "the whole process restarts once through its bootstrap"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("refusals", "running"), [(1, True), (2, False)])
 def test_covered_position_fed_restarts_once(
     tmp_path: Path, supervisors: list[Supervisor], refusals: int, running: bool
@@ -387,6 +395,7 @@ def test_covered_position_fed_restarts_once(
         assert st.restarts == 1
 
 
+@pytest.mark.slow
 def test_transient_substrate_restarts_are_bounded(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -401,6 +410,7 @@ def test_transient_substrate_restarts_are_bounded(
     assert st.refusal_reason is None
 
 
+@pytest.mark.slow
 def test_restart_whose_bootstrap_refuses_stops_with_the_refusal(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -417,6 +427,7 @@ def test_restart_whose_bootstrap_refuses_stops_with_the_refusal(
     assert st.failure_detail == "topics ['a'] now resolve" and st.restarts == 0
 
 
+@pytest.mark.slow
 def test_substrate_failure_under_never_stops(tmp_path: Path, supervisors: list[Supervisor]) -> None:
     sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_substrate_once)
     supervisors.append(sup)
@@ -426,6 +437,7 @@ def test_substrate_failure_under_never_stops(tmp_path: Path, supervisors: list[S
     assert st.failure_detail == "commit timed out: _TIMED_OUT" and st.refusal_reason is None
 
 
+@pytest.mark.slow
 def test_bounded_shutdown_reports_a_worker_that_ignores_sigterm(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -479,6 +491,7 @@ def test_control_socket_one_reply_per_request_malformed_included(tmp_path: Path)
     assert not (tmp_path / "ctl.ipc").exists()
 
 
+@pytest.mark.slow
 def test_a_refusal_whose_final_report_is_lost_keeps_its_reason(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -495,6 +508,7 @@ def test_a_refusal_whose_final_report_is_lost_keeps_its_reason(
         f"refusal TASK_WIDTH_CHANGED (final report lost), exited with code {code}")
 
 
+@pytest.mark.slow
 def test_a_task_waiting_for_its_respawn_keeps_the_process_starting(
     tmp_path: Path, supervisors: list[Supervisor]
 ) -> None:
@@ -512,6 +526,7 @@ def test_a_task_waiting_for_its_respawn_keeps_the_process_starting(
           and len(sup.status()["p"].tasks) == 2, what="running again after the respawn")
 
 
+@pytest.mark.slow
 def test_a_malformed_report_is_logged_once(
     tmp_path: Path, supervisors: list[Supervisor], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -537,6 +552,7 @@ def fake_refuses_on_last_task(spec: TaskSpec) -> int:
     return _run_until_term(r)
 
 
+@pytest.mark.slow
 def test_a_blast_radius_stop_never_reports_exited_siblings_as_not_stopped(
     tmp_path: Path, supervisors: list[Supervisor], caplog: pytest.LogCaptureFixture
 ) -> None:

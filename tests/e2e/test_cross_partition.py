@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from coordinator import Parsley, ParsleyConfig
@@ -56,6 +57,7 @@ def _wait(pred: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_unequal_partition_counts_carry_warn_and_count_cross_partition_causes(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -79,6 +81,7 @@ def test_unequal_partition_counts_carry_warn_and_count_cross_partition_causes(
     assert len(lines) == len(set(lines)) == ORDERS, lines
 
 
+@pytest.mark.slow
 def test_the_setting_makes_them_a_refusal(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:
@@ -99,6 +102,7 @@ def test_the_setting_makes_them_a_refusal(
     assert not [x for x in lines if x.startswith("VIOLATION")], lines
 
 
+@pytest.mark.slow
 def test_warn_on_equal_partition_counts_keeps_running_and_counts(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:

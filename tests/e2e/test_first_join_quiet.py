@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from coordinator.cli.common import ExitCode
@@ -28,6 +29,7 @@ PARTITIONS = 3
 RECORDS = 30
 
 
+@pytest.mark.slow
 def test_a_normal_run_logs_no_incomplete_assignment_warning(
         kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
     src, out = f"fj{uuid.uuid4().hex[:8]}.src", f"fj{uuid.uuid4().hex[:8]}.out"

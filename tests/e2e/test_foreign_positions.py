@@ -133,6 +133,7 @@ def _stopped_with(parsley: Any, name: str) -> Any:
     return st if st.state is ProcessState.STOPPED else None
 
 
+@pytest.mark.slow
 def test_a_quiet_partition_emptied_by_retention_after_a_full_relay_resumes(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -180,6 +181,7 @@ def _overrides(caplog: pytest.LogCaptureFixture) -> list[str]:
             and "that Parsley did not commit" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_a_console_consumer_in_the_group_is_refused_then_its_removal_and_a_restart_cure_it(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -239,6 +241,7 @@ def test_a_console_consumer_in_the_group_is_refused_then_its_removal_and_a_resta
     print(f"overridden at the restart: {warning}")
 
 
+@pytest.mark.slow
 def test_kafka_consumer_groups_reset_offsets_alone_neither_refuses_nor_skips(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -283,6 +286,7 @@ def test_kafka_consumer_groups_reset_offsets_alone_neither_refuses_nor_skips(
         assert _metadata(kafka_admin, app_id, src.name) in (TASK_METADATA, BOOTSTRAP_METADATA)
 
 
+@pytest.mark.slow
 def test_a_deliberate_reset_is_honoured_not_overridden(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -356,6 +360,7 @@ def test_a_deliberate_reset_is_honoured_not_overridden(
     assert len(_relayed(kafka_bootstrap, out.name)) == 10
 
 
+@pytest.mark.slow
 def test_a_foreign_member_in_the_group_while_running_is_refused_naming_it(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -386,6 +391,7 @@ def test_a_foreign_member_in_the_group_while_running_is_refused_naming_it(
     assert _relayed(kafka_bootstrap, out.name) == [b"relayed:a0"]
 
 
+@pytest.mark.slow
 def test_an_ordering_changelog_partition_emptied_under_a_live_process_is_refused_at_respawn(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -80,6 +81,7 @@ def _classes(url: str) -> dict[tuple[str, str], float]:
             if s.name == "parsley_held_blockers"}
 
 
+@pytest.mark.slow
 def test_status_json_table_metrics_and_inspect_class_each_held_head(
     kafka_bootstrap: str, create_topic: Any, unique_names: Any, tmp_path: Path
 ) -> None:

@@ -74,6 +74,7 @@ def _config(bootstrap: str, tmp_path: Path) -> ParsleyConfig:
                          status_interval_ms=INTERVAL_MS)
 
 
+@pytest.mark.slow
 def test_store_changelog_deleted_while_stopped_refuses_the_next_start(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -107,6 +108,7 @@ def test_store_changelog_deleted_while_stopped_refuses_the_next_start(
     assert _counts(kafka_bootstrap, out.name) == list(range(1, 11))
 
 
+@pytest.mark.slow
 def test_store_changelog_deleted_while_running_refuses_at_the_rebuild(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -137,6 +139,7 @@ def test_store_changelog_deleted_while_running_refuses_at_the_rebuild(
     assert len(counts) >= 10
 
 
+@pytest.mark.slow
 def test_store_changelog_purged_or_of_another_width_refuses_the_start(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:

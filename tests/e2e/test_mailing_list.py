@@ -169,6 +169,7 @@ def test_demo_survives_a_digest_worker_killed_mid_run(kafka_bootstrap: str) -> N
     assert code == 0, demo.tail()
 
 
+@pytest.mark.slow
 def test_delayed_posts_show_held_messages_and_blockers_in_status(kafka_bootstrap: str) -> None:
     # 15,000 posts on two tasks per process: each digest task catches up on 15,000
     # records; what it holds comes and goes with the two topics' fetches, for about a

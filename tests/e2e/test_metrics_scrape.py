@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -221,6 +222,7 @@ def test_metrics_are_scraped_during_a_run_with_held_messages_and_a_refusal(
         pass
 
 
+@pytest.mark.slow
 def test_counters_stay_monotonic_across_a_killed_and_respawned_worker(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from coordinator.cli.common import ExitCode
@@ -52,6 +53,7 @@ def _client_ids(admin: AdminClient, group: str) -> list[str]:
     return sorted(str(m.client_id) for m in desc.members)
 
 
+@pytest.mark.slow
 def test_per_process_properties_reach_that_process_s_consumer_only(
         kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
     src = f"ppk{uuid.uuid4().hex[:8]}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from coordinator.cli.common import ExitCode
@@ -29,6 +30,7 @@ ORDERS = 40
 PARTITIONS = 2
 
 
+@pytest.mark.slow
 def test_quickstart_pays_every_order_after_it(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -87,6 +89,7 @@ def _status(where: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any] 
     return orjson.loads(res.stdout) if res.returncode in (0, 3, 4) else None
 
 
+@pytest.mark.slow
 def test_quickstart_refuses_an_unkeyed_order_rather_than_print_violation(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path
 ) -> None:

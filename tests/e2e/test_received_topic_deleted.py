@@ -80,6 +80,7 @@ def _hold_one_on_b(kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
     return a, b, out, parsley
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partitions", [1, 2])
 def test_deleting_a_topic_with_held_messages_refuses_within_a_minute(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
@@ -111,6 +112,7 @@ def test_deleting_a_topic_with_held_messages_refuses_within_a_minute(
     assert read_committed(kafka_bootstrap, out.name, range(partitions)) == []
 
 
+@pytest.mark.slow
 def test_deleting_a_topic_whose_held_read_is_not_committed_yet_refuses(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:
@@ -146,6 +148,7 @@ def test_deleting_a_topic_whose_held_read_is_not_committed_yet_refuses(
     assert read_committed(kafka_bootstrap, out.name) == []
 
 
+@pytest.mark.slow
 def test_deleting_a_topic_nothing_waits_on_settles_it_and_stops_without_refusal(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path
 ) -> None:

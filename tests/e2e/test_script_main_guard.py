@@ -17,6 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = '''
@@ -86,6 +88,7 @@ def test_a_script_without_the_guard_fails_at_once_saying_what_to_add(
     assert lines and "plain.py" in lines[-1], lines
 
 
+@pytest.mark.slow
 def test_the_same_script_with_the_guard_runs(
         kafka_bootstrap: str, create_topic: Any, tmp_path: Path) -> None:
     topic = f"guard{uuid.uuid4().hex[:8]}"

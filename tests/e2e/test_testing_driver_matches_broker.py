@@ -43,6 +43,7 @@ def _without_ids(detail: str) -> str:
     return TOPIC_ID.sub("(topic id ...)", detail)
 
 
+@pytest.mark.slow
 def test_the_driver_gives_the_brokers_ledger_and_refusal(
     kafka_bootstrap: str, create_topic: Any, tmp_path: Path,
 ) -> None:

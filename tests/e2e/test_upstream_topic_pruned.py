@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -47,6 +48,7 @@ def _wait(pred: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_deleted_upstream_topic_is_not_carried_after_the_next_start(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: Any, tmp_path: Path,
 ) -> None:

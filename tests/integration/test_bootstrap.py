@@ -100,6 +100,7 @@ def _refusal(excinfo: pytest.ExceptionInfo[ParsleyFailClosedError], reason: Reas
     return excinfo.value.detail
 
 
+@pytest.mark.slow
 def test_first_start_creates_changelogs_and_precommits_declared_positions(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:
@@ -173,6 +174,7 @@ def test_prior_state_positions_covered_plus_one_named_zero_unnamed_earliest(
     }
 
 
+@pytest.mark.slow
 def test_ordering_state_lost_when_changelog_deleted_with_offsets_kept(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:
@@ -215,6 +217,7 @@ def test_ordering_state_lost_on_preseeded_offsets_over_an_empty_partition(
     assert "outside parsley" in detail
 
 
+@pytest.mark.slow
 def test_task_width_changed_when_partitions_added_to_widest_topic(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:
@@ -236,6 +239,7 @@ def test_task_width_changed_when_partitions_added_to_widest_topic(
                              "declaration now induces 3")
 
 
+@pytest.mark.slow
 def test_channel_identity_changed_when_received_topic_recreated(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:
@@ -256,6 +260,7 @@ def test_channel_identity_changed_when_received_topic_recreated(
                              "this process's state was built against (process 'p')")
 
 
+@pytest.mark.slow
 def test_channel_removed_with_held_messages(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:
@@ -342,6 +347,7 @@ def test_wrong_declaration_is_value_error(kafka_bootstrap: str, tmp_path) -> Non
         bootstrap(_config(kafka_bootstrap, _prefix(), tmp_path), [proc, proc])
 
 
+@pytest.mark.slow
 def test_a_member_with_our_own_instance_id_that_stays_is_a_retryable_start_error(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:
@@ -368,6 +374,7 @@ def test_a_member_with_our_own_instance_id_that_stays_is_a_retryable_start_error
         ours.close()
 
 
+@pytest.mark.slow
 def test_foreign_group_member_is_substrate_misconfigured(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic, tmp_path  # type: ignore[no-untyped-def]
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -21,6 +22,7 @@ from devtools.kafka_support import QUIET, CreateTopic
 from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 
 
+@pytest.mark.slow
 def test_positions_left_unstable_by_an_open_transaction_are_waited_for(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
 ) -> None:

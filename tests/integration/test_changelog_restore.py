@@ -204,6 +204,7 @@ def test_records_committed_after_the_listing_are_not_read(
     assert [first, *reader] == [(b"a", b"1")]
 
 
+@pytest.mark.slow
 def test_compacted_partition_latest_per_key(
     bootstrap: str, admin: AdminClient, restore_consumer: Consumer, tmp_path
 ) -> None:
@@ -282,6 +283,7 @@ def test_progress_callbacks(bootstrap: str, admin: AdminClient, restore_consumer
     assert sum(p.done for p in progress) == 1, "done is reported exactly once"
 
 
+@pytest.mark.slow
 def test_stall_deadline_on_an_open_transaction(
     bootstrap: str, admin: AdminClient, restore_consumer: Consumer
 ) -> None:
@@ -360,6 +362,7 @@ def test_held_message_survives_a_restore_through_the_changelog(
     store2.close()
 
 
+@pytest.mark.slow
 def test_restore_throughput_of_100k_records(
     bootstrap: str, admin: AdminClient, restore_consumer: Consumer, tmp_path
 ) -> None:

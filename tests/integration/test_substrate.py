@@ -244,6 +244,7 @@ def test_aborted_records_are_invisible_to_read_committed(
         uncommitted.close()
 
 
+@pytest.mark.slow
 def test_second_producer_with_same_transactional_id_fences_the_first(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     transactional_id: str, group_id: str,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -54,6 +55,7 @@ def stalling_relay(out: Channel[Any, Any], counts: Store[Any, Any], token: str) 
     return handle
 
 
+@pytest.mark.slow
 def test_a_transaction_timed_out_by_the_broker_is_recovered_in_place_exactly_once(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -70,6 +71,7 @@ def _handlers(out: Channel[Any, Any], counts: Store[Any, Any], token: str) -> tu
     return one, many
 
 
+@pytest.mark.slow
 def test_a_batch_relay_is_exactly_once_and_causal_across_a_kill_and_a_restart(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

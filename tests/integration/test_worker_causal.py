@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -61,6 +62,7 @@ def relay_process(name: str, sources: list[str], out_name: str,
     return proc.sends(Channel(out_name, BYTES, BYTES))
 
 
+@pytest.mark.slow
 def test_derived_message_is_held_until_its_cause_commits_then_delivered_in_order(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
@@ -144,6 +146,7 @@ def sampler(out_name: str, every: int) -> Any:
     return handle
 
 
+@pytest.mark.slow
 def test_two_processes_downstream_holds_derived_messages_until_their_causes(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

@@ -150,6 +150,7 @@ def _cleanly_stopped(s: Setup) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_a_clean_restart_over_held_messages_trusts_the_checkpoint_and_reads_nothing(
         setup: Setup) -> None:
     doc = _cleanly_stopped(setup)
@@ -163,6 +164,7 @@ def test_a_clean_restart_over_held_messages_trusts_the_checkpoint_and_reads_noth
     setup.release_and_check(worker)
 
 
+@pytest.mark.slow
 def test_a_restart_after_sigkill_restores_from_the_changelogs(setup: Setup) -> None:
     _cleanly_stopped(setup)
     worker, status = setup.restart()  # takes the checkpoint...
@@ -205,6 +207,7 @@ MISMATCHES: dict[str, Callable[[Setup], None]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mismatch", sorted(MISMATCHES))
 def test_a_mismatched_checkpoint_is_never_trusted(setup: Setup, mismatch: str) -> None:
     _cleanly_stopped(setup)
@@ -215,6 +218,7 @@ def test_a_mismatched_checkpoint_is_never_trusted(setup: Setup, mismatch: str) -
     setup.release_and_check(worker)
 
 
+@pytest.mark.slow
 def test_a_recreated_changelog_is_never_trusted(setup: Setup, kafka_admin: AdminClient,
                                                 create_topic: CreateTopic) -> None:
     # The ordering changelog deleted and made again, empty, under the same name: its id

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -82,6 +83,7 @@ def _final(collector: Any, pid: int, timeout_s: float = 90) -> dict[str, Any]:
                               timeout_s=timeout_s)
 
 
+@pytest.mark.slow
 def test_own_transaction_timeout_is_recovered_in_place(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,
@@ -100,6 +102,7 @@ def test_own_transaction_timeout_is_recovered_in_place(
     assert values == [b"relayed:one", b"relayed:stall", b"relayed:two"], "exactly once"
 
 
+@pytest.mark.slow
 def test_a_fence_by_a_live_successor_is_fatal(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -31,6 +32,7 @@ from workers.protocol import EXIT_CODES, StopKind
 N = 3000
 
 
+@pytest.mark.slow
 def test_a_second_worker_for_the_task_fences_the_first_whose_commit_fails(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
@@ -38,6 +39,7 @@ def _members(admin: AdminClient, group: str) -> list[str]:
     return sorted(m.group_instance_id or m.member_id for m in desc.members)
 
 
+@pytest.mark.slow
 def test_tasks_own_their_partition_rebalancing_until_all_join_and_the_group_empties(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

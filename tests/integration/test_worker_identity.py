@@ -38,6 +38,7 @@ from workers.identity import IdentityChecker
 from workers.protocol import EXIT_CODES, ExitVerdict, StopKind, exit_verdict
 
 
+@pytest.mark.slow
 def test_checker_judges_alive_deleted_and_recreated_topics(
     kafka_admin: AdminClient, create_topic: CreateTopic, unique_names: UniqueNames,
 ) -> None:
@@ -60,6 +61,7 @@ def test_checker_judges_alive_deleted_and_recreated_topics(
     assert 1.0 <= took < 10.0  # three answers 500 ms apart, under one 10 s deadline
 
 
+@pytest.mark.slow
 def test_checker_leaves_ids_pending_when_the_cluster_does_not_answer(
     caplog: pytest.LogCaptureFixture, unique_names: UniqueNames,
 ) -> None:
@@ -87,6 +89,7 @@ def _run_to_final(spec, collector: StatusCollector) -> dict:  # type: ignore[no-
     return final | {"exitcode": worker.exitcode}
 
 
+@pytest.mark.slow
 def test_worker_refuses_a_received_topic_recreated_under_its_name(
     kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
     tmp_path: Path,
@@ -125,6 +128,7 @@ def test_worker_refuses_a_received_topic_recreated_under_its_name(
     assert_seed_shape(Reason.CHANNEL_IDENTITY_CHANGED, final["failure_detail"])
 
 
+@pytest.mark.slow
 def test_worker_refuses_a_received_topic_deleted_with_messages_held(
     kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
     tmp_path: Path,
@@ -166,6 +170,7 @@ def test_worker_refuses_a_received_topic_deleted_with_messages_held(
     assert_seed_shape(Reason.CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES, final["failure_detail"])
 
 
+@pytest.mark.slow
 def test_frontier_entries_of_deleted_upstream_topics_are_pruned_from_later_headers(
     kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
     tmp_path: Path,
@@ -219,6 +224,7 @@ def test_frontier_entries_of_deleted_upstream_topics_are_pruned_from_later_heade
     assert not gone & carried[1], f"deleted upstream topics still carried: {carried[1]}"
 
 
+@pytest.mark.slow
 def test_a_deletion_noticed_between_assignments_is_judged_on_the_committed_state(
     kafka_bootstrap: str, kafka_admin: AdminClient, unique_names: UniqueNames,
     tmp_path: Path,

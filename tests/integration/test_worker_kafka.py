@@ -200,6 +200,7 @@ def _assignment(consumer: Consumer) -> set[tuple[str, int]]:
     return {(tp.topic, tp.partition) for tp in consumer.assignment()}
 
 
+@pytest.mark.slow
 def test_range_assignor_hands_partition_i_to_task_i(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic
 ) -> None:

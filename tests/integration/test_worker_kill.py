@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -70,6 +71,7 @@ def _produce_input(bootstrap_servers: str, a: Any, b: Any, done: threading.Event
     done.set()
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_points_loses_nothing_duplicates_nothing_breaks_no_cause(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

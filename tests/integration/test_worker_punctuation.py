@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -26,6 +27,7 @@ from workers.protocol import StopKind, TaskState
 from workers.verdicts import Stop
 
 
+@pytest.mark.slow
 def test_no_shape_or_identity_check_runs_with_a_transaction_open(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

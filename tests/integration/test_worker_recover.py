@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -27,6 +28,7 @@ from workers.verdicts import Stop
 N = 30
 
 
+@pytest.mark.slow
 def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

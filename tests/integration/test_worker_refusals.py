@@ -145,6 +145,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.kind for c in CASES])
 def test_refusal_from_a_real_input_stops_the_worker_with_reason_and_detail(
     case: Case, kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
@@ -198,6 +199,7 @@ def test_refusal_from_a_real_input_stops_the_worker_with_reason_and_detail(
     assert relayed in ([], [b"relayed 'ok'"]), relayed
 
 
+@pytest.mark.slow
 def test_positions_discarded_unread_when_retention_passed_the_committed_position(
     kafka_bootstrap: str, kafka_admin: AdminClient, create_topic: CreateTopic,
     unique_names: UniqueNames, tmp_path: Path,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,6 +73,7 @@ mutations = st.tuples(st.integers(0, 5), st.integers(0, 2**16), st.integers(0, 2
                       st.integers(1, 8))
 
 
+@pytest.mark.slow
 @settings(max_examples=600)
 @given(cause_sets, st.lists(mutations, max_size=3))
 def test_decode_mutated_headers_alike(causes: dict[ChannelId, int], edits: list[Any]) -> None:
@@ -132,6 +134,7 @@ causes_flat = st.lists(st.tuples(channels, INT64), max_size=4).map(tuple)
 messages = st.builds(sc.HeldMessage, INT64, payloads, payloads, headers, causes_flat)
 
 
+@pytest.mark.slow
 @settings(max_examples=500)
 @given(messages, st.lists(mutations, max_size=3))
 def test_held_blobs_alike(m: sc.HeldMessage, edits: list[Any]) -> None:
@@ -211,6 +214,7 @@ entries = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500)
 @given(st.lists(entries, max_size=10), st.booleans())
 def test_images_alike(items: list[tuple[bytes, bytes]], sort: bool) -> None:

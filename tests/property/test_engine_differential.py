@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,6 +170,7 @@ def delivered(d: Any) -> Any:
                                    d.headers, d.causes)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data(), st.sampled_from([262_144, 120, 60]),
@@ -248,6 +250,7 @@ EDGE_HEADERS: tuple[Any, ...] = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())

@@ -137,6 +137,7 @@ def drain_model(m: Model) -> list[tuple[ChannelId, int]]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(feeds(), st.integers(0, 4))
 def test_engine_agrees_with_the_model(feed: tuple[dict[ChannelId, int], list[Msg]],
@@ -167,6 +168,7 @@ def test_engine_agrees_with_the_model(feed: tuple[dict[ChannelId, int], list[Msg
         assert len(held.blockers) == len(getattr(verdict, "blockers", ())), "diagnosis"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(feeds(), st.lists(st.integers(0, 40), max_size=3), st.integers(0, 3))
 def test_restart_from_committed_deltas_delivers_as_an_uninterrupted_run(

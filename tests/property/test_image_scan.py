@@ -93,6 +93,7 @@ def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ordering_store, "_SCAN_PAGE", 2)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=_records())

@@ -118,6 +118,7 @@ def _outcome(decode: object, value: bytes) -> dict[ChannelId, int] | tuple[str, 
     return dict(result.causes) if isinstance(result, CausalPast) else dict(result)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("codecs")
 def test_decode_agrees_with_the_wire_decoder_on_the_fuzz_corpus() -> None:
     rnd = random.Random(SEED)

@@ -44,6 +44,7 @@ def test_held_round_trip(codec: Codecs, m: sc.HeldMessage) -> None:
     codec.validate_held(blob)
 
 
+@pytest.mark.slow
 @both
 @settings(max_examples=400)
 @given(messages, st.sampled_from(["replace", "truncate", "insert", "delete"]),

@@ -185,6 +185,7 @@ def test_distinct_sets_distinct_bytes(
 MUTATIONS = st.sampled_from(["replace", "truncate", "insert", "delete", "flip"])
 
 
+@pytest.mark.slow
 @both
 @settings(max_examples=400)
 @given(cause_sets, MUTATIONS, st.integers(0, 2**16), st.integers(0, 255))

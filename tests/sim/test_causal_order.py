@@ -32,6 +32,7 @@ def _result(seed: int) -> SimResult:
     return run(seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", sweep_seeds())
 def test_seed_keeps_causal_order_fifo_and_drains(seed: int) -> None:
     result = _result(seed)
@@ -47,6 +48,7 @@ def test_same_seed_replays_the_same_run() -> None:
         assert first.stats == second.stats, f"seed {seed} figures differ between runs"
 
 
+@pytest.mark.slow
 def test_sweep_exercises_every_hazard() -> None:
     """Seeds 1-100 must between them reach every shape and every fault the sweep claims."""
     results = [_result(seed) for seed in COVERAGE_SEEDS]

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.usefixtures("engine_impl")
 SEEDS = range(1, 61)
 
 
+@pytest.mark.slow
 def test_a_deletion_with_held_messages_is_refused_at_the_next_punctuation() -> None:
     deleted = 0
     for seed in SEEDS:

@@ -27,6 +27,7 @@ from tests.sim.world import EMPTIED_CHANGELOG, FOREIGN_COMMIT, REFUSED, run
 
 pytestmark = pytest.mark.usefixtures("engine_impl")
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", [FOREIGN_COMMIT, EMPTIED_CHANGELOG])
 def test_every_injected_fault_is_cured_or_refused_by_name(fault: str) -> None:
     injected = overridden = 0

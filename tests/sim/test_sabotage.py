@@ -107,6 +107,7 @@ class _StartsFromZero(ProcessEngine):
         super().start(dict.fromkeys(start_positions, 0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("broken", "clauses"), [
     (_ForgetsFrontier, {M1}),
     (_ForgetsCoverage, {V2_DUP}),

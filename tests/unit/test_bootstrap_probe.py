@@ -41,6 +41,7 @@ def test_every_server_refusing_is_named() -> None:
     assert got[0].startswith(f"127.0.0.1:{one}: ") and "connection refused" in got[0]
 
 
+@pytest.mark.slow
 def test_a_listening_server_that_never_answers_is_left_to_the_metadata_wait() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

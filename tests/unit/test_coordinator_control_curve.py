@@ -34,6 +34,7 @@ def test_keys_makes_the_server_pair_and_authorizes_clients(tmp_path: Path) -> No
         make_keys(tmp_path / "k", "../x")
 
 
+@pytest.mark.slow
 def test_a_tcp_control_socket_answers_only_authorized_clients(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     keys = tmp_path / "keys"

@@ -39,6 +39,7 @@ def test_a_value_without_error_method_raises(name: str, split: Any) -> None:
         split([_record(0, False), object()])
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.booleans(), max_size=40))
 def test_both_split_every_batch_alike(failed: list[bool]) -> None:

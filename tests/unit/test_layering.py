@@ -191,11 +191,13 @@ def test_every_layered_package_is_found() -> None:
     assert "parsley.engine.engine" in names and "tests.unit.test_layering" in names
 
 
+@pytest.mark.slow
 def test_imports_point_down_and_make_no_circle() -> None:
     offences = _offences(_sources())
     assert not offences, "layering offences:\n" + "\n".join(offences)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("planted", "expected"),
     [

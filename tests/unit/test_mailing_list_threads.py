@@ -103,6 +103,7 @@ def archive() -> list[Message]:
     return load_messages(resolve_data_path())
 
 
+@pytest.mark.slow
 def test_real_file_has_the_documented_disorder(archive: list[Message]) -> None:
     threads = compute_threads(archive)
     d = disorder(archive, threads)
@@ -114,6 +115,7 @@ def test_real_file_has_the_documented_disorder(archive: list[Message]) -> None:
     assert first5k.replies_before_parent == 24, first5k
 
 
+@pytest.mark.slow
 def test_real_file_keys_every_reply_with_its_parent(archive: list[Message]) -> None:
     threads = compute_threads(archive)
     ids = {m.message_id for m in archive}

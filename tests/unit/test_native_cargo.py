@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from parsley import native
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +27,7 @@ def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
+@pytest.mark.slow
 def test_cargo_test_of_the_pure_rust_modules() -> None:
     cargo = shutil.which("cargo")
     if cargo is None:

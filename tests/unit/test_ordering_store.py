@@ -142,6 +142,7 @@ def test_task_state_dir() -> None:
         task_state_dir("/s", "app", -1)
 
 
+@pytest.mark.slow
 def test_rebuild_of_100k_rows_is_fast(tmp_path: Path) -> None:
     rng = random.Random(5)
     channel = rng.randbytes(20)

@@ -469,6 +469,7 @@ def _sizes(codecs: Codecs) -> tuple[int, int, int]:
     return len(wire._channel_cache), _cached(), 0
 
 
+@pytest.mark.slow
 def test_cache_stays_bounded(codecs: Codecs) -> None:
     # Many distinct topics: the decoder's channel cache must not grow without bound.
     for n in range(1, 5000):
@@ -484,6 +485,7 @@ def test_cache_stays_bounded(codecs: Codecs) -> None:
     assert reverse <= wire._CACHE_CHANNELS, "reverse level unbounded"
 
 
+@pytest.mark.slow
 def test_threads_share_the_cache_safely() -> None:
     # Four threads decode and encode at once while the cache fills and clears (many
     # topics): every result stays right and nothing deadlocks (the native cache's lock is

@@ -31,6 +31,7 @@ from tests.wire_corpus import SEED, corpus, mutate
 SIZE = int(os.environ.get("PARSLEY_FUZZ_SIZE", str(10**6)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ALL, ids=str)
 def test_fuzz_mutations_fail_closed_or_decode_canonically(codec: Codecs) -> None:
     rnd = random.Random(SEED)

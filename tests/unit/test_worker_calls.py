@@ -61,6 +61,7 @@ def test_a_call_past_its_bound_raises_call_stalled_and_the_next_call_gets_a_fres
     assert not stuck_thread[0].is_alive(), "an abandoned thread ends once its call returns"
 
 
+@pytest.mark.slow
 def test_the_heartbeat_runs_on_the_waiting_thread_while_a_call_waits() -> None:
     beats: list[str] = []
     set_heartbeat(lambda: beats.append(threading.current_thread().name))

@@ -16,6 +16,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from workers.calls import set_heartbeat
 from workers.verdicts import live_successor
 
@@ -35,6 +37,7 @@ class _Group:
         return {groups[0]: future}
 
 
+@pytest.mark.slow
 def test_the_look_for_a_successor_serves_the_heartbeat_while_it_waits() -> None:
     beats: list[float] = []
     group = _Group("app-task-0")
