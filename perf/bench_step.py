@@ -17,7 +17,10 @@ records), the per-record work of one task between ``consume()`` and the commit:
   the worker calls them (engine, frame, the ``parsley.causes`` stamp, ``produce``),
   with ``workers.fetched.split_errors`` on each batch; with the native core its plain
   deliveries go through the native fast path (``workers.fastpath``), unless
-  ``--no-fast``.
+  ``--no-fast``;
+* ``worker step, builder relay``: the same with the relay written
+  ``Effects.builder().send(out, key, value, timestamp=...).build()`` instead of
+  ``Effects.send(out, key, value)``, what the one-send constructor saves.
 
 Records are ``confluent_kafka.Message`` objects with ``--value-bytes`` values and
 the 16-entry ``parsley.causes`` header of the relay benchmark (``perf.load``). The
@@ -42,7 +45,7 @@ from uuid import UUID
 
 from confluent_kafka import Message, Producer
 
-from parsley import Channel, Process, serdes
+from parsley import Channel, Effects, Process, serdes
 from parsley.engine import engine_type
 from parsley.engine.channel import ChannelId
 from parsley.engine.store import InMemoryOrderingStore
@@ -119,8 +122,14 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     batches = _records(a.number, a.value_bytes)
     out = Channel("out", serdes.BYTES, serdes.BYTES)
-    process = Process("relay").receives(Channel("in", serdes.BYTES, serdes.BYTES),
-                                        relay_handler(out)).sends(out)
+    inbound = Channel("in", serdes.BYTES, serdes.BYTES)
+    process = Process("relay").receives(inbound, relay_handler(out)).sends(out)
+
+    def built(delivery: Any, state: Any) -> Effects:
+        return Effects.builder().send(out, delivery.key, delivery.value,
+                                      timestamp=delivery.timestamp).build()
+
+    builder_process = Process("relay").receives(inbound, built).sends(out)
     producer = _producer()
     txn = TaskTransaction(producer)
     txn.init()
@@ -167,22 +176,26 @@ def main(argv: list[str] | None = None) -> None:
         return loop
 
     # -- the worker's step
-    def step_loop(batches: list[list[Message]]) -> None:
-        engine = engine_type()(InMemoryOrderingStore(), received=[IN])
-        engine.start({})
-        stores = _NoStores()
-        step = TaskStep(task=0, engine=engine, frame=HandlerFrame(process, 0, stores),
-                        stores=stores, txn=txn, channels={"in": IN},  # type: ignore[arg-type]
-                        ordering_topic="ordering", store_topics={}, fast=not a.no_fast)
-        for batch in batches:
-            good, errors = split_errors(batch)
-            assert not errors
-            step.feed(good)
-            while True:
-                step.drain()
-                if not step.more:
-                    break
-            producer.poll(0)
+    def step_loop(relay: Process) -> Callable[[list[list[Message]]], None]:
+        def loop(batches: list[list[Message]]) -> None:
+            engine = engine_type()(InMemoryOrderingStore(), received=[IN])
+            engine.start({})
+            stores = _NoStores()
+            step = TaskStep(task=0, engine=engine, frame=HandlerFrame(relay, 0, stores),
+                            stores=stores, txn=txn,
+                            channels={"in": IN},  # type: ignore[arg-type]
+                            ordering_topic="ordering", store_topics={}, fast=not a.no_fast)
+            for batch in batches:
+                good, errors = split_errors(batch)
+                assert not errors
+                step.feed(good)
+                while True:
+                    step.drain()
+                    if not step.more:
+                        break
+                producer.poll(0)
+
+        return loop
 
     print(f"Worker loop without a broker: {a.number:,} records of {a.value_bytes} B, 16-entry "
           f"header, best of {a.rounds} rounds; engine: {ENGINE}"
@@ -191,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, loop in (("baseline loop", baseline),
                        ("engine", engine_loop(False)),
                        ("engine + frame", engine_loop(True)),
-                       ("worker step", step_loop)):
+                       ("worker step", step_loop(process)),
+                       ("worker step, builder relay", step_loop(builder_process))):
         print(f"{name:32s} {_rounds(loop, batches, a.rounds, flush):16.2f}", flush=True)
     producer.abort_transaction(30)
 
