@@ -1,8 +1,8 @@
 """What a handler sees and returns: deliveries, the state view, and effects.
 
 A handler gets a :class:`Delivery` and a :class:`State` and returns
-:class:`Effects` (built with :meth:`Effects.builder`): the sends and store
-writes of one step. A reserved header refused while effects are built is
+:class:`Effects` (``Effects.send`` for one send, else :meth:`Effects.builder`): the
+sends and store writes of one step. A reserved header refused while effects are built is
 latched into the handler frame (:class:`RefusalLatch`).
 
 Source: README.md, "Write your own process" (``Delivery``, ``State``, ``Effects``,
@@ -132,10 +132,10 @@ _REFUSAL_LATCH: ContextVar[Callable[[ParsleyFailClosedError], ParsleyFailClosedE
 class RefusalLatch:
     """Latch refusals raised while building effects into a handler frame.
 
-    Inside ``with RefusalLatch(frame.latch):`` a refusal raised by
-    :class:`Send` / :meth:`EffectsBuilder.send` (RESERVED_HEADER_USED) is
-    handed to ``latch`` before it is raised, so the frame rethrows it at its
-    next boundary even when the application catches it. Outside any frame the
+    Inside ``with RefusalLatch(frame.latch):`` a refusal raised by :class:`Send`,
+    :meth:`EffectsBuilder.send` or ``Effects.send`` (RESERVED_HEADER_USED) is handed
+    to ``latch`` before it is raised, so the frame rethrows it at its next boundary
+    even when the application catches it. Outside any frame the
     refusal is simply raised.
 
     Args:
@@ -267,12 +267,50 @@ class Write:
             raise TypeError(f"a write needs a Store, got {type(self.store).__name__}")
 
 
+class _EffectsClass(type):
+    """The class of :class:`Effects`: holds :meth:`send`, so that ``Effects.send(...)``
+    works and ``Effects.send(a, ...).send(b, ...)`` is an ``AttributeError`` (a chained
+    one-send constructor would silently drop ``a``; chaining is the builder's)."""
+
+    def send(
+        cls,
+        channel: Channel[K, V],
+        key: K | None,
+        value: V | None,
+        headers: Mapping[str, bytes | None] | Iterable[Header] | None = None,
+        timestamp: int | None = None,
+    ) -> Effects:
+        """``Effects.send(channel, key, value, headers=None, timestamp=None)``: effects of
+        one send and nothing else, equal to
+        ``Effects.builder().send(channel, key, value, headers, timestamp).build()`` with
+        one object built instead of three (the relay's case; docs/performance.md, "What
+        is left between this and the plain relay"). Called on the class only: for more
+        than one send or a store write, use :meth:`Effects.builder`. A Python addition:
+        Java's ``Effects`` has the builder only.
+
+        Args: as :meth:`EffectsBuilder.send`.
+
+        Raises:
+            ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header,
+                latched into the handler frame (see :class:`RefusalLatch`).
+            ValueError: a negative timestamp.
+            TypeError: ``channel`` is not a Channel, a malformed header or timestamp.
+        """
+        one: Send = _new(Send)
+        _fill_send(one, channel, key, value, headers, timestamp)
+        effects: Effects = _new(Effects)
+        _e_sends(effects, (one,))
+        _e_writes(effects, ())
+        return effects
+
+
 @dataclass(frozen=True, slots=True, init=False)
-class Effects:
+class Effects(metaclass=_EffectsClass):
     """What one delivery does: emissions and store writes, each in the order given.
 
-    Build with :meth:`none`, :meth:`send` (one send) or :meth:`builder`. A handler
-    must return one; ``None`` is refused (docs/failing-closed.md, HANDLER_RETURNED_NULL_EFFECTS).
+    Build with :meth:`none`, ``Effects.send(channel, key, value)`` (one send and nothing
+    else; see :meth:`_EffectsClass.send`) or :meth:`builder`. A handler must return one;
+    ``None`` is refused (docs/failing-closed.md, HANDLER_RETURNED_NULL_EFFECTS).
     """
 
     sends: tuple[Send, ...] = ()
@@ -291,29 +329,6 @@ class Effects:
     def builder() -> EffectsBuilder:
         """A fresh, mutable :class:`EffectsBuilder`."""
         return EffectsBuilder()
-
-    @staticmethod
-    def send(
-        channel: Channel[K, V],
-        key: K | None,
-        value: V | None,
-        headers: Mapping[str, bytes | None] | Iterable[Header] | None = None,
-        timestamp: int | None = None,
-    ) -> Effects:
-        """Effects of one send and nothing else: the same as
-        ``Effects.builder().send(channel, key, value, headers, timestamp).build()``,
-        with one object built instead of three (the relay's case; docs/performance.md,
-        "Handler frame and batch loop"). A Python addition: Java's ``Effects`` has the
-        builder only.
-
-        Args and raises: as :meth:`EffectsBuilder.send`.
-        """
-        one: Send = _new(Send)
-        _fill_send(one, channel, key, value, headers, timestamp)
-        effects: Effects = _new(Effects)
-        _e_sends(effects, (one,))
-        _e_writes(effects, ())
-        return effects
 
 
 _e_sends, _e_writes = _slot_setters(Effects, "sends", "writes")

@@ -42,9 +42,9 @@ test runs.
 The inner loop, ``pytest -m "not slow"``, leaves out the tests marked ``slow`` (each took
 1 s or more in the parallel phase) and every serial test, which this module marks ``slow``
 itself. A run given no ``--basetemp`` gets a short one under ``/tmp/pt-<uid>/`` (removed
-when the run passes): a coordinator's ``ipc://`` control socket lives in the test's
-directory, and pytest's default directory is too long for the 107 bytes such a path may
-have.
+when the run passes; a failed run's is kept, pruned as pytest prunes its own): a
+coordinator's ``ipc://`` control socket lives in the test's directory, and pytest's
+default directory is too long for the 107 bytes such a path may have.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,28 +346,43 @@ def _broker_for_marked_tests(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("kafka_broker")
 
 
-_SHORT_BASETEMP: list[Path] = []
+KEPT_BASETEMPS = 3
+"""Short ``--basetemp`` directories kept under ``/tmp/pt-<uid>/`` (failed runs'), as
+pytest keeps its last three; an older one is removed once it is an hour old (a run still
+going may own it)."""
+
+_SHORT_BASETEMP = pytest.StashKey[Path]()
+_SESSION_STATUS = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Give a run with no ``--basetemp`` a short one (module docstring): pytest's default,
     ``/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test>/``, leaves a coordinator's
-    control socket path over the 107 bytes ``ipc://`` allows. xdist's workers inherit it."""
+    control socket path over the 107 bytes ``ipc://`` allows. xdist's workers inherit it.
+    Older directories there are pruned to the newest :data:`KEPT_BASETEMPS`."""
     if config.option.basetemp or hasattr(config, "workerinput"):
         return
-    root = Path(tempfile.gettempdir()) / f"pt-{os.getuid()}"
+    root = Path("/tmp") / f"pt-{os.getuid()}"
     root.mkdir(mode=0o700, exist_ok=True)
-    _SHORT_BASETEMP.append(Path(tempfile.mkdtemp(dir=root)))
-    config.option.basetemp = str(_SHORT_BASETEMP[0])
+    if root.is_symlink() or root.stat().st_uid != os.getuid():
+        raise pytest.UsageError(f"{root} is not this user's directory: give --basetemp")
+    older = sorted(root.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in older[KEPT_BASETEMPS - 1:]:
+        if time.time() - stale.stat().st_mtime > 3600:
+            shutil.rmtree(stale, ignore_errors=True)
+    basetemp = Path(tempfile.mkdtemp(prefix="", dir=root))
+    config.option.basetemp = str(basetemp)
+    config.stash[_SHORT_BASETEMP] = basetemp
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the short ``--basetemp`` of :func:`pytest_configure` after a run that passed
     (a failed run keeps its directories to look at)."""
-    session = getattr(config, "_parsley_session_status", None)
-    for path in _SHORT_BASETEMP:
-        if session == 0:
-            shutil.rmtree(path, ignore_errors=True)
+    basetemp = config.stash.get(_SHORT_BASETEMP, None)
+    if basetemp is None or not basetemp.is_dir():
+        return
+    if config.stash.get(_SESSION_STATUS, None) == 0 or not any(basetemp.iterdir()):
+        shutil.rmtree(basetemp, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -449,7 +465,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under ``CI=true`` a skipped test fails the run (never a skip: README.md, "Run the tests")."""
     if _ci() and _SKIPPED and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    session.config._parsley_session_status = int(session.exitstatus)  # type: ignore[attr-defined]
+    session.config.stash[_SESSION_STATUS] = int(session.exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

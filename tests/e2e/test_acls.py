@@ -286,6 +286,7 @@ def _grant(world: World, what: str, prefix: str | None = None) -> Grant:
     return by_name[name]
 
 
+@pytest.mark.slow
 def test_the_cases_are_every_listed_acl(world: World) -> None:
     listed = {(g.name, op) for g in process_grants(world.prefix, acl_app.relay(
         world.source, world.out)) for op in g.operations}

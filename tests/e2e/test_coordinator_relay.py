@@ -23,6 +23,7 @@ from coordinator import Parsley, ParsleyConfig
 from coordinator.bootstrap import StartError
 from coordinator.control.status import ProcessState
 from coordinator.control.status_socket import Outcome, request
+from devtools.devbroker import BROKER_MAIN
 from devtools.kafka_support import QUIET
 from devtools.worker_support import read_committed
 from parsley import Channel, Effects, Process, Reason
@@ -67,7 +68,7 @@ def _children() -> list[psutil.Process]:
     ``KAFKA_BOOTSTRAP_SERVERS`` runs ``parsley-devbroker`` as its child)."""
     return [c for c in psutil.Process().children(recursive=True)
             if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-            and not any("resource_tracker" in part or part == "kafka.Kafka"
+            and not any("resource_tracker" in part or part == BROKER_MAIN
                         for part in c.cmdline())]
 
 

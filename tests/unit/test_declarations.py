@@ -242,6 +242,14 @@ def test_the_one_send_constructor_is_the_builder_of_one_send(args: Any, kwargs: 
         assert len(by_one.sends) == 1 and by_one.writes == ()
 
 
+def test_the_one_send_constructor_does_not_chain() -> None:
+    # Effects.send(a, ...).send(b, ...) would drop a's send: it is the class's alone.
+    effects = Effects.send(AUDIT, "k", 1)
+    with pytest.raises(AttributeError, match="'Effects' object has no attribute 'send'"):
+        effects.send(AUDIT, "j", 2)  # type: ignore[attr-defined]
+    assert Effects.builder().send(AUDIT, "k", 1).send(AUDIT, "j", 2).build().sends[1].key == "j"
+
+
 # --- names on the cluster --------------------------------------------------------------
 
 

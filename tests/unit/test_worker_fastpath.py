@@ -133,6 +133,12 @@ def _latched(d: Delivery[Any, Any], s: State) -> Any:
     return _relay(d, s)
 
 
+def _latched_one(d: Delivery[Any, Any], s: State) -> Any:
+    with contextlib.suppress(ParsleyFailClosedError):
+        Effects.send(OUT, d.key, d.value, headers=[("parsley.x", b"1")])
+    return Effects.send(OUT, d.key, d.value)
+
+
 def _raise(d: Delivery[Any, Any], s: State) -> Any:
     raise ValueError(f"no {d.offset}")
 
@@ -182,6 +188,7 @@ CASES: dict[str, tuple[Handler, Any, Any]] = {
                                  BYTES, BYTES),
     "the one-send constructor, refused": (_every(3, lambda d, s: Effects.send(
         OUT, d.key, d.value, headers=[("parsley.x", b"1")])), BYTES, BYTES),
+    "the one-send constructor, its refusal caught": (_every(5, _latched_one), BYTES, BYTES),
     "JSON that does not serialize": (_every(5, lambda d, s: Effects.builder().send(
         TEXT_OUT, d.key, {1j}).build(), _text_relay), STRING, JSON),
 }
@@ -244,7 +251,8 @@ def test_the_fast_path_sends_and_refuses_what_the_python_frame_does(case: str) -
         assert counting.handled == 24 - 3
     expected_stop = {"a handler that raises": STOP_RAISED, "two sends": STOP_EFFECTS,
                      "None returned": STOP_EFFECTS, "a store write": STOP_EFFECTS,
-                     "a caught reserved header": STOP_EFFECTS}.get(case)
+                     "a caught reserved header": STOP_EFFECTS,
+                     "the one-send constructor, its refusal caught": STOP_EFFECTS}.get(case)
     if expected_stop is not None:
         assert expected_stop in counting.stops
 
