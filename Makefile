@@ -53,12 +53,14 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # pytest's exit status 5 (no tests collected) in a phase is not a failure when another
 # phase ran tests (PYTEST_ARGS may select only one phase's tests); in all it is, as
 # pytest's own 5. The first phase's failing status is make test's.
+# Each phase ends with its slowest tests, so a CI log shows where the minutes went.
+DURATIONS ?= --durations=10
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 SERIAL_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(SERIAL_LANES)),-n $(SERIAL_LANES) --dist loadgroup))
 define RUN_PHASES
-parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
-serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(SERIAL_XDIST_ARGS) $(PYTEST_ARGS) || serial=$$?; \
-load=0; $(VPY) -m pytest tests --phase load --basetemp "$$bt/l" $(PYTEST_ARGS) || load=$$?; \
+parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(DURATIONS) $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
+serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(DURATIONS) $(SERIAL_XDIST_ARGS) $(PYTEST_ARGS) || serial=$$?; \
+load=0; $(VPY) -m pytest tests --phase load --basetemp "$$bt/l" $(DURATIONS) $(PYTEST_ARGS) || load=$$?; \
 echo "make test: parallel phase exited $$parallel, serial phase exited $$serial, load phase exited $$load"; \
 status=0; ran=0; \
 for code in $$parallel $$serial $$load; do \
