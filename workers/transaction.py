@@ -24,6 +24,7 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from parsley.engine.channel import Header
+from workers.authorization import NotAuthorized
 from workers.calls import call
 from workers.changelog import write_records
 from workers.histogram import TRANSACTION_BUCKETS_S, BucketCounts
@@ -240,11 +241,19 @@ class TaskTransaction:
         tps = [TopicPartition(t, p, o, metadata=TASK_METADATA)
                for (t, p), o in offsets.items()]
         try:
-            with map_kafka_errors("sending the read positions to the transaction"):
-                if tps:
-                    call("send_offsets_to_transaction",
-                         self.producer.send_offsets_to_transaction, tps, group_metadata,
-                         self.timeout_s)
+            try:
+                with map_kafka_errors("sending the read positions to the transaction"):
+                    if tps:
+                        call("send_offsets_to_transaction",
+                             self.producer.send_offsets_to_transaction, tps, group_metadata,
+                             self.timeout_s)
+            except NotAuthorized as exc:
+                if exc.grant.resource == "Topic" and exc.grant.name is None:
+                    # A partition of this transaction's records could not join it, and this
+                    # call's error came first: it names no topic, the purged records'
+                    # reports do (the ledger's candidates), as a flush's error would.
+                    self._delivery_failure_first()
+                raise
             with map_kafka_errors("flushing the transaction's records"):
                 try:
                     remaining = call("flush", self.producer.flush, self.timeout_s)

@@ -47,14 +47,16 @@ def test_a_failed_abort_leaves_the_transaction_open_and_a_retry_aborts_it(
     assert txn.open, "a failed abort must leave the transaction counted as open"
     txn.timeout_s = 30.0
     # The first abort's client call may still run past its bound (workers/calls.py): a
-    # second one meanwhile is refused _STATE "in state AbortingTransaction"; retry it.
+    # second one meanwhile is refused _STATE "in state BeginAbort" or "in state
+    # AbortingTransaction" (the client's two states of an abort under way); retry it.
     deadline = time.monotonic() + 30
     while True:
         try:
             txn.abort()
             break
         except SubstrateError as exc:
-            if "AbortingTransaction" not in str(exc) or time.monotonic() > deadline:
+            under_way = "AbortingTransaction" in str(exc) or "BeginAbort" in str(exc)
+            if not under_way or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
     assert not txn.open

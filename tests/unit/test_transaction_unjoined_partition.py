@@ -1,0 +1,89 @@
+"""``TaskTransaction.commit`` when a partition of the transaction's records could not join
+it for want of Write, and ``send_offsets_to_transaction`` fails first: that call's
+TOPIC_AUTHORIZATION_FAILED names no topic, the purged records' reports do, and the refusal
+names those candidates as a flush's failure would (docs/operations.md, "ACLs"; seen once
+in CI, where the ACL test's revoked changelog Write came back as ``Topic '?'``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from workers.authorization import NotAuthorized
+from workers.transaction import TaskTransaction
+
+AUTH = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                  "Failed to add partition(s) to transaction", txn_requires_abort=True)
+
+
+class _Msg:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return 0
+
+
+class _Producer:
+    """Queues produced records; once ``send_offsets_to_transaction`` has failed the
+    transaction, ``begin_transaction`` answers its error and ``poll`` purges the queue
+    (``purge_reports`` False: the reports never come)."""
+
+    def __init__(self, purge_reports: bool) -> None:
+        self.purge_reports = purge_reports
+        self.queued: list[tuple[Any, str]] = []
+        self.failed: KafkaError | None = None
+
+    def begin_transaction(self) -> None:
+        if self.failed is not None:
+            raise KafkaException(self.failed)
+
+    def produce(self, topic: str, *, on_delivery: Any, **kwargs: Any) -> None:
+        self.queued.append((on_delivery, topic))
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self.failed = AUTH
+        raise KafkaException(AUTH)
+
+    def poll(self, timeout: float = 0) -> int:
+        if not self.purge_reports or self.failed is None:
+            return 0
+        served, self.queued = self.queued, []
+        for on_delivery, topic in served:
+            on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "Purged in queue"), _Msg(topic))
+        return len(served)
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def _commit(purge_reports: bool) -> NotAuthorized:
+    producer = _Producer(purge_reports)
+    txn = TaskTransaction(producer)  # type: ignore[arg-type]
+    txn.begin()
+    txn.send("out", b"k", b"v", (), 0)
+    txn.send("relay-counts-changelog", b"k", b"1", (), 0)
+    with pytest.raises(NotAuthorized) as info:
+        txn.commit({("in", 0): 5}, object())
+    return info.value
+
+
+def test_the_purged_records_name_the_topics_the_refusal_may_mean() -> None:
+    refused = _commit(purge_reports=True)
+    assert refused.candidates == ("out", "relay-counts-changelog")
+    assert "lacks Write on one of Topic 'out', 'relay-counts-changelog'" in refused.detail
+    assert "'?'" not in refused.detail
+
+
+def test_without_purge_reports_the_call_s_own_refusal_stands() -> None:
+    refused = _commit(purge_reports=False)
+    assert refused.grant.name is None and refused.candidates == ()
+    assert "sending the read positions to the transaction" in refused.detail
