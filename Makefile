@@ -54,7 +54,8 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # pytest's exit status 5 (no tests collected) in a phase is not a failure when another
 # phase ran tests (PYTEST_ARGS may select only one phase's tests); in all it is, as
 # pytest's own 5. The first phase's failing status is make test's.
-# Each phase ends with its slowest tests, so a CI log shows where the minutes went.
+# Each phase ends with its slowest tests (a --durations in PYTEST_ARGS wins: .ci/run asks
+# for 25), so a log shows where the minutes went.
 DURATIONS ?= --durations=10
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 SERIAL_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(SERIAL_LANES)),-n $(SERIAL_LANES) --dist loadgroup))

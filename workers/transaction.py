@@ -39,6 +39,11 @@ _CAUSE_WAIT_S = 5.0
 """How long a failed transaction waits for its records' missing delivery reports, s."""
 
 
+_UNJOINED = "Failed to add partition"
+"""How librdkafka's error begins when a partition could not join the transaction
+(AddPartitionsToTxn refused; its ``rdkafka_txnmgr.c``)."""
+
+
 class TaskTransaction:
     """The transactional producer of one task and the account of its open transaction.
 
@@ -248,10 +253,13 @@ class TaskTransaction:
                              self.producer.send_offsets_to_transaction, tps, group_metadata,
                              self.timeout_s)
             except NotAuthorized as exc:
-                if exc.grant.resource == "Topic" and exc.grant.name is None:
+                if (exc.grant.resource == "Topic" and exc.grant.name is None
+                        and exc.text.startswith(_UNJOINED)):
                     # A partition of this transaction's records could not join it, and this
                     # call's error came first: it names no topic, the purged records'
-                    # reports do (the ledger's candidates), as a flush's error would.
+                    # reports do (the ledger's candidates), as a flush's error would. (An
+                    # offset commit refused for want of Read on an input topic says "Failed
+                    # to commit offsets" and keeps its own words.)
                     self._delivery_failure_first()
                 raise
             with map_kafka_errors("flushing the transaction's records"):

@@ -16,6 +16,9 @@ from workers.transaction import TaskTransaction
 
 AUTH = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
                   "Failed to add partition(s) to transaction", txn_requires_abort=True)
+READ = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                  "Failed to commit offsets to transaction on broker b1: "
+                  "in[0](Broker: Topic authorization failed)", txn_requires_abort=True)
 
 
 class _Msg:
@@ -34,8 +37,9 @@ class _Producer:
     transaction, ``begin_transaction`` answers its error and ``poll`` purges the queue
     (``purge_reports`` False: the reports never come)."""
 
-    def __init__(self, purge_reports: bool) -> None:
+    def __init__(self, purge_reports: bool, error: KafkaError) -> None:
         self.purge_reports = purge_reports
+        self.error = error
         self.queued: list[tuple[Any, str]] = []
         self.failed: KafkaError | None = None
 
@@ -47,8 +51,8 @@ class _Producer:
         self.queued.append((on_delivery, topic))
 
     def send_offsets_to_transaction(self, *args: Any) -> None:
-        self.failed = AUTH
-        raise KafkaException(AUTH)
+        self.failed = self.error
+        raise KafkaException(self.error)
 
     def poll(self, timeout: float = 0) -> int:
         if not self.purge_reports or self.failed is None:
@@ -65,8 +69,8 @@ class _Producer:
         return 0
 
 
-def _commit(purge_reports: bool) -> NotAuthorized:
-    producer = _Producer(purge_reports)
+def _commit(purge_reports: bool, error: KafkaError = AUTH) -> NotAuthorized:
+    producer = _Producer(purge_reports, error)
     txn = TaskTransaction(producer)  # type: ignore[arg-type]
     txn.begin()
     txn.send("out", b"k", b"v", (), 0)
@@ -87,3 +91,12 @@ def test_without_purge_reports_the_call_s_own_refusal_stands() -> None:
     refused = _commit(purge_reports=False)
     assert refused.grant.name is None and refused.candidates == ()
     assert "sending the read positions to the transaction" in refused.detail
+
+
+def test_an_offset_commit_refused_for_want_of_read_keeps_its_own_words() -> None:
+    # The same code from TxnOffsetCommit means Read on an input topic, not Write on an
+    # output: the purged records must not be blamed.
+    refused = _commit(purge_reports=True, error=READ)
+    assert refused.grant.name is None and refused.candidates == ()
+    assert "in[0](Broker: Topic authorization failed)" in refused.detail
+    assert "lacks Write" not in refused.detail
