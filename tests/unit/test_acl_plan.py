@@ -21,6 +21,7 @@ from coordinator.cli import cli
 from coordinator.cli.grants import process_grants, reset_grants
 from parsley.refusals import Reason
 from tests import acl_app
+from tests.delivered import DeliveredRecord
 from workers.authorization import Grant, NotAuthorized, principal_of
 from workers.kafka_errors import ErrorKind, classify, stop_kind, to_exception
 from workers.ledger import DeliveryLedger
@@ -164,17 +165,6 @@ def test_principal_from_sasl_username() -> None:
     assert principal_of({"security.protocol": "SSL"}) is None
 
 
-class _Message:
-    def __init__(self, topic: str) -> None:
-        self._topic = topic
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return 0
-
-
 def test_records_purged_by_a_failed_transaction_report_its_cause() -> None:
     """A partition the principal may not write fails the transaction when added; its
     records (and others) are only purged: the transaction's error is the cause."""
@@ -184,7 +174,7 @@ def test_records_purged_by_a_failed_transaction_report_its_cause() -> None:
     for topic in ("out", "changelog", "out"):
         ledger.sent()
         ledger.on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "Purged in queue"),
-                           _Message(topic))  # type: ignore[arg-type]
+                           DeliveredRecord(topic))  # type: ignore[arg-type]
     with pytest.raises(NotAuthorized) as raised:
         ledger.check("committing")
     assert raised.value.candidates == ("out", "changelog")
@@ -194,6 +184,6 @@ def test_records_purged_by_a_failed_transaction_report_its_cause() -> None:
 
     no_cause = DeliveryLedger(lambda: None)
     no_cause.sent()
-    no_cause.on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "Purged"), _Message("out"))  # type: ignore[arg-type]
+    no_cause.on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "Purged"), DeliveredRecord("out"))  # type: ignore[arg-type]
     with pytest.raises(Exception, match="_PURGE_QUEUE"):
         no_cause.check("committing")

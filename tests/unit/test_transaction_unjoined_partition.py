@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from tests.delivered import DeliveredRecord
 from workers.authorization import NotAuthorized
 from workers.transaction import TaskTransaction
 
@@ -19,17 +20,6 @@ AUTH = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
 READ = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
                   "Failed to commit offsets to transaction on broker b1: "
                   "in[0](Broker: Topic authorization failed)", txn_requires_abort=True)
-
-
-class _Msg:
-    def __init__(self, topic: str) -> None:
-        self._topic = topic
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return 0
 
 
 class _Producer:
@@ -59,7 +49,8 @@ class _Producer:
             return 0
         served, self.queued = self.queued, []
         for on_delivery, topic in served:
-            on_delivery(KafkaError(KafkaError._PURGE_QUEUE, "Purged in queue"), _Msg(topic))
+            purged = KafkaError(KafkaError._PURGE_QUEUE, "Purged in queue")
+            on_delivery(purged, DeliveredRecord(topic))
         return len(served)
 
     def __len__(self) -> int:
