@@ -24,9 +24,10 @@ PYTEST_ARGS ?=
 # wait on the broker (README.md, "Run the tests"): with 4 the cores stood 45-80 % idle for
 # most of the phase; 6 took it from 7:10 to 6:00 on the same machine.
 TEST_WORKERS ?= 6
-# Lanes of the serial phase: one per xdist_group of its tests (the private broker's, the
-# rest's: tests/conftest.py); within a lane, one test at a time.
-SERIAL_LANES ?= 2
+# Lanes of the serial phase: one per xdist_group of its tests (two halves of the private
+# broker's tests, each on a private broker of its own; the rest's: tests/conftest.py);
+# within a lane, one test at a time.
+SERIAL_LANES ?= 3
 DEMO_ARGS ?=
 
 .PHONY: test lint venv demo demo-data

@@ -33,11 +33,11 @@ live in ``devtools/kafka_support.py``.
 Phases (README.md, "Run the tests"): ``--phase parallel`` keeps the tests not marked
 ``serial`` (``make test`` runs them under pytest-xdist, every worker on the one broker of
 ``KAFKA_BOOTSTRAP_SERVERS``), ``--phase serial`` keeps those marked ``serial`` (run after, in
-two lanes of one test at a time: the private broker's tests, and the timing-sensitive
-tests on the shared broker) but the cluster's and those marked ``load``, which ``--phase
-load`` keeps (run last, one at a time, alone: they load the machine). The ``sasl_ssl``
-broker's tests run in the parallel phase, all on one worker. Without ``--phase`` every
-test runs.
+three lanes of one test at a time: two halves of the private broker's tests, each half on
+a private broker of its own, and the timing-sensitive tests on the shared broker) but the
+cluster's and those marked ``load``, which ``--phase load`` keeps (run last, one at a
+time, alone: they load the machine). The ``sasl_ssl`` broker's tests run in the parallel
+phase, all on one worker. Without ``--phase`` every test runs.
 
 The inner loop, ``pytest -m "not slow"``, leaves out the tests marked ``slow`` (each took
 1 s or more in the parallel phase) and every serial test, which this module marks ``slow``
@@ -96,11 +96,22 @@ cluster's (chaos on three brokers) and those marked ``load`` (a chaos harness, m
 clients). ``--phase load`` runs them, one at a time and alone, after the other serial
 tests: run beside them, the private broker's recovery tests missed their bounds (a
 fresh-clone CI run, load average 20-30 on 2 cores)."""
+PRIVATE_SECOND_LANE = "private_kafka_b"
+"""The ``xdist_group`` of the private broker's tests in :data:`PRIVATE_SECOND_MODULES`:
+under ``--phase serial`` their worker starts a second private broker, so that the two
+halves' outages and restarts overlap (one lane took 6:40 of the phase)."""
+PRIVATE_SECOND_MODULES = frozenset({
+    "test_coordinator_broker_outage.py", "test_worker_watchdog.py",
+    "test_worker_broker_restart.py", "test_group_describe_outage.py"})
+"""The modules of the private broker's tests that run in :data:`PRIVATE_SECOND_LANE`;
+the others (``test_broker_restart_in_place.py``, ``test_broker_restart_resume.py``,
+``test_worker_client_log.py``) run in ``private_kafka``'s lane. Split by the durations of a
+fresh-clone CI run: about 185 s and 205 s."""
 SHARED_SERIAL_GROUP = "shared_serial"
 """The ``xdist_group`` of the other ``serial`` tests that start no broker of
 :data:`SERIAL_BROKERS` (they time recoveries on the shared broker, or start their own):
-``--phase serial`` runs in two lanes, this group's and the private broker's, so that one
-lane's waits on a killed or frozen broker overlap the other's (``make test``)."""
+``--phase serial`` runs in three lanes, this group's and the two private brokers', so that
+one lane's waits on a killed or frozen broker overlap the others' (``make test``)."""
 PHASES = ("parallel", "serial", "load")
 """``--phase`` values: the tests not marked ``serial``; those marked ``serial`` but for
 the :data:`LOAD_LANE`'s; or only the :data:`LOAD_LANE`'s."""
@@ -410,7 +421,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.serial)
         groups = sorted(ON_DEMAND_BROKERS & used)
         for fixture in groups:
-            # A plain "pytest -n N" (no --phase) still starts each on one worker only.
+            # A plain "pytest -n N" (no --phase) still starts each on one worker only
+            # (the private broker: one per half).
+            if fixture == "private_kafka" and item.path.name in PRIVATE_SECOND_MODULES:
+                fixture = PRIVATE_SECOND_LANE
             item.add_marker(pytest.mark.xdist_group(fixture))
         if not groups and item.get_closest_marker("serial") is not None:
             lane = LOAD_LANE if item.get_closest_marker("load") else SHARED_SERIAL_GROUP

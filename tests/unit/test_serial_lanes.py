@@ -1,11 +1,12 @@
-"""Every test of ``make test``'s serial phase sits in one of its two lanes, and the load
+"""Every test of ``make test``'s serial phase sits in one of its three lanes, and the load
 phase holds exactly the 3-broker cluster's tests and those marked ``load``.
 
-The serial phase runs under ``-n 2 --dist loadgroup`` (Makefile, ``SERIAL_LANES``):
-tests/conftest.py gives each ``serial`` test the ``xdist_group`` of the broker it starts
-(``private_kafka``) or ``shared_serial``. A serial test with no group would be spread
-over the lanes by xdist and run beside a test of its own lane's broker; one with a third
-group would start a third lane on a 2-core machine. The load phase (``--phase load``)
+The serial phase runs under ``-n 3 --dist loadgroup`` (Makefile, ``SERIAL_LANES``):
+tests/conftest.py gives each ``serial`` test the ``xdist_group`` of the private broker it
+starts (``private_kafka`` or ``private_kafka_b``, one per half of those tests) or
+``shared_serial``. A serial test with no group would be spread over the lanes by xdist
+and run beside a test of its own lane's broker; one with a fourth group would start a
+fourth lane on a 2-core machine. The load phase (``--phase load``)
 runs the tests that load the machine alone, one at a time: one of them in the serial
 phase would run beside the private broker's recovery tests, which then miss their bounds.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LOAD_LANE, SHARED_SERIAL_GROUP
+from tests.conftest import LOAD_LANE, PRIVATE_SECOND_LANE, SHARED_SERIAL_GROUP
 
 REPORTER = '''
 def pytest_collection_finish(session):
@@ -49,11 +50,11 @@ def _phase(phase: str, tmp_path: Path) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_each_serial_test_has_one_of_two_lanes_and_the_load_tests_run_alone(
+def test_each_serial_test_has_one_of_three_lanes_and_the_load_tests_run_alone(
         tmp_path: Path) -> None:
     serial = _phase("serial", tmp_path)
     assert len(serial) >= 10, serial  # the private broker's tests and the shared ones
-    lanes = {"private_kafka", SHARED_SERIAL_GROUP}
+    lanes = {"private_kafka", PRIVATE_SECOND_LANE, SHARED_SERIAL_GROUP}
     wrong = [(node, groups) for node, groups, load, cluster in serial
              if groups not in lanes or load or cluster]
     assert not wrong, f"serial tests outside one of {sorted(lanes)}, or load tests: {wrong}"
