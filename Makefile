@@ -4,8 +4,9 @@
 #                local Kafka broker with parsley-devbroker (unless KAFKA_BOOTSTRAP_SERVERS
 #                is set), run every test in three phases on that broker (the tests not
 #                marked serial in TEST_WORKERS pytest-xdist workers; those marked serial in
-#                SERIAL_LANES lanes, one test at a time in each; the 3-broker cluster's and
-#                the load tests alone, one at a time), stop the broker (also on failure or
+#                SERIAL_LANES lanes, one test at a time in each; last, the 3-broker
+#                cluster's tests and the other load tests, two lanes of one test at a
+#                time), stop the broker (also on failure or
 #                Ctrl-C) and exit non-zero when any phase fails. Extra pytest arguments,
 #                given to every phase: make test PYTEST_ARGS=-x; one process, no xdist:
 #                make test TEST_WORKERS=0
@@ -59,11 +60,12 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # for 25), so a log shows where the minutes went.
 DURATIONS ?= --durations=10
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+LOAD_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n 2 --dist loadgroup)
 SERIAL_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(SERIAL_LANES)),-n $(SERIAL_LANES) --dist loadgroup))
 define RUN_PHASES
 parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(DURATIONS) $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \
 serial=0; $(VPY) -m pytest tests --phase serial --basetemp "$$bt/s" $(DURATIONS) $(SERIAL_XDIST_ARGS) $(PYTEST_ARGS) || serial=$$?; \
-load=0; $(VPY) -m pytest tests --phase load --basetemp "$$bt/l" $(DURATIONS) $(PYTEST_ARGS) || load=$$?; \
+load=0; $(VPY) -m pytest tests --phase load --basetemp "$$bt/l" $(DURATIONS) $(LOAD_XDIST_ARGS) $(PYTEST_ARGS) || load=$$?; \
 echo "make test: parallel phase exited $$parallel, serial phase exited $$serial, load phase exited $$load"; \
 status=0; ran=0; \
 for code in $$parallel $$serial $$load; do \

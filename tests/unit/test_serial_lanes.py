@@ -6,9 +6,10 @@ tests/conftest.py gives each ``serial`` test the ``xdist_group`` of the private 
 starts (``private_kafka`` or ``private_kafka_b``, one per half of those tests) or
 ``shared_serial``. A serial test with no group would be spread over the lanes by xdist
 and run beside a test of its own lane's broker; one with a fourth group would start a
-fourth lane on a 2-core machine. The load phase (``--phase load``)
-runs the tests that load the machine alone, one at a time: one of them in the serial
-phase would run beside the private broker's recovery tests, which then miss their bounds.
+fourth lane on a 2-core machine. The load phase (``--phase load``) runs the tests that
+load the machine after the others, in two lanes (the 3-broker cluster's, ``load``'s): one
+of them in the serial phase would run beside the private broker's recovery tests, which
+then miss their bounds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LOAD_LANE, PRIVATE_SECOND_LANE, SHARED_SERIAL_GROUP
+from tests.conftest import LOAD_LANE, LOAD_SECOND_LANE, PRIVATE_SECOND_LANE, SHARED_SERIAL_GROUP
 
 REPORTER = '''
 def pytest_collection_finish(session):
@@ -50,7 +51,7 @@ def _phase(phase: str, tmp_path: Path) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_each_serial_test_has_one_of_three_lanes_and_the_load_tests_run_alone(
+def test_each_serial_test_has_one_of_three_lanes_and_the_load_tests_two_of_their_own(
         tmp_path: Path) -> None:
     serial = _phase("serial", tmp_path)
     assert len(serial) >= 10, serial  # the private broker's tests and the shared ones
@@ -63,5 +64,6 @@ def test_each_serial_test_has_one_of_three_lanes_and_the_load_tests_run_alone(
     load = _phase("load", tmp_path)
     assert any(cluster for *_, cluster in load) and any(marked for _, _, marked, _ in load)
     wrong = [(node, groups) for node, groups, marked, cluster in load
-             if groups != LOAD_LANE or not (marked or cluster)]
-    assert not wrong, f"load-phase tests that neither load nor use the cluster: {wrong}"
+             if groups != (LOAD_LANE if cluster else LOAD_SECOND_LANE) or not (marked or cluster)]
+    assert not wrong, f"load-phase tests outside their lane, or that neither load nor use " \
+        f"the cluster: {wrong}"
