@@ -325,6 +325,22 @@ class Effects(metaclass=_EffectsClass):
         """Effects of a step that changes nothing."""
         return _NONE
 
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for a name the instance lacks: ``send`` says where sending is
+        (``Effects.send`` is the class's one-send constructor, :meth:`_EffectsClass.send`,
+        and does not chain; several sends or a write go through :meth:`builder`).
+
+        Raises:
+            AttributeError: always, naming the builder for ``send``.
+        """
+        if name == "send":
+            raise AttributeError(
+                "'Effects' object has no attribute 'send': Effects.send(channel, key, value) "
+                "makes the effects of one send and does not chain; for several sends or a "
+                "store write use Effects.builder().send(...).send(...).build()",
+                name=name, obj=self)
+        raise AttributeError(f"'Effects' object has no attribute {name!r}", name=name, obj=self)
+
     @staticmethod
     def builder() -> EffectsBuilder:
         """A fresh, mutable :class:`EffectsBuilder`."""

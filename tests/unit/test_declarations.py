@@ -245,8 +245,11 @@ def test_the_one_send_constructor_is_the_builder_of_one_send(args: Any, kwargs: 
 def test_the_one_send_constructor_does_not_chain() -> None:
     # Effects.send(a, ...).send(b, ...) would drop a's send: it is the class's alone.
     effects = Effects.send(AUDIT, "k", 1)
-    with pytest.raises(AttributeError, match="'Effects' object has no attribute 'send'"):
+    with pytest.raises(AttributeError, match=r"'Effects' object has no attribute 'send': "
+                       r".*does not chain.*Effects\.builder\(\)"):
         effects.send(AUDIT, "j", 2)  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match=r"'Effects' object has no attribute 'sendd'$"):
+        effects.sendd  # type: ignore[attr-defined]  # noqa: B018
     assert Effects.builder().send(AUDIT, "k", 1).send(AUDIT, "j", 2).build().sends[1].key == "j"
 
 
