@@ -767,3 +767,4 @@ def _read(bootstrap: str, topic: str, partitions: Sequence[int] | range,
 def run_chaos(settings: ChaosSettings) -> ChaosResult:
     """Run the chaos harness once (module docstring) and return its result."""
     return ChaosRun(settings).run()
+

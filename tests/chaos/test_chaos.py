@@ -16,7 +16,8 @@ import os
 
 import pytest
 
-from devtools.chaos.harness import ChaosSettings, run_chaos
+from devtools.chaos.harness import ChaosSettings
+from devtools.chaos.isolated import run_chaos_isolated
 from devtools.chaos.schedule import parse_kinds
 
 # Its own broker, a producer and a coordinator under faults: it loads the machine.
@@ -34,7 +35,7 @@ def settings_from_env() -> ChaosSettings:
 
 
 def test_pipeline_survives_a_seeded_schedule_of_faults_exactly_once_in_causal_order() -> None:
-    result = run_chaos(settings_from_env())
+    result = run_chaos_isolated(settings_from_env())
     print(result.report())
     assert result.failure is None, result.report()
     assert result.all_running, result.report()

@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 
 from coordinator.config import DEFAULT_STALE_TASK_MS
-from devtools.chaos.harness import ChaosResult, ChaosSettings, run_chaos
+from devtools.chaos.harness import ChaosResult, ChaosSettings
+from devtools.chaos.isolated import run_chaos_isolated
 from devtools.chaos.schedule import CLUSTER_KINDS
 from devtools.dev_cluster import DevCluster
 
@@ -38,7 +39,7 @@ def _run(cluster: DevCluster, kinds: tuple[str, ...], seed: int, faults: int) ->
         faults=faults, kinds=kinds, restart="never",
         rate=float(os.environ.get("PARSLEY_CHAOS_RATE", "40")), cluster=cluster,
         stale_task_ms=DEFAULT_STALE_TASK_MS)
-    result = run_chaos(settings)
+    result = run_chaos_isolated(settings)
     print(result.report())
     return result
 
