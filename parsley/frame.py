@@ -293,21 +293,24 @@ class HandlerFrame:
         """The :class:`parsley.State` this frame hands its handlers."""
         return self._state
 
-    def fast_plans(self) -> tuple[dict[str, tuple[Any, Any, Any]],
+    def fast_plans(self) -> tuple[dict[str, tuple[Any, Any, Any, int | None]],
                                   dict[str, tuple[str, Any, Any]]]:
         """The plans the native fast path (``workers.fastpath``) may run without this frame.
 
         Returns:
             ``(inputs, outputs)``. ``inputs``: received topic -> ``(handler, decode key,
-            decode value)`` for channels with a per-record handler whose serdes are built in
-            (:data:`parsley.serdes.BYTES`, ``STRING``, ``JSON``). Their decoders are
-            pure, so a failed decode is simply decoded again here. ``outputs``: declared
-            output -> ``(topic, encode key, encode value)`` for outputs whose serdes are
-            built in; ``None`` stands for BYTES, the identity on ``bytes``.
+            decode value, max_records)`` for channels whose serdes are built in
+            (:data:`parsley.serdes.BYTES`, ``STRING``, ``JSON``); ``max_records`` is the
+            batch handler's (``Process.receives_batch``), ``None`` for a per-record
+            handler. Their decoders are pure, so a failed decode is simply decoded again
+            here. ``outputs``: declared output -> ``(topic, encode key, encode value)`` for
+            outputs whose serdes are built in; ``None`` stands for BYTES, the identity on
+            ``bytes``.
         """
-        inputs = {i.channel.name: self._in_plans[i.channel.name]
-                  for i in self.process.inputs if not i.batched
-                  and _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
+        inputs = {i.channel.name: (*(self._batch_plans if i.batched
+                                     else self._in_plans)[i.channel.name], i.max_records)
+                  for i in self.process.inputs
+                  if _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
         outputs = {}
         for c in self.process.outputs:
             topic, kenc, _, kexact, venc, _, vexact = self._out_plans[c.name]

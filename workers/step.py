@@ -175,7 +175,10 @@ class TaskStep:
         heads of a batch-handled channel (``Process.receives_batch``), at most its
         ``max_records``, goes to its handler in one call
         (:meth:`parsley.frame.HandlerFrame.run_batch`), and every send of that call
-        carries the header of the run's last delivery: the frontier as of its end.
+        carries the header of the run's last delivery: the frontier as of its end. With
+        the native core, plain entries and plain runs are handled in Rust instead
+        (:mod:`workers.fastpath`), with the same results; what they hand back is
+        finished here.
 
         A transaction open for ``close_after_s`` is committed between two batches
         (through ``close``), so one long drain spans several transactions, each well
@@ -268,18 +271,22 @@ class TaskStep:
                     i, n = 0, len(batch)
                     while i < n:
                         if fast is not None:
-                            # Plain entries in Rust (workers.fastpath), up to the first that
-                            # needs this frame, which is finished here.
+                            # Plain entries and runs in Rust (workers.fastpath), up to the
+                            # first that needs this frame, which is finished here.
                             try:
-                                done, done_sent, took, stop = fast.run(batch, i)
+                                done, done_sent, calls, took, stop = fast.run(batch, i)
                             except BaseException:
                                 # What it handled before it raised is delivered and sent.
-                                done, done_sent = fast.partial()
+                                done, done_sent, calls = fast.partial()
                                 count += done
                                 sent += done_sent
+                                self.handler_batches += calls
+                                self._batches_open += calls
                                 raise
                             count += done
                             sent += done_sent
+                            self.handler_batches += calls
+                            self._batches_open += calls
                             if took > slowest:
                                 slowest = took
                             if stop is None:
@@ -291,29 +298,38 @@ class TaskStep:
                         mark = clock() - spent
                         ch, position, timestamp_ms, key, value, headers, causes = batch[i]
                         topic, partition = by_channel[id(ch)]
-                        handled = 1
-                        if kind == STOP_RECORD and id(ch) in batched:
+                        run_max = batched.get(id(ch))
+                        if run_max is None:
+                            handled = 1
+                        else:
                             # A run of this batch-handled channel's heads, one handler call;
-                            # every send carries the frontier after the run's last delivery.
-                            end = _run_end(batch, i, batched[id(ch)])
+                            # every send carries the frontier after the run's last delivery,
+                            # a send without a timestamp that delivery's timestamp.
+                            end = _run_end(batch, i, run_max)
                             handled = end - i
-                            sends, writes = self.frame.run_batch(topic, partition, [
-                                (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
-                            causes = batch[end - 1][6]
-                            self.handler_batches += 1
-                            self._batches_open += 1
-                        elif kind == STOP_RECORD:
-                            sends, writes = run(topic, partition, position, timestamp_ms, key,
-                                                value, headers)
+                            last = batch[end - 1]
+                            timestamp_ms, causes = last[2], last[6]
+                        if kind == STOP_RECORD:
+                            if run_max is None:
+                                sends, writes = run(topic, partition, position, timestamp_ms,
+                                                    key, value, headers)
+                            else:
+                                sends, writes = self.frame.run_batch(topic, partition, [
+                                    (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
                         elif kind == STOP_EFFECTS:
+                            # A run's failure names its first delivery (position).
                             sends, writes = plan(payload, topic, partition, position,
                                                  timestamp_ms)
                         elif kind == STOP_RAISED:
                             raised(payload, topic, partition, position)
                         else:  # STOP_PRODUCE: planned, stamped, refused by produce()
-                            sends, writes = (), ()
-                            send(*payload)
+                            refused, sends = payload
+                            writes = ()
+                            send(*refused)
                             sent += 1
+                        if run_max is not None:
+                            self.handler_batches += 1
+                            self._batches_open += 1
                         if writes:
                             apply(writes)
                         if sends:

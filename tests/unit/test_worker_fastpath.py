@@ -94,18 +94,21 @@ Handler = Callable[[Delivery[Any, Any], State], Any]
 
 
 class _Counting:
-    """Counts the entries the native fast path handled itself, and its stops by kind."""
+    """Counts the entries and batch-handler calls the native fast path handled itself,
+    and its stops by kind."""
 
     def __init__(self, fast: Any) -> None:
         self.fast = fast
         self.handled = 0
+        self.calls = 0
         self.stops: set[int] = set()
 
     def run(self, batch: Any, start: int) -> Any:
         result = self.fast.run(batch, start)
         self.handled += result[0]
-        if result[3] is not None:
-            self.stops.add(result[3][1])
+        self.calls += result[2]
+        if result[4] is not None:
+            self.stops.add(result[4][1])
         return result
 
     def partial(self) -> Any:
