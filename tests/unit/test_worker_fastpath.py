@@ -12,7 +12,7 @@ The handlers, per record and in batches, cover the plain case and every way out 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -383,31 +383,31 @@ def test_a_slow_entry_counts_in_the_batch_sizing_on_either_path(slow_case: str) 
 # whole (STOP_RECORD); runs 0-4 and 15-19 are plain. Each odd behaviour below is placed in
 # the run 15-19 (offset 17), after a plain run the fast path handled itself.
 
-BatchHandler = Callable[[list[Delivery[Any, Any]], State], Any]
+BatchHandler = Callable[[Sequence[Delivery[Any, Any]], State], Any]
 
 
-def _batch_relay(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_relay(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     b = Effects.builder()
     for d in ds:
         b.send(OUT, d.key, d.value, timestamp=d.timestamp)
     return b.build()
 
 
-def _batch_relay_untimed(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_relay_untimed(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     b = Effects.builder()
     for d in ds:
         b.send(OUT, d.key, d.value)  # the timestamp defaults to the run's last delivery's
     return b.build()
 
 
-def _batch_text_relay(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_text_relay(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     b = Effects.builder()
     for d in ds:
         b.send(TEXT_OUT, d.key, {"v": d.value})
     return b.build()
 
 
-def _batch_count(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_count(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     n = s.get(COUNTS, "k") or 0
     b = Effects.builder()
     for d in ds:
@@ -416,25 +416,25 @@ def _batch_count(ds: list[Delivery[Any, Any]], s: State) -> Any:
     return b.build()
 
 
-def _batch_latched(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_latched(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     with contextlib.suppress(ParsleyFailClosedError):
         Send(OUT, ds[0].key, ds[0].value, (("parsley.x", b"1"),))
     return _batch_relay(ds, s)
 
 
-def _batch_swallowed_state_refusal(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_swallowed_state_refusal(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     with contextlib.suppress(ParsleyFailClosedError):
         s.get(Store("undeclared", STRING, JSON), "k")
     return _batch_relay(ds, s)
 
 
-def _batch_raise(ds: list[Delivery[Any, Any]], s: State) -> Any:
+def _batch_raise(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
     raise ValueError(f"no {ds[0].offset}..{ds[-1].offset}")
 
 
 def _with_last(send: Callable[[Delivery[Any, Any]], Send]) -> BatchHandler:
     """The relay's sends, the last delivery's replaced by ``send(delivery)``."""
-    def handle(ds: list[Delivery[Any, Any]], s: State) -> Any:
+    def handle(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
         b = Effects.builder()
         for d in ds[:-1]:
             b.send(OUT, d.key, d.value, timestamp=d.timestamp)
@@ -447,7 +447,7 @@ def _with_last(send: Callable[[Delivery[Any, Any]], Send]) -> BatchHandler:
 
 def _at17(odd: BatchHandler, plain: BatchHandler = _batch_relay) -> BatchHandler:
     """``odd`` for the run holding offset 17, ``plain`` otherwise."""
-    def handle(ds: list[Delivery[Any, Any]], s: State) -> Any:
+    def handle(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
         return odd(ds, s) if any(d.offset == 17 for d in ds) else plain(ds, s)
     return handle
 
@@ -586,7 +586,7 @@ def test_what_a_raising_batch_call_had_handled_is_counted() -> None:
     # A BaseException from a batch handler leaves the fast path at once; the runs handled
     # before it (0-4 and 10-14 in Rust, 5-9 in Python) still count, the raising run 15-19
     # does not.
-    def handler(ds: list[Delivery[Any, Any]], s: State) -> Any:
+    def handler(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
         if ds[0].offset == 15:
             raise KeyboardInterrupt
         return _batch_relay(ds, s)
