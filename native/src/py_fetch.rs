@@ -163,6 +163,13 @@ fn coded<'py>(
     }
 }
 
+/// Whether `err` is an `Exception`: a serde's failure, which the Python frame decodes or
+/// serializes again and refuses. Anything else (KeyboardInterrupt, SystemExit) must be
+/// raised as it is: handing the entry back would lose it.
+fn is_exception(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<PyException>(py)
+}
+
 /// Whether `value` is an empty tuple (a record's or a send's headers: none).
 fn no_headers(value: &Bound<'_, PyAny>) -> bool {
     value.downcast::<PyTuple>().map(|t| t.is_empty()).unwrap_or(false)
@@ -189,8 +196,9 @@ impl FastFrame {
 
     /// Key and value of `entry` (a `deliver_batch` tuple) through `plan`'s decoders, or
     /// `None` when the entry is not plain: it has application headers, or a value is not
-    /// what the decoder takes, or a decode failed (built-in decoders are pure: the Python
-    /// frame decodes again and refuses, `HandlerFrame._decode`).
+    /// what the decoder takes, or a decode failed with an `Exception` (built-in decoders
+    /// are pure: the Python frame decodes again and refuses, `HandlerFrame._decode`).
+    /// Raises what a decoder raises that is not an `Exception` (KeyboardInterrupt).
     fn decoded<'py>(
         &self,
         plan: &InPlan,
@@ -203,10 +211,12 @@ impl FastFrame {
         }
         let key = match coded(&plan.decode_key, &entry.get_item(3)?) {
             Ok(Some(k)) => k,
+            Err(err) if !is_exception(entry.py(), &err) => return Err(err),
             _ => return Ok(None),
         };
         let value = match coded(&plan.decode_value, &entry.get_item(4)?) {
             Ok(Some(v)) => v,
+            Err(err) if !is_exception(entry.py(), &err) => return Err(err),
             _ => return Ok(None),
         };
         Ok(Some((key, value)))
@@ -254,7 +264,8 @@ impl FastFrame {
     /// without headers to a declared output whose serdes are built in and whose key and
     /// value serialize to `bytes` or `None`; a send without a timestamp gets `default_ts`
     /// (ms). Every send is planned before any is produced, as the Python frame plans the
-    /// whole `Effects` before the step writes any of it.
+    /// whole `Effects` before the step writes any of it. Raises what a serializer raises
+    /// that is not an `Exception` (KeyboardInterrupt), as the Python frame does.
     fn plan_sends<'a, 'py>(
         &'a self,
         py: Python<'py>,
@@ -295,10 +306,12 @@ impl FastFrame {
             // words: on anything but bytes or None out, it plans the sends again.
             let key = match coded(&out.encode_key, &send.getattr(intern!(py, "key"))?) {
                 Ok(Some(k)) if k.is_none() || k.is_exact_instance_of::<PyBytes>() => k,
+                Err(err) if !is_exception(py, &err) => return Err(err),
                 _ => return Ok(None),
             };
             let value = match coded(&out.encode_value, &send.getattr(intern!(py, "value"))?) {
                 Ok(Some(v)) if v.is_none() || v.is_exact_instance_of::<PyBytes>() => v,
+                Err(err) if !is_exception(py, &err) => return Err(err),
                 _ => return Ok(None),
             };
             let own_ts = send.getattr(intern!(py, "timestamp_ms"))?;

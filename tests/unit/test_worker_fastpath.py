@@ -613,3 +613,65 @@ def test_what_a_raising_batch_call_had_handled_is_counted() -> None:
                     break
         counts.append((step.delivered, txn.ledger.counted, len(txn.sent), step.handler_batches))
     assert counts[0] == counts[1] == (15, 15, 15, 3)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["per record", "batch"])
+@pytest.mark.parametrize("where", ["decoding", "serializing"])
+def test_an_interrupt_inside_a_serde_is_raised_as_the_python_frame_raises_it(
+        monkeypatch: pytest.MonkeyPatch, where: str, batched: bool) -> None:
+    # A KeyboardInterrupt arrives once (a signal is delivered once), inside a Python-level
+    # serde the fast path calls (the STRING decoder, JsonSerde.serialize) at offset 3. The
+    # Python frame raises it; the fast path must too, not take it for the serde's failure
+    # and hand the entry back to be decoded or serialized again (the interrupt lost).
+    import parsley.serdes
+    from parsley.serdes import JsonSerde
+
+    utf8, serialize = parsley.serdes._utf8, JsonSerde.serialize
+    interrupted: list[bool] = []
+
+    def once(hit: bool) -> None:
+        if hit and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+
+    def decode(data: bytes) -> str:
+        once(data == b"v3")
+        return utf8(data)
+
+    def encode(self: JsonSerde, value: Any) -> bytes | None:
+        once(value == {"v": "v3"})
+        return serialize(self, value)
+
+    if where == "decoding":
+        monkeypatch.setattr(parsley.serdes, "_utf8", decode)
+    else:
+        monkeypatch.setattr(JsonSerde, "serialize", encode)
+    received = Channel("in", STRING, STRING)
+    counts = []
+    for fast in (False, True):
+        interrupted.clear()
+        engine = engine_cls("native")(InMemoryOrderingStore(), received=[CH])
+        engine.start({})
+        for m in _records(STRING, 8, app_headers=False):
+            engine.receive(m)
+        stores = _Stores()
+        txn = _Txn({})
+        if batched:
+            process = Process("p").receives_batch(received, _batch_text_relay, 5)
+        else:
+            process = Process("p").receives(received, _text_relay)
+        # (the frame takes its serdes' callables when it is built: after the patch)
+        step = TaskStep(task=0, engine=engine,
+                        frame=HandlerFrame(process.sends(TEXT_OUT), 0, stores),
+                        stores=stores, txn=txn, channels={"in": CH},  # type: ignore[arg-type]
+                        ordering_topic="o", store_topics={}, fast=fast)
+        assert (step._fast is not None) == fast
+        step.batches = _FixedBatches(8)  # type: ignore[assignment]
+        with pytest.raises(KeyboardInterrupt):
+            while True:
+                step.drain()
+                if not step.more:
+                    break
+        counts.append((step.delivered, txn.ledger.counted, txn.sent, step.handler_batches))
+    assert counts[0] == counts[1]
+    assert counts[0][0] == (0 if batched else 3)
