@@ -277,6 +277,10 @@ class HandlerFrame:
             i.channel.name: i.max_records for i in process.inputs
             if i.max_records is not None}
         """Received topic -> ``max_records`` of its batch handler (batched topics only)."""
+        self.batch_calls = 0
+        """Calls of batch handlers :meth:`run_batch` made, each counted once the handler is
+        called (whether it returns or raises, and whatever its effects then come to); a
+        refusal before the call (a latched refusal, an undecodable entry) is not one."""
         self._out_plans: dict[str, _OutputPlan] = {
             c.name: (c.name, *encoder(c.key_serde), *encoder(c.value_serde))
             for c in process.outputs}
@@ -641,6 +645,7 @@ class HandlerFrame:
         if self._latched is not None:
             self._rethrow()
         first = entries[0][0]
+        self.batch_calls += 1
         effects = self._call(handler, deliveries, topic, partition, first)
         return self.plan(effects, topic, partition, first, entries[-1][1])
 

@@ -64,6 +64,13 @@ class TaskStep:
         fed: messages fed; duplicates: of them, dropped as duplicates.
         delivered: messages delivered, the open transaction's included.
         delivered_committed: messages delivered in transactions that committed.
+        handler_batches: calls of batch handlers (``Process.receives_batch``), the open
+            transaction's included. A call counts once the handler has been called, whether
+            it returned or raised, and even when planning or producing its sends then fails
+            (a refusal before the call, an undecodable entry say, is no call); the same on
+            the native fast path (``FastFrame.run``'s ``calls``) as through the frame
+            (:attr:`parsley.frame.HandlerFrame.batch_calls`).
+        handler_batches_committed: of them, in transactions that committed.
         read_ends: as the argument: what an aborted transaction's reads reached, which
             the identity check weighs against a deleted topic
             (:func:`workers.identity.unread_on_deleted`).
@@ -119,7 +126,7 @@ class TaskStep:
         self.delivered_committed = 0  # delivered in transactions that committed
         self._delivered_open = 0  # delivered in the open transaction
         self.duplicates = 0
-        self.handler_batches = 0  # batch-handler calls, the open transaction's included
+        self.handler_batches = 0  # batch-handler calls (see the class docstring)
         self.handler_batches_committed = 0  # of them, in transactions that committed
         self._batches_open = 0
 
@@ -207,9 +214,10 @@ class TaskStep:
             SubstrateError: producing failed.
         """
         deliver_batch = self.engine.deliver_batch
-        run = self.frame.run
-        plan = self.frame.plan
-        raised = self.frame.handler_raised
+        frame = self.frame
+        run = frame.run
+        plan = frame.plan
+        raised = frame.handler_raised
         fast = self._fast
         txn = self.txn
         send = txn.send_counted
@@ -314,8 +322,16 @@ class TaskStep:
                                 sends, writes = run(topic, partition, position, timestamp_ms,
                                                     key, value, headers)
                             else:
-                                sends, writes = self.frame.run_batch(topic, partition, [
-                                    (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
+                                # The frame counts its handler's call (the fast path counted
+                                # the runs it called the handler for itself, in `calls`).
+                                before = frame.batch_calls
+                                try:
+                                    sends, writes = frame.run_batch(topic, partition, [
+                                        (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
+                                finally:
+                                    made = frame.batch_calls - before
+                                    self.handler_batches += made
+                                    self._batches_open += made
                         elif kind == STOP_EFFECTS:
                             # A run's failure names its first delivery (position).
                             sends, writes = plan(payload, topic, partition, position,
@@ -327,9 +343,6 @@ class TaskStep:
                             writes = ()
                             send(*refused)
                             sent += 1
-                        if run_max is not None:
-                            self.handler_batches += 1
-                            self._batches_open += 1
                         if writes:
                             apply(writes)
                         if sends:

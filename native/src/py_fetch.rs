@@ -126,8 +126,9 @@ struct FastFrame {
     on_delivery: PyObject,
     causes_key: Py<PyString>,
     fields: Vec<Py<PyString>>,
-    /// Entries handled, sends produced and batch-handler calls completed by the current
-    /// (or last) `run` so far: what a `run` that raises had done (`partial`).
+    /// Entries handled, sends produced and batch-handler calls made (counted once the
+    /// handler was called, returned or raised) by the current (or last) `run` so far: what
+    /// a `run` that raises had done (`partial`).
     handled: Cell<usize>,
     sent: Cell<usize>,
     calls: Cell<usize>,
@@ -432,7 +433,11 @@ impl FastFrame {
             };
             deliveries.append(self.delivery(py, plan, &entry, &key, &value)?)?;
         }
-        let effects = match plan.handler.bind(py).call1((deliveries, self.state.bind(py))) {
+        let called = plan.handler.bind(py).call1((deliveries, self.state.bind(py)));
+        // Counted once called, returned or raised, whatever its sends then come to (as
+        // the step counts a run the Python frame calls the handler for).
+        self.calls.set(self.calls.get() + 1);
+        let effects = match called {
             Ok(e) => e,
             Err(err) => return raised(py, err),
         };
@@ -592,7 +597,9 @@ impl FastFrame {
     /// or handed back whole.
     ///
     /// Returns `(handled, sent, calls, slowest_s, stop)`: entries fully handled (their
-    /// sends produced, or nothing to send), sends produced, batch-handler calls completed,
+    /// sends produced, or nothing to send), sends produced, batch-handler calls made (each
+    /// counted once the handler was called, returned or raised: a run handed back after
+    /// its call, `STOP_EFFECTS`, `STOP_RAISED` or `STOP_PRODUCE`, is counted here),
     /// the longest one entry took (s; a run's time divided by its entries), and `None` at
     /// the end of the batch or `(index, kind, payload, spent_s)` for the entry that needs
     /// the Python frame, the first of its run for a batch handler (kinds and payloads:
@@ -636,7 +643,6 @@ impl FastFrame {
                         match self.run_batch(py, plan, batch, i, end)? {
                             None => {
                                 self.handled.set(self.handled.get() + (end - i));
-                                self.calls.set(self.calls.get() + 1);
                                 let took = began.elapsed().as_secs_f64() / (end - i) as f64;
                                 if took > slowest {
                                     slowest = took;

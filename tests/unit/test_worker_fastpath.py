@@ -238,7 +238,8 @@ def _drain(handler: Any, key_serde: Any, value_serde: Any, fast: bool,
     """Drain 24 records (:func:`_records`) through a :class:`TaskStep`, with the native
     fast path or without; a batch handler (``max_records`` set) in delivery batches of
     ``size``. Returns ``(sent, store writes applied, delivered, produce calls counted,
-    failure, batch-handler calls, what each batch-handler call was handed)`` and the
+    failure (a refusal, a handler failure or a KeyboardInterrupt), batch-handler calls,
+    what each batch-handler call was handed)`` and the
     fast path's :class:`_Counting`."""
     engine = engine_cls("native")(InMemoryOrderingStore(), received=[CH])
     engine.start({})
@@ -273,7 +274,7 @@ def _drain(handler: Any, key_serde: Any, value_serde: Any, fast: bool,
             step.drain()
             if not step.more:
                 break
-    except (ParsleyFailClosedError, HandlerFailure) as exc:
+    except (ParsleyFailClosedError, HandlerFailure, KeyboardInterrupt) as exc:
         failure = (type(exc).__name__, getattr(exc, "reason", None), str(exc),
                    type(exc.__cause__).__name__)
     return (txn.sent, stores.applied, step.delivered, txn.ledger.counted, failure,
@@ -582,10 +583,26 @@ def test_a_refused_produce_in_a_batch_sends_the_rest_of_it_through_the_step() ->
     assert native[3] == 24 and native[5] == 5
 
 
+@pytest.mark.parametrize("call", [8, 18, 20])
+def test_a_batch_handlers_call_counts_when_producing_its_sends_then_raises(call: int) -> None:
+    # Produce calls 1-5 and 16-20 are the fast path's runs 0-4 and 15-19, the others the
+    # step's (runs 5-9, 10-14, 20-23). A KeyboardInterrupt from produce() at ``call`` (in a
+    # run of the step's, or in the middle or at the end of one of the fast path's) ends the
+    # drain after that run's handler was called: the call counts on both paths alike, the
+    # run's deliveries do not.
+    refuse: dict[int, BaseException] = {call: KeyboardInterrupt()}
+    python, _ = _drain(_batch_relay, BYTES, BYTES, False, refuse, max_records=5)
+    native, _ = _drain(_batch_relay, BYTES, BYTES, True, refuse, max_records=5)
+    assert native == python
+    assert python[4] is not None and python[4][0] == "KeyboardInterrupt"
+    runs = (call - 1) // 5
+    assert python[2] == 5 * runs and python[5] == runs + 1, "delivered, handler calls"
+
+
 def test_what_a_raising_batch_call_had_handled_is_counted() -> None:
     # A BaseException from a batch handler leaves the fast path at once; the runs handled
-    # before it (0-4 and 10-14 in Rust, 5-9 in Python) still count, the raising run 15-19
-    # does not.
+    # before it (0-4 and 10-14 in Rust, 5-9 in Python) still count, and so does the call
+    # of the raising run 15-19 (a call counts once made), but none of its deliveries.
     def handler(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
         if ds[0].offset == 15:
             raise KeyboardInterrupt
@@ -612,7 +629,7 @@ def test_what_a_raising_batch_call_had_handled_is_counted() -> None:
                 if not step.more:
                     break
         counts.append((step.delivered, txn.ledger.counted, len(txn.sent), step.handler_batches))
-    assert counts[0] == counts[1] == (15, 15, 15, 3)
+    assert counts[0] == counts[1] == (15, 15, 15, 4)
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["per record", "batch"])
@@ -675,3 +692,5 @@ def test_an_interrupt_inside_a_serde_is_raised_as_the_python_frame_raises_it(
         counts.append((step.delivered, txn.ledger.counted, txn.sent, step.handler_batches))
     assert counts[0] == counts[1]
     assert counts[0][0] == (0 if batched else 3)
+    # A batch handler's call counts once made: not when its run's decode is interrupted.
+    assert counts[0][3] == (1 if batched and where == "serializing" else 0)
