@@ -97,13 +97,15 @@ Handler = Callable[[Delivery[Any, Any], State], Any]
 
 class _Counting:
     """Counts the entries and batch-handler calls the native fast path handled itself,
-    and its stops by kind."""
+    and its stops by kind; for each ``STOP_PRODUCE``, the refused send's value and how
+    many sends were left after it."""
 
     def __init__(self, fast: Any) -> None:
         self.fast = fast
         self.handled = 0
         self.calls = 0
         self.stops: set[int] = set()
+        self.refused: list[tuple[Any, int]] = []
 
     def run(self, batch: Any, start: int) -> Any:
         result = self.fast.run(batch, start)
@@ -111,6 +113,9 @@ class _Counting:
         self.calls += result[2]
         if result[4] is not None:
             self.stops.add(result[4][1])
+            if result[4][1] == STOP_PRODUCE:
+                refused, rest = result[4][2]
+                self.refused.append((refused[2], len(rest)))
         return result
 
     def partial(self) -> Any:
@@ -568,19 +573,31 @@ def test_a_batch_handlers_runs_end_at_max_records_and_delivery_batch_ends(
     assert (counting.calls, counting.handled) == (calls, 24), "every run in Rust"
 
 
-def test_a_refused_produce_in_a_batch_sends_the_rest_of_it_through_the_step() -> None:
+@pytest.mark.parametrize(("calls", "refused"), [
+    ((2, 18), [(b"v1", 3), (b"v17", 2)]),  # inside run 0-4, inside run 15-19
+    ((1,), [(b"v0", 4)]),  # the first send of run 0-4
+    ((16,), [(b"v15", 4)]),  # the first send of run 15-19
+    ((20,), [(b"v19", 0)]),  # the last send of run 15-19: nothing after it
+    ((5, 16), [(b"v4", 0), (b"v15", 4)]),  # the last of one run, the first of the next
+])
+def test_a_refused_produce_in_a_batch_sends_the_rest_of_it_through_the_step(
+        calls: tuple[int, ...], refused: list[tuple[bytes, int]]) -> None:
     from confluent_kafka import KafkaError, KafkaException
 
-    # Calls 2 and 8 are the second send of run 0-4 and the third of run 15-19 (calls 1-5
-    # and 6-10 are the two runs the fast path produces; the others are the step's).
-    refuse: dict[int, BaseException] = {
-        2: BufferError("queue full"), 8: KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))}
-    python, _ = _drain(_batch_relay, BYTES, BYTES, False, {}, max_records=5)
+    # Every send is one produce call (a refused one too, then sent through send_counted),
+    # in order: calls 1-5 are run 0-4's sends and 16-20 run 15-19's, the two runs the fast
+    # path produces; calls 6-15 and 21-24 are the step's (runs 5-9, 10-14 and 20-23).
+    errors: list[BaseException] = [
+        BufferError("queue full"), KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))]
+    refuse = {call: errors[k % 2] for k, call in enumerate(calls)}
+    python, _ = _drain(_batch_relay, BYTES, BYTES, False, refuse, max_records=5)
     native, counting = _drain(_batch_relay, BYTES, BYTES, True, refuse, max_records=5)
     assert native[0] == python[0], "every send, in order, once"
     assert native[1:] == python[1:]
-    assert STOP_PRODUCE in counting.stops
-    assert native[3] == 24 and native[5] == 5
+    assert counting.refused == refused, "each refusal lands on a run of the fast path's"
+    assert native[2] == native[3] == len(native[0]) == 24 and native[5] == 5
+    # Both runs called in Rust; a run with a refused send is finished (handled) by the step.
+    assert (counting.calls, counting.handled) == (2, 10 - 5 * len(calls))
 
 
 @pytest.mark.parametrize("call", [8, 18, 20])
