@@ -711,3 +711,137 @@ def test_an_interrupt_inside_a_serde_is_raised_as_the_python_frame_raises_it(
     assert counts[0][0] == (0 if batched else 3)
     # A batch handler's call counts once made: not when its run's decode is interrupted.
     assert counts[0][3] == (1 if batched and where == "serializing" else 0)
+
+
+# -- two received channels ----------------------------------------------------------------
+#
+# Records of channels "a" and "b" whose first record in each segment names the other
+# channel's last one as its cause, so the engine delivers them segment by segment: a run of
+# a batch handler ends where its channel's segment does (the channel boundary), at its
+# max_records, or at the end of a delivery batch (10), whichever comes first.
+
+CH_B = ChannelId(UUID(int=0xBEEF), 0)
+_SEGMENTS = [("a", 3), ("b", 2), ("a", 4), ("b", 3), ("a", 1), ("b", 1), ("a", 6), ("b", 5),
+             ("a", 2), ("b", 1)]
+
+
+class _Reversed:
+    """A serde that is not built in (the fast path takes no channel of it): bytes reversed."""
+
+    def serialize(self, value: bytes | None) -> bytes | None:
+        return None if value is None else bytes(value)[::-1]
+
+    def deserialize(self, data: bytes | None) -> bytes | None:
+        return None if data is None else data[::-1]
+
+
+# (handler, key serde, value serde, max_records or None for a per-record handler)
+Spec = tuple[Any, Any, Any, int | None]
+
+
+def _drain_channels(a: Spec, b: Spec, fast: bool,
+                    refuse: dict[int, BaseException]) -> tuple[tuple[Any, ...], _Counting]:
+    """Drain :data:`_SEGMENTS` of channels "a" (``CH``) and "b" (``CH_B``), each received as
+    its spec says, in delivery batches of 10. Returns ``(sent, store writes applied,
+    delivered, produce calls counted, failure, batch-handler calls, every handler call:
+    its channel and what it was handed)`` and the fast path's :class:`_Counting`."""
+    from parsley.wire import CAUSES_HEADER, encode_causes
+
+    ids = {"a": CH, "b": CH_B}
+    serdes = {"a": a[2], "b": b[2]}
+    engine = engine_cls("native")(InMemoryOrderingStore(), received=[CH, CH_B])
+    engine.start({})
+    positions = {"a": 0, "b": 0}
+    for name, n in _SEGMENTS:
+        other = "b" if name == "a" else "a"
+        for j in range(n):
+            q = positions[name]
+            headers: tuple[tuple[str, bytes], ...] = ()
+            if j == 0 and positions[other]:
+                headers = ((CAUSES_HEADER, encode_causes({ids[other]: positions[other] - 1})),)
+            value = b'{"n": %d}' % q if serdes[name] is JSON else b"%s-v%d" % (name.encode(), q)
+            engine.receive(ReceivedMessage(ids[name], q, 1000 + q,
+                                           None if q % 6 == 5 else b"%s-k%d" % (name.encode(), q),
+                                           value, headers))
+            positions[name] += 1
+    handed: list[tuple[Any, ...]] = []
+    process = Process("p")
+    for name, (handler, key_serde, value_serde, max_records) in (("a", a), ("b", b)):
+        def logged(arg: Any, s: State, handler: Any = handler, name: str = name) -> Any:
+            ds = [arg] if isinstance(arg, Delivery) else arg
+            handed.append((name, type(arg).__name__, *[
+                (d.topic, d.partition, d.offset, d.timestamp, d.key, d.value, d.headers)
+                for d in ds]))
+            return handler(arg, s)
+        channel = Channel(name, key_serde, value_serde)
+        process = (process.receives(channel, logged) if max_records is None
+                   else process.receives_batch(channel, logged, max_records))
+    process = process.sends(OUT, TEXT_OUT).stores(COUNTS)
+    stores = _Stores()
+    txn = _Txn(dict(refuse))
+    step = TaskStep(task=0, engine=engine, frame=HandlerFrame(process, 0, stores),
+                    stores=stores, txn=txn, channels=ids,  # type: ignore[arg-type]
+                    ordering_topic="o", store_topics={}, fast=fast)
+    step.batches = _FixedBatches(10)  # type: ignore[assignment]
+    assert (step._fast is not None) == fast
+    counting = _Counting(step._fast)
+    if fast:
+        step._fast = counting
+    failure: tuple[Any, ...] | None = None
+    try:
+        while True:
+            step.drain()
+            if not step.more:
+                break
+    except (ParsleyFailClosedError, HandlerFailure) as exc:
+        failure = (type(exc).__name__, getattr(exc, "reason", None), str(exc))
+    return (txn.sent, stores.applied, step.delivered, txn.ledger.counted, failure,
+            step.handler_batches, handed), counting
+
+
+_TWO_CHANNELS: dict[str, tuple[Spec, Spec, tuple[int, ...]]] = {
+    # name: (channel a, channel b, produce calls refused in the "refused sends" variant:
+    # each one the fast path makes)
+    "a batched channel beside a per-record one": (
+        (_batch_relay, BYTES, BYTES, 3), (_relay, BYTES, BYTES, None), (3, 13, 20)),
+    "two batched channels": (
+        (_batch_relay, BYTES, BYTES, 3), (_batch_text_relay, STRING, JSON, 4), (3, 13, 20)),
+    # Only b's runs are the fast path's: b 0-1 (produce calls 4-5), 2 (10), 3-4 (11-12),
+    # 5 (14), 6-9 (21-24), 10 (25) and 11 (28).
+    "a batched channel with a serde not built in beside one with built-in serdes": (
+        (_batch_relay, BYTES, _Reversed(), 3), (_batch_relay, BYTES, BYTES, 4),
+        (4, 12, 22, 28)),
+    "a per-record channel with a serde not built in beside a batched one": (
+        (_relay, _Reversed(), BYTES, None), (_batch_relay, BYTES, BYTES, 4), (4, 12, 22, 28)),
+}
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["", "refused sends"])
+@pytest.mark.parametrize("case", sorted(_TWO_CHANNELS))
+def test_the_fast_path_cuts_runs_at_the_channel_boundary_as_the_step_does(
+        case: str, refused: bool) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    a, b, calls = _TWO_CHANNELS[case]
+    errors: list[BaseException] = [
+        BufferError("queue full"), KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))]
+    refuse = {call: errors[k % 2] for k, call in enumerate(calls)} if refused else {}
+    python, _ = _drain_channels(a, b, False, refuse)
+    native, counting = _drain_channels(a, b, True, refuse)
+    assert native == python
+    assert python[4] is None and python[2] == len(python[0]) == 28
+    # Runs end at a channel's segment, at its max_records and at a delivery batch's end.
+    runs = [(name, [d[2] for d in ds]) for name, kind, *ds in python[6] if kind == "list"]
+    assert python[5] == len(runs)
+    if case == "two batched channels":
+        assert runs == [("a", [0, 1, 2]), ("b", [0, 1]), ("a", [3, 4, 5]), ("a", [6]),
+                        ("b", [2]), ("b", [3, 4]), ("a", [7]), ("b", [5]), ("a", [8, 9, 10]),
+                        ("a", [11, 12, 13]), ("b", [6, 7, 8, 9]), ("b", [10]),
+                        ("a", [14, 15]), ("b", [11])]
+    custom = {name for name, spec in (("a", a), ("b", b)) if isinstance(spec[2], _Reversed)
+              or isinstance(spec[1], _Reversed)}
+    assert counting.handled > 0 and (counting.calls > 0) == any(
+        spec[3] is not None for name, spec in (("a", a), ("b", b)) if name not in custom)
+    if custom:
+        assert STOP_RECORD in counting.stops, "the channel not built in is handed back"
+    assert len(counting.refused) == len(refuse), "each refusal lands on the fast path"
