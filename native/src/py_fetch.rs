@@ -471,8 +471,9 @@ impl FastFrame {
     /// (topic, encode_key, encode_value)}` for outputs whose serdes are built in (`None`
     /// for a BYTES encoder); `classes`: `(Delivery, Effects, Send)`.
     ///
-    /// Raises `ValueError` for a `max_records` below 1, and what the tuples' reading raises
-    /// (`TypeError`, `IndexError`) for plans of another shape.
+    /// Raises `ValueError` for a `max_records` below 1 (`OverflowError` for one past the
+    /// platform's `size_t`), and what the tuples' reading raises (`TypeError`,
+    /// `IndexError`) for plans of another shape.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -490,12 +491,18 @@ impl FastFrame {
         for (k, v) in inputs.iter() {
             let id: usize = k.extract()?;
             let t = v.downcast::<PyTuple>()?;
-            let max_records: Option<usize> = t.get_item(5)?.extract()?;
-            if max_records == Some(0) {
+            let limit = t.get_item(5)?;
+            let max_records: Option<usize> = if limit.is_none() {
+                None
+            } else if limit.lt(1)? {
+                // Checked before the conversion, which would take a negative one for an
+                // OverflowError.
                 return Err(pyo3::exceptions::PyValueError::new_err(
                     "a batch handler's max_records must be at least 1",
                 ));
-            }
+            } else {
+                Some(limit.extract()?)
+            };
             ins.insert(id, InPlan {
                 topic: t.get_item(0)?.downcast::<PyString>()?.clone().unbind(),
                 partition: t.get_item(1)?.unbind(),

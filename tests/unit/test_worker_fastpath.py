@@ -845,3 +845,16 @@ def test_the_fast_path_cuts_runs_at_the_channel_boundary_as_the_step_does(
     if custom:
         assert STOP_RECORD in counting.stops, "the channel not built in is handed back"
     assert len(counting.refused) == len(refuse), "each refusal lands on the fast path"
+
+
+@pytest.mark.parametrize("max_records", [0, -1, -(2**70)])
+def test_a_fast_frame_refuses_a_max_records_below_1(max_records: int) -> None:
+    from parsley.native import NATIVE
+    from parsley.wire import CAUSES_HEADER
+
+    if NATIVE is None:
+        pytest.skip("without the native core")
+    inputs = {id(CH): ("in", 0, _batch_relay, bytes, bytes, max_records)}
+    with pytest.raises(ValueError, match="max_records must be at least 1"):
+        NATIVE.FastFrame(inputs, {}, None, None, (Delivery, Effects, Send), print, print,
+                         CAUSES_HEADER)
