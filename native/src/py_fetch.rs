@@ -176,6 +176,19 @@ fn no_headers(value: &Bound<'_, PyAny>) -> bool {
     value.downcast::<PyTuple>().map(|t| t.is_empty()).unwrap_or(false)
 }
 
+/// Whether `entry` (a `deliver_batch` tuple) may be plain as far as can be told without
+/// calling a decoder: no application headers, and a key and value that `plan`'s identity
+/// (BYTES) decoders take, `bytes` or `None`. `FastFrame::decoded` checks the same again.
+fn shaped(plan: &InPlan, entry: &Bound<'_, PyTuple>) -> PyResult<bool> {
+    if !no_headers(&entry.get_item(5)?) {
+        return Ok(false);
+    }
+    let takes = |f: &Option<PyObject>, v: Bound<'_, PyAny>| {
+        f.is_some() || v.is_none() || v.is_exact_instance_of::<PyBytes>()
+    };
+    Ok(takes(&plan.decode_key, entry.get_item(3)?) && takes(&plan.decode_value, entry.get_item(4)?))
+}
+
 /// The end (exclusive) of the run of a batch handler's entries from `start`: consecutive
 /// entries of `batch[start]`'s channel object, at most `limit`. The same rule as
 /// `workers.step._run_end`, which the step applies to the runs handed back.
@@ -423,6 +436,14 @@ impl FastFrame {
     ) -> PyResult<Option<(u8, PyObject)>> {
         if self.latched(py)? {
             return Ok(Some((STOP_RECORD, py.None())));
+        }
+        // What hands the run back and costs no decoder call first: an entry with
+        // application headers anywhere in the run, or a key or value the identity decoder
+        // does not take, before any entry is decoded or any Delivery built.
+        for j in start..end {
+            if !shaped(plan, &batch.get_item(j)?.downcast_into::<PyTuple>()?)? {
+                return Ok(Some((STOP_RECORD, py.None())));
+            }
         }
         let deliveries = PyList::empty(py);
         for j in start..end {

@@ -858,3 +858,27 @@ def test_a_fast_frame_refuses_a_max_records_below_1(max_records: int) -> None:
     with pytest.raises(ValueError, match="max_records must be at least 1"):
         NATIVE.FastFrame(inputs, {}, None, None, (Delivery, Effects, Send), print, print,
                          CAUSES_HEADER)
+
+
+def test_a_run_handed_back_for_a_late_entrys_headers_decodes_nothing_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Runs 5-9, 10-14 and 20-23 hold a record with application headers (6, 13, 20), and
+    # are handed back whole: the fast path must see that before it decodes their earlier
+    # entries (which the Python frame then decodes again), so each path decodes as often.
+    import parsley.serdes
+
+    utf8 = parsley.serdes._utf8
+    decoded: list[bytes] = []
+
+    def decode(data: bytes) -> str:
+        decoded.append(data)
+        return utf8(data)
+
+    monkeypatch.setattr(parsley.serdes, "_utf8", decode)
+    results = []
+    for fast in (False, True):
+        decoded.clear()
+        result, counting = _drain(_batch_text_relay, STRING, STRING, fast, {}, max_records=5)
+        results.append((result, list(decoded)))
+    assert results[1] == results[0]
+    assert counting.calls == 2 and STOP_RECORD in counting.stops
