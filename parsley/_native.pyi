@@ -67,3 +67,70 @@ class EngineCore:
     def frontier_bytes(self) -> int: ...
     def cross_partition_causes(self) -> int: ...
     def waited_count(self) -> int: ...
+
+# the worker's per-record path (native/src/py_fetch.rs; references: workers.fetched for
+# split_errors, parsley.frame.HandlerFrame and workers.step.TaskStep.drain for FastFrame)
+def split_errors(records: list[Any]) -> tuple[list[Any], list[Any]]: ...
+
+_Decoder = Callable[[bytes], Any]
+_Encoder = Callable[[Any], bytes | None]
+
+class FastFrame:
+    """The handler frame's and the step's common case, per delivery batch, in Rust
+    (``workers.fastpath`` builds it with ``fast_frame`` and says what it covers;
+    ``workers.step.TaskStep.drain`` drives it).
+
+    Args:
+        inputs: ``{id(channel): (topic, partition, handler, decode_key, decode_value,
+            max_records)}`` for the received channels whose serdes are built in, keyed by
+            the identity of the channel object the engine hands back in each entry;
+            ``max_records`` is a batch handler's (``Process.receives_batch``), ``None`` for
+            a per-record handler (``HandlerFrame.fast_plans``).
+        outputs: ``{name: (topic, encode_key, encode_value)}`` for the declared outputs
+            whose serdes are built in; ``None`` for a BYTES encoder.
+        frame: the task's ``HandlerFrame`` (its latch is read); state: its ``State`` view.
+        classes: ``(Delivery, Effects, Send)``.
+        produce: the producer's ``produce``; on_delivery: the ledger's callback.
+        causes_key: the ``parsley.causes`` header name.
+
+    Raises:
+        ValueError: a ``max_records`` below 1 (OverflowError: one past ``size_t``).
+        TypeError, IndexError: plans of another shape.
+    """
+
+    def __init__(
+        self,
+        inputs: dict[int, tuple[str, int, Callable[[Any, Any], Any], _Decoder, _Decoder,
+                                int | None]],
+        outputs: dict[str, tuple[str, _Encoder | None, _Encoder | None]],
+        frame: Any,
+        state: Any,
+        classes: tuple[type[Any], type[Any], type[Any]],
+        produce: Callable[..., Any],
+        on_delivery: Callable[[Any, Any], Any],
+        causes_key: str,
+    ) -> None: ...
+    def run(self, batch: list[tuple[Any, ...]], start: int,
+            ) -> tuple[int, int, int, float, tuple[int, int, Any, float] | None]:
+        """Handle ``batch``'s entries (``deliver_batch`` tuples ``(channel, position,
+        timestamp_ms, key, value, headers, causes)``) from ``start`` until one needs the
+        Python frame.
+
+        Returns:
+            ``(handled, sent, calls, slowest_s, stop)``: entries fully handled, sends
+            produced, batch-handler calls made (each counted once the handler was called,
+            returned or raised), the longest one entry took (s; a run's time divided by its
+            entries), and ``None`` at the end of the batch or ``(index, kind, payload,
+            spent_s)`` for the entry handed back (a batch handler's run: its first entry):
+            ``kind`` one of ``workers.fastpath.STOP_*``, whose docstrings give each
+            ``payload``, ``spent_s`` the time already spent on it, s.
+
+        Raises:
+            TypeError: ``batch`` is not a list of tuples.
+            BaseException: what a handler, serde or ``produce`` raised that is not an
+                ``Exception`` (KeyboardInterrupt, SystemExit), as it is; ``partial()``
+                then has what was done.
+        """
+    def partial(self) -> tuple[int, int, int]:
+        """``(handled, sent, calls)`` of the current or last :meth:`run` so far: what a
+        ``run`` that raised had done."""

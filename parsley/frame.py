@@ -277,6 +277,10 @@ class HandlerFrame:
             i.channel.name: i.max_records for i in process.inputs
             if i.max_records is not None}
         """Received topic -> ``max_records`` of its batch handler (batched topics only)."""
+        self.batch_calls = 0
+        """Calls of batch handlers :meth:`run_batch` made, each counted once the handler is
+        called (whether it returns or raises, and whatever its effects then come to); a
+        refusal before the call (a latched refusal, an undecodable entry) is not one."""
         self._out_plans: dict[str, _OutputPlan] = {
             c.name: (c.name, *encoder(c.key_serde), *encoder(c.value_serde))
             for c in process.outputs}
@@ -293,21 +297,24 @@ class HandlerFrame:
         """The :class:`parsley.State` this frame hands its handlers."""
         return self._state
 
-    def fast_plans(self) -> tuple[dict[str, tuple[Any, Any, Any]],
+    def fast_plans(self) -> tuple[dict[str, tuple[Any, Any, Any, int | None]],
                                   dict[str, tuple[str, Any, Any]]]:
         """The plans the native fast path (``workers.fastpath``) may run without this frame.
 
         Returns:
             ``(inputs, outputs)``. ``inputs``: received topic -> ``(handler, decode key,
-            decode value)`` for channels with a per-record handler whose serdes are built in
-            (:data:`parsley.serdes.BYTES`, ``STRING``, ``JSON``). Their decoders are
-            pure, so a failed decode is simply decoded again here. ``outputs``: declared
-            output -> ``(topic, encode key, encode value)`` for outputs whose serdes are
-            built in; ``None`` stands for BYTES, the identity on ``bytes``.
+            decode value, max_records)`` for channels whose serdes are built in
+            (:data:`parsley.serdes.BYTES`, ``STRING``, ``JSON``); ``max_records`` is the
+            batch handler's (``Process.receives_batch``), ``None`` for a per-record
+            handler. Their decoders are pure, so a failed decode is simply decoded again
+            here. ``outputs``: declared output -> ``(topic, encode key, encode value)`` for
+            outputs whose serdes are built in; ``None`` stands for BYTES, the identity on
+            ``bytes``.
         """
-        inputs = {i.channel.name: self._in_plans[i.channel.name]
-                  for i in self.process.inputs if not i.batched
-                  and _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
+        inputs = {i.channel.name: (*(self._batch_plans if i.batched
+                                     else self._in_plans)[i.channel.name], i.max_records)
+                  for i in self.process.inputs
+                  if _exact(i.channel.key_serde) and _exact(i.channel.value_serde)}
         outputs = {}
         for c in self.process.outputs:
             topic, kenc, _, kexact, venc, _, vexact = self._out_plans[c.name]
@@ -638,6 +645,7 @@ class HandlerFrame:
         if self._latched is not None:
             self._rethrow()
         first = entries[0][0]
+        self.batch_calls += 1
         effects = self._call(handler, deliveries, topic, partition, first)
         return self.plan(effects, topic, partition, first, entries[-1][1])
 

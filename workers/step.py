@@ -64,6 +64,13 @@ class TaskStep:
         fed: messages fed; duplicates: of them, dropped as duplicates.
         delivered: messages delivered, the open transaction's included.
         delivered_committed: messages delivered in transactions that committed.
+        handler_batches: calls of batch handlers (``Process.receives_batch``), the open
+            transaction's included. A call counts once the handler has been called, whether
+            it returned or raised, and even when planning or producing its sends then fails
+            (a refusal before the call, an undecodable entry say, is no call); the same on
+            the native fast path (``FastFrame.run``'s ``calls``) as through the frame
+            (:attr:`parsley.frame.HandlerFrame.batch_calls`).
+        handler_batches_committed: of them, in transactions that committed.
         read_ends: as the argument: what an aborted transaction's reads reached, which
             the identity check weighs against a deleted topic
             (:func:`workers.identity.unread_on_deleted`).
@@ -119,7 +126,7 @@ class TaskStep:
         self.delivered_committed = 0  # delivered in transactions that committed
         self._delivered_open = 0  # delivered in the open transaction
         self.duplicates = 0
-        self.handler_batches = 0  # batch-handler calls, the open transaction's included
+        self.handler_batches = 0  # batch-handler calls (see the class docstring)
         self.handler_batches_committed = 0  # of them, in transactions that committed
         self._batches_open = 0
 
@@ -175,7 +182,10 @@ class TaskStep:
         heads of a batch-handled channel (``Process.receives_batch``), at most its
         ``max_records``, goes to its handler in one call
         (:meth:`parsley.frame.HandlerFrame.run_batch`), and every send of that call
-        carries the header of the run's last delivery: the frontier as of its end.
+        carries the header of the run's last delivery: the frontier as of its end. With
+        the native core, plain entries and plain runs are handled in Rust instead
+        (:mod:`workers.fastpath`), with the same results; what they hand back is
+        finished here.
 
         A transaction open for ``close_after_s`` is committed between two batches
         (through ``close``), so one long drain spans several transactions, each well
@@ -204,9 +214,10 @@ class TaskStep:
             SubstrateError: producing failed.
         """
         deliver_batch = self.engine.deliver_batch
-        run = self.frame.run
-        plan = self.frame.plan
-        raised = self.frame.handler_raised
+        frame = self.frame
+        run = frame.run
+        plan = frame.plan
+        raised = frame.handler_raised
         fast = self._fast
         txn = self.txn
         send = txn.send_counted
@@ -268,18 +279,22 @@ class TaskStep:
                     i, n = 0, len(batch)
                     while i < n:
                         if fast is not None:
-                            # Plain entries in Rust (workers.fastpath), up to the first that
-                            # needs this frame, which is finished here.
+                            # Plain entries and runs in Rust (workers.fastpath), up to the
+                            # first that needs this frame, which is finished here.
                             try:
-                                done, done_sent, took, stop = fast.run(batch, i)
+                                done, done_sent, calls, took, stop = fast.run(batch, i)
                             except BaseException:
                                 # What it handled before it raised is delivered and sent.
-                                done, done_sent = fast.partial()
+                                done, done_sent, calls = fast.partial()
                                 count += done
                                 sent += done_sent
+                                self.handler_batches += calls
+                                self._batches_open += calls
                                 raise
                             count += done
                             sent += done_sent
+                            self.handler_batches += calls
+                            self._batches_open += calls
                             if took > slowest:
                                 slowest = took
                             if stop is None:
@@ -291,28 +306,42 @@ class TaskStep:
                         mark = clock() - spent
                         ch, position, timestamp_ms, key, value, headers, causes = batch[i]
                         topic, partition = by_channel[id(ch)]
-                        handled = 1
-                        if kind == STOP_RECORD and id(ch) in batched:
+                        run_max = batched.get(id(ch))
+                        if run_max is None:
+                            handled = 1
+                        else:
                             # A run of this batch-handled channel's heads, one handler call;
-                            # every send carries the frontier after the run's last delivery.
-                            end = _run_end(batch, i, batched[id(ch)])
+                            # every send carries the frontier after the run's last delivery,
+                            # a send without a timestamp that delivery's timestamp.
+                            end = _run_end(batch, i, run_max)
                             handled = end - i
-                            sends, writes = self.frame.run_batch(topic, partition, [
-                                (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
-                            causes = batch[end - 1][6]
-                            self.handler_batches += 1
-                            self._batches_open += 1
-                        elif kind == STOP_RECORD:
-                            sends, writes = run(topic, partition, position, timestamp_ms, key,
-                                                value, headers)
+                            last = batch[end - 1]
+                            timestamp_ms, causes = last[2], last[6]
+                        if kind == STOP_RECORD:
+                            if run_max is None:
+                                sends, writes = run(topic, partition, position, timestamp_ms,
+                                                    key, value, headers)
+                            else:
+                                # The frame counts its handler's call (the fast path counted
+                                # the runs it called the handler for itself, in `calls`).
+                                before = frame.batch_calls
+                                try:
+                                    sends, writes = frame.run_batch(topic, partition, [
+                                        (e[1], e[2], e[3], e[4], e[5]) for e in batch[i:end]])
+                                finally:
+                                    made = frame.batch_calls - before
+                                    self.handler_batches += made
+                                    self._batches_open += made
                         elif kind == STOP_EFFECTS:
+                            # A run's failure names its first delivery (position).
                             sends, writes = plan(payload, topic, partition, position,
                                                  timestamp_ms)
                         elif kind == STOP_RAISED:
                             raised(payload, topic, partition, position)
                         else:  # STOP_PRODUCE: planned, stamped, refused by produce()
-                            sends, writes = (), ()
-                            send(*payload)
+                            refused, sends = payload
+                            writes = ()
+                            send(*refused)
                             sent += 1
                         if writes:
                             apply(writes)

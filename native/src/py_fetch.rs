@@ -53,25 +53,30 @@ fn split_errors<'py>(
     Ok((good, errors))
 }
 
-/// Why `FastFrame.run` stopped before the end of the batch (the third element of its
+/// Why `FastFrame.run` stopped before the end of the batch (the last element of its
 /// result names the entry): see `workers/fastpath.py`.
 const STOP_RECORD: u8 = 0; // the handler was not called: the Python frame runs the entry whole
 const STOP_EFFECTS: u8 = 1; // the handler returned this object: the Python frame plans it
 const STOP_RAISED: u8 = 2; // the handler raised this exception (an Exception)
-const STOP_PRODUCE: u8 = 3; // produce() refused this planned send (nothing was queued)
+const STOP_PRODUCE: u8 = 3; // produce() refused a planned send (nothing of it was queued)
 
-/// `FastFrame.run`'s result: `(handled, sent, slowest_s, stop)`; `stop` is
-/// `(index, kind, payload, spent_s)`, `spent_s` the time already spent on that entry.
-type RunResult = (usize, usize, f64, Option<(usize, u8, PyObject, f64)>);
+/// The entry `FastFrame.run` hands back: `(index, kind, payload, spent_s)`, `spent_s` the
+/// time already spent on that entry (on the run of a batch handler it starts).
+type Stop = (usize, u8, PyObject, f64);
+
+/// `FastFrame.run`'s result: `(handled, sent, calls, slowest_s, stop)`.
+type RunResult = (usize, usize, usize, f64, Option<Stop>);
 
 /// A received channel's plan: topic name, partition, handler, key and value decoders
-/// (`None`: the built-in BYTES decoder, the identity on `bytes`).
+/// (`None`: the built-in BYTES decoder, the identity on `bytes`), and the batch
+/// handler's `max_records` (`None`: a per-record handler).
 struct InPlan {
     topic: Py<PyString>,
     partition: PyObject,
     handler: PyObject,
     decode_key: Option<PyObject>,
     decode_value: Option<PyObject>,
+    max_records: Option<usize>,
 }
 
 /// A declared output whose serdes are built in (bytes or None out, no headers hook):
@@ -80,6 +85,15 @@ struct OutPlan {
     topic: Py<PyString>,
     encode_key: Option<PyObject>,
     encode_value: Option<PyObject>,
+}
+
+/// A send planned in Rust, ready to produce: its output, the serialized key and value
+/// (`bytes` or `None`) and its timestamp (ms; its own, else the delivery's default).
+struct Planned<'a, 'py> {
+    out: &'a OutPlan,
+    key: Bound<'py, PyAny>,
+    value: Bound<'py, PyAny>,
+    ts: Bound<'py, PyAny>,
 }
 
 // SAFETY: Rust code reads and writes these fields (`Rc` counts, `Cell`s, maps) only
@@ -112,10 +126,12 @@ struct FastFrame {
     on_delivery: PyObject,
     causes_key: Py<PyString>,
     fields: Vec<Py<PyString>>,
-    /// Entries handled and sends produced by the current (or last) `run` so far: what a
-    /// `run` that raises had done (`partial`).
+    /// Entries handled, sends produced and batch-handler calls made (counted once the
+    /// handler was called, returned or raised) by the current (or last) `run` so far: what
+    /// a `run` that raises had done (`partial`).
     handled: Cell<usize>,
     sent: Cell<usize>,
+    calls: Cell<usize>,
 }
 
 fn optional_decoder(py: Python<'_>, f: &Bound<'_, PyAny>) -> Option<PyObject> {
@@ -148,14 +164,337 @@ fn coded<'py>(
     }
 }
 
+/// Whether `err` is an `Exception`: a serde's failure, which the Python frame decodes or
+/// serializes again and refuses. Anything else (KeyboardInterrupt, SystemExit) must be
+/// raised as it is: handing the entry back would lose it.
+fn is_exception(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<PyException>(py)
+}
+
+/// Whether `value` is an empty tuple (a record's or a send's headers: none).
+fn no_headers(value: &Bound<'_, PyAny>) -> bool {
+    value.downcast::<PyTuple>().map(|t| t.is_empty()).unwrap_or(false)
+}
+
+/// Whether `entry` (a `deliver_batch` tuple) may be plain as far as can be told without
+/// calling a decoder: no application headers, and a key and value that `plan`'s identity
+/// (BYTES) decoders take, `bytes` or `None`. `FastFrame::decoded` checks the same again.
+fn shaped(plan: &InPlan, entry: &Bound<'_, PyTuple>) -> PyResult<bool> {
+    if !no_headers(&entry.get_item(5)?) {
+        return Ok(false);
+    }
+    let takes = |f: &Option<PyObject>, v: Bound<'_, PyAny>| {
+        f.is_some() || v.is_none() || v.is_exact_instance_of::<PyBytes>()
+    };
+    Ok(takes(&plan.decode_key, entry.get_item(3)?) && takes(&plan.decode_value, entry.get_item(4)?))
+}
+
+/// The end (exclusive) of the run of a batch handler's entries from `start`: consecutive
+/// entries of `batch[start]`'s channel object, at most `limit`. The same rule as
+/// `workers.step._run_end`, which the step applies to the runs handed back.
+fn run_end(batch: &Bound<'_, PyList>, start: usize, limit: usize) -> PyResult<usize> {
+    let ch = batch.get_item(start)?.downcast::<PyTuple>()?.get_item(0)?;
+    let stop = batch.len().min(start.saturating_add(limit));
+    let mut end = start + 1;
+    while end < stop && batch.get_item(end)?.downcast::<PyTuple>()?.get_item(0)?.is(&ch) {
+        end += 1;
+    }
+    Ok(end)
+}
+
+impl FastFrame {
+    /// Whether the frame holds a latched refusal (`HandlerFrame._latched`).
+    fn latched(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(!self.frame.bind(py).getattr(intern!(py, "_latched"))?.is_none())
+    }
+
+    /// Key and value of `entry` (a `deliver_batch` tuple) through `plan`'s decoders, or
+    /// `None` when the entry is not plain: it has application headers, or a value is not
+    /// what the decoder takes, or a decode failed with an `Exception` (built-in decoders
+    /// are pure: the Python frame decodes again and refuses, `HandlerFrame._decode`).
+    /// Raises what a decoder raises that is not an `Exception` (KeyboardInterrupt).
+    fn decoded<'py>(
+        &self,
+        plan: &InPlan,
+        entry: &Bound<'py, PyTuple>,
+    ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        // Records without application headers only (the relay's case); the Python
+        // frame strips and checks any others.
+        if !no_headers(&entry.get_item(5)?) {
+            return Ok(None);
+        }
+        let key = match coded(&plan.decode_key, &entry.get_item(3)?) {
+            Ok(Some(k)) => k,
+            Err(err) if !is_exception(entry.py(), &err) => return Err(err),
+            _ => return Ok(None),
+        };
+        let value = match coded(&plan.decode_value, &entry.get_item(4)?) {
+            Ok(Some(v)) => v,
+            Err(err) if !is_exception(entry.py(), &err) => return Err(err),
+            _ => return Ok(None),
+        };
+        Ok(Some((key, value)))
+    }
+
+    /// The `parsley.Delivery` of `entry` with the decoded `key` and `value`, slot by slot
+    /// as its own `__init__` would (`parsley.effects.new_delivery`).
+    fn delivery<'py>(
+        &self,
+        py: Python<'py>,
+        plan: &InPlan,
+        entry: &Bound<'py, PyTuple>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let delivery = self.object_new.bind(py).call1((self.delivery.bind(py),))?;
+        let position = entry.get_item(1)?;
+        let ts = entry.get_item(2)?;
+        let headers = entry.get_item(5)?;
+        let values: [&Bound<'_, PyAny>; 7] = [
+            plan.topic.bind(py).as_any(),
+            plan.partition.bind(py),
+            &position,
+            &ts,
+            key,
+            value,
+            &headers,
+        ];
+        for (name, value) in self.fields.iter().zip(values.iter()) {
+            // SAFETY: three valid object pointers, held by bound references for the call.
+            let rc = unsafe {
+                pyo3::ffi::PyObject_GenericSetAttr(delivery.as_ptr(), name.as_ptr(), value.as_ptr())
+            };
+            if rc != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+        Ok(delivery)
+    }
+
+    /// The sends of `effects` planned as `HandlerFrame.plan` plans them, or `None` when
+    /// the Python frame must plan them (then it does all of its checks and refusals again:
+    /// built-in serializers are pure). Plain: an exact `parsley.Effects`, no latched
+    /// refusal, no store write, at most `max_sends` sends, each an exact `parsley.Send`
+    /// without headers to a declared output whose serdes are built in and whose key and
+    /// value serialize to `bytes` or `None`; a send without a timestamp gets `default_ts`
+    /// (ms). Every send is planned before any is produced, as the Python frame plans the
+    /// whole `Effects` before the step writes any of it. Raises what a serializer raises
+    /// that is not an `Exception` (KeyboardInterrupt), as the Python frame does.
+    fn plan_sends<'a, 'py>(
+        &'a self,
+        py: Python<'py>,
+        effects: &Bound<'py, PyAny>,
+        default_ts: &Bound<'py, PyAny>,
+        max_sends: usize,
+    ) -> PyResult<Option<Vec<Planned<'a, 'py>>>> {
+        if !effects.get_type().is(self.effects.bind(py)) || self.latched(py)? {
+            return Ok(None);
+        }
+        let writes = effects.getattr(intern!(py, "writes"))?;
+        let sends = effects.getattr(intern!(py, "sends"))?;
+        let (writes, sends) = match (writes.downcast::<PyTuple>(), sends.downcast::<PyTuple>()) {
+            (Ok(w), Ok(s)) => (w.clone(), s.clone()),
+            _ => return Ok(None),
+        };
+        if !writes.is_empty() || sends.len() > max_sends {
+            return Ok(None);
+        }
+        let send_type = self.send.bind(py);
+        let mut planned = Vec::with_capacity(sends.len());
+        for send in sends.iter() {
+            if !send.get_type().is(send_type) {
+                return Ok(None);
+            }
+            let name = send.getattr(intern!(py, "channel"))?.getattr(intern!(py, "name"))?;
+            let out = match name.downcast::<PyString>() {
+                Ok(s) => match self.outputs.get(s.to_str()?) {
+                    Some(o) => o,
+                    None => return Ok(None),
+                },
+                Err(_) => return Ok(None),
+            };
+            if !no_headers(&send.getattr(intern!(py, "headers"))?) {
+                return Ok(None);
+            }
+            // Serializers are pure and their failures are refusals the Python frame
+            // words: on anything but bytes or None out, it plans the sends again.
+            let key = match coded(&out.encode_key, &send.getattr(intern!(py, "key"))?) {
+                Ok(Some(k)) if k.is_none() || k.is_exact_instance_of::<PyBytes>() => k,
+                Err(err) if !is_exception(py, &err) => return Err(err),
+                _ => return Ok(None),
+            };
+            let value = match coded(&out.encode_value, &send.getattr(intern!(py, "value"))?) {
+                Ok(Some(v)) if v.is_none() || v.is_exact_instance_of::<PyBytes>() => v,
+                Err(err) if !is_exception(py, &err) => return Err(err),
+                _ => return Ok(None),
+            };
+            let own_ts = send.getattr(intern!(py, "timestamp_ms"))?;
+            let ts = if own_ts.is_none() { default_ts.clone() } else { own_ts };
+            planned.push(Planned { out, key, value, ts });
+        }
+        if self.latched(py)? {
+            return Ok(None);
+        }
+        Ok(Some(planned))
+    }
+
+    /// Produce `planned` in order, each with a new header list holding only
+    /// `(parsley.causes, causes)`, as `TaskStep.drain` produces a frame's sends; counts
+    /// each in `sent`. `Some(payload)`: `produce` raised an `Exception` for one send and
+    /// queued nothing; `payload` is `(that send, rest)`, the send stamped as
+    /// `(topic, key, value, headers, timestamp_ms)` for `TaskTransaction.send_counted`, and
+    /// `rest` the sends after it, not yet produced, as the frame plans them (`[]` headers,
+    /// for the step to stamp and produce). Anything else `produce` raises is raised.
+    fn produce_all(
+        &self,
+        py: Python<'_>,
+        planned: Vec<Planned<'_, '_>>,
+        causes: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<PyObject>> {
+        if planned.is_empty() {
+            return Ok(None);
+        }
+        let produce = self.produce.bind(py);
+        let on_delivery_name = intern!(py, "on_delivery");
+        let timestamp_name = intern!(py, "timestamp");
+        let headers_name = intern!(py, "headers");
+        // One stamp for every send of the entry (or run), as the step shares its tuple.
+        let stamp = PyTuple::new(py, [self.causes_key.bind(py).as_any(), causes])?;
+        let mut rest = planned.into_iter();
+        while let Some(p) = rest.next() {
+            let stamped = PyList::new(py, [&stamp])?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(on_delivery_name, self.on_delivery.bind(py))?;
+            kwargs.set_item(timestamp_name, &p.ts)?;
+            kwargs.set_item(headers_name, &stamped)?;
+            let topic = p.out.topic.bind(py);
+            if let Err(err) = produce.call((topic, &p.value, &p.key), Some(&kwargs)) {
+                if !err.is_instance_of::<PyException>(py) {
+                    return Err(err);
+                }
+                let refused = PyTuple::new(py, [
+                    topic.as_any().clone(),
+                    p.key,
+                    p.value,
+                    stamped.into_any(),
+                    p.ts,
+                ])?;
+                let unsent = PyList::empty(py);
+                for q in rest {
+                    unsent.append((q.out.topic.bind(py), q.key, q.value, PyList::empty(py), q.ts))?;
+                }
+                let payload = PyTuple::new(py, [refused.into_any(), unsent.into_any()])?;
+                return Ok(Some(payload.into_any().unbind()));
+            }
+            self.sent.set(self.sent.get() + 1);
+        }
+        Ok(None)
+    }
+
+    /// One per-record handler's entry (`HandlerFrame.run` and the step's send): `None`
+    /// when handled, else the stop kind and payload for the Python frame.
+    fn run_record<'py>(
+        &self,
+        py: Python<'py>,
+        plan: &InPlan,
+        entry: &Bound<'py, PyTuple>,
+    ) -> PyResult<Option<(u8, PyObject)>> {
+        if self.latched(py)? {
+            return Ok(Some((STOP_RECORD, py.None())));
+        }
+        let (key, value) = match self.decoded(plan, entry)? {
+            Some(kv) => kv,
+            None => return Ok(Some((STOP_RECORD, py.None()))),
+        };
+        let delivery = self.delivery(py, plan, entry, &key, &value)?;
+        let effects = match plan.handler.bind(py).call1((delivery, self.state.bind(py))) {
+            Ok(e) => e,
+            Err(err) => return raised(py, err),
+        };
+        let planned = match self.plan_sends(py, &effects, &entry.get_item(2)?, 1)? {
+            Some(p) => p,
+            None => return Ok(Some((STOP_EFFECTS, effects.unbind()))),
+        };
+        Ok(self
+            .produce_all(py, planned, &entry.get_item(6)?)?
+            .map(|payload| (STOP_PRODUCE, payload)))
+    }
+
+    /// The run `batch[start..end]` of a batch handler's entries (`HandlerFrame.run_batch`
+    /// and the step's send): every entry decoded into the list of `parsley.Delivery` the
+    /// handler gets in one call; a send without a timestamp gets the last entry's, and
+    /// every send carries the last entry's `parsley.causes`. `None` when handled, else the
+    /// stop kind and payload for the whole run: any entry that is not plain hands the run
+    /// back before the handler is called (`STOP_RECORD`).
+    fn run_batch<'py>(
+        &self,
+        py: Python<'py>,
+        plan: &InPlan,
+        batch: &Bound<'py, PyList>,
+        start: usize,
+        end: usize,
+    ) -> PyResult<Option<(u8, PyObject)>> {
+        if self.latched(py)? {
+            return Ok(Some((STOP_RECORD, py.None())));
+        }
+        // What hands the run back and costs no decoder call first: an entry with
+        // application headers anywhere in the run, or a key or value the identity decoder
+        // does not take, before any entry is decoded or any Delivery built.
+        for j in start..end {
+            if !shaped(plan, &batch.get_item(j)?.downcast_into::<PyTuple>()?)? {
+                return Ok(Some((STOP_RECORD, py.None())));
+            }
+        }
+        let deliveries = PyList::empty(py);
+        for j in start..end {
+            let entry = batch.get_item(j)?.downcast_into::<PyTuple>()?;
+            let (key, value) = match self.decoded(plan, &entry)? {
+                Some(kv) => kv,
+                None => return Ok(Some((STOP_RECORD, py.None()))),
+            };
+            deliveries.append(self.delivery(py, plan, &entry, &key, &value)?)?;
+        }
+        let called = plan.handler.bind(py).call1((deliveries, self.state.bind(py)));
+        // Counted once called, returned or raised, whatever its sends then come to (as
+        // the step counts a run the Python frame calls the handler for).
+        self.calls.set(self.calls.get() + 1);
+        let effects = match called {
+            Ok(e) => e,
+            Err(err) => return raised(py, err),
+        };
+        let last = batch.get_item(end - 1)?.downcast_into::<PyTuple>()?;
+        let planned = match self.plan_sends(py, &effects, &last.get_item(2)?, usize::MAX)? {
+            Some(p) => p,
+            None => return Ok(Some((STOP_EFFECTS, effects.unbind()))),
+        };
+        Ok(self
+            .produce_all(py, planned, &last.get_item(6)?)?
+            .map(|payload| (STOP_PRODUCE, payload)))
+    }
+}
+
+/// A handler's error: an `Exception` is handed back (`STOP_RAISED`), anything else
+/// (KeyboardInterrupt, SystemExit) raised.
+fn raised(py: Python<'_>, err: PyErr) -> PyResult<Option<(u8, PyObject)>> {
+    if err.is_instance_of::<PyException>(py) {
+        return Ok(Some((STOP_RAISED, err.into_value(py).into_any())));
+    }
+    Err(err)
+}
+
 #[pymethods]
 impl FastFrame {
     /// `FastFrame(inputs, outputs, frame, state, classes, produce, on_delivery, causes_key)`:
     /// see `workers/fastpath.py`, which builds it from a `HandlerFrame`.
     ///
-    /// `inputs`: `{id(channel): (topic, partition, handler, decode_key, decode_value)}`;
-    /// `outputs`: `{name: (topic, encode_key, encode_value)}` for outputs whose serdes are
-    /// built in (`None` for a BYTES encoder); `classes`: `(Delivery, Effects, Send)`.
+    /// `inputs`: `{id(channel): (topic, partition, handler, decode_key, decode_value,
+    /// max_records)}`, `max_records` `None` for a per-record handler; `outputs`: `{name:
+    /// (topic, encode_key, encode_value)}` for outputs whose serdes are built in (`None`
+    /// for a BYTES encoder); `classes`: `(Delivery, Effects, Send)`.
+    ///
+    /// Raises `ValueError` for a `max_records` below 1 (`OverflowError` for one past the
+    /// platform's `size_t`), and what the tuples' reading raises (`TypeError`,
+    /// `IndexError`) for plans of another shape.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -173,12 +512,25 @@ impl FastFrame {
         for (k, v) in inputs.iter() {
             let id: usize = k.extract()?;
             let t = v.downcast::<PyTuple>()?;
+            let limit = t.get_item(5)?;
+            let max_records: Option<usize> = if limit.is_none() {
+                None
+            } else if limit.lt(1)? {
+                // Checked before the conversion, which would take a negative one for an
+                // OverflowError.
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "a batch handler's max_records must be at least 1",
+                ));
+            } else {
+                Some(limit.extract()?)
+            };
             ins.insert(id, InPlan {
                 topic: t.get_item(0)?.downcast::<PyString>()?.clone().unbind(),
                 partition: t.get_item(1)?.unbind(),
                 handler: t.get_item(2)?.unbind(),
                 decode_key: optional_decoder(py, &t.get_item(3)?),
                 decode_value: optional_decoder(py, &t.get_item(4)?),
+                max_records,
             });
         }
         let mut outs = HashMap::new();
@@ -214,13 +566,15 @@ impl FastFrame {
             fields,
             handled: Cell::new(0),
             sent: Cell::new(0),
+            calls: Cell::new(0),
         })
     }
 
-    /// `(handled, sent)` of the current or last `run` so far: what a `run` that raised
-    /// (a `BaseException` that is not an `Exception`, or a failure of its own) had done.
-    fn partial(&self) -> (usize, usize) {
-        (self.handled.get(), self.sent.get())
+    /// `(handled, sent, calls)` of the current or last `run` so far: what a `run` that
+    /// raised (a `BaseException` that is not an `Exception`, or a failure of its own) had
+    /// done.
+    fn partial(&self) -> (usize, usize, usize) {
+        (self.handled.get(), self.sent.get(), self.calls.get())
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -265,15 +619,22 @@ impl FastFrame {
     }
 
     /// Handle the entries of `batch` (`ProcessEngine.deliver_batch`'s tuples) from
-    /// `start`, in order, until one needs the Python frame.
+    /// `start`, in order, until one needs the Python frame. An entry of a per-record
+    /// handler is handled alone; one of a batch handler starts a run (consecutive entries
+    /// of its channel, at most its `max_records`: `run_end`) handled in one handler call,
+    /// or handed back whole.
     ///
-    /// Returns `(handled, sent, slowest_s, stop)`: entries fully handled (their one send
-    /// produced, or nothing to send), sends produced, the longest one entry took (s), and
-    /// `None` at the end of the batch or `(index, kind, payload, spent_s)` for the entry
-    /// that needs the Python frame (kinds and payloads: `workers/fastpath.py`; `spent_s`
-    /// the time already spent on it, s).
+    /// Returns `(handled, sent, calls, slowest_s, stop)`: entries fully handled (their
+    /// sends produced, or nothing to send), sends produced, batch-handler calls made (each
+    /// counted once the handler was called, returned or raised: a run handed back after
+    /// its call, `STOP_EFFECTS`, `STOP_RAISED` or `STOP_PRODUCE`, is counted here),
+    /// the longest one entry took (s; a run's time divided by its entries), and `None` at
+    /// the end of the batch or `(index, kind, payload, spent_s)` for the entry that needs
+    /// the Python frame, the first of its run for a batch handler (kinds and payloads:
+    /// `workers/fastpath.py`; `spent_s` the time already spent on it, s). The sends a
+    /// stopped run or entry produced before `produce` refused one count in `sent`.
     ///
-    /// Raises `TypeError` when `batch` is not a list.
+    /// Raises `TypeError` when `batch` is not a list of tuples.
     ///
     /// Raises what is not an `Exception` (KeyboardInterrupt, SystemExit) as it is.
     fn run<'py>(
@@ -285,171 +646,54 @@ impl FastFrame {
         // Reset first: partial() must never report an earlier call's counts.
         self.handled.set(0);
         self.sent.set(0);
+        self.calls.set(0);
         let batch = batch.downcast::<PyList>()?;
-        let frame = self.frame.bind(py);
-        let latched = intern!(py, "_latched");
-        let sends_name = intern!(py, "sends");
-        let writes_name = intern!(py, "writes");
-        let channel_name = intern!(py, "channel");
-        let name_name = intern!(py, "name");
-        let key_name = intern!(py, "key");
-        let value_name = intern!(py, "value");
-        let headers_name = intern!(py, "headers");
-        let ts_name = intern!(py, "timestamp_ms");
-        let on_delivery_name = intern!(py, "on_delivery");
-        let timestamp_name = intern!(py, "timestamp");
-        let delivery_type = self.delivery.bind(py);
-        let effects_type = self.effects.bind(py);
-        let send_type = self.send.bind(py);
-        let produce = self.produce.bind(py);
-        let mut handled = 0usize;
-        let mut sent = 0usize;
         let mut slowest = 0f64;
         let n = batch.len();
         let mut i = start;
         while i < n {
             let began = Instant::now();
-            // Hand entry `i` back to the Python frame (see workers/fastpath.py). The counters
-            // are copied here: no stop may follow an update of them in this iteration.
-            let stop = move |kind: u8, payload: PyObject| -> PyResult<RunResult> {
-                Ok((handled, sent, slowest, Some((i, kind, payload, began.elapsed().as_secs_f64()))))
-            };
-            let entry = batch.get_item(i)?;
-            let entry = entry.downcast::<PyTuple>()?;
+            let entry = batch.get_item(i)?.downcast_into::<PyTuple>()?;
             let ch = entry.get_item(0)?;
-            let plan = match self.inputs.get(&(ch.as_ptr() as usize)) {
-                Some(p) => p,
-                None => return stop(STOP_RECORD, py.None()),
-            };
-            let position = entry.get_item(1)?;
-            let ts = entry.get_item(2)?;
-            let headers = entry.get_item(5)?;
-            // Records without application headers only (the relay's case); the Python
-            // frame strips and checks any others.
-            let no_headers = headers.downcast::<PyTuple>().map(|t| t.is_empty()).unwrap_or(false);
-            if !no_headers || !frame.getattr(latched)?.is_none() {
-                return stop(STOP_RECORD, py.None());
-            }
-            // -- decode (pure: on a failure the Python frame decodes again and refuses)
-            let key = match coded(&plan.decode_key, &entry.get_item(3)?) {
-                Ok(Some(k)) => k,
-                _ => return stop(STOP_RECORD, py.None()),
-            };
-            let value = match coded(&plan.decode_value, &entry.get_item(4)?) {
-                Ok(Some(v)) => v,
-                _ => return stop(STOP_RECORD, py.None()),
-            };
-            // -- the Delivery, slot by slot as its own __init__ would
-            let delivery = self.object_new.bind(py).call1((delivery_type,))?;
-            let values: [&Bound<'_, PyAny>; 7] = [
-                plan.topic.bind(py).as_any(),
-                plan.partition.bind(py),
-                &position,
-                &ts,
-                &key,
-                &value,
-                &headers,
-            ];
-            for (name, value) in self.fields.iter().zip(values.iter()) {
-                // SAFETY: three valid object pointers, held by bound references for the call.
-                let rc = unsafe {
-                    pyo3::ffi::PyObject_GenericSetAttr(
-                        delivery.as_ptr(),
-                        name.as_ptr(),
-                        value.as_ptr(),
-                    )
-                };
-                if rc != 0 {
-                    return Err(PyErr::fetch(py));
-                }
-            }
-            // -- the handler
-            let effects = match plan.handler.bind(py).call1((delivery, self.state.bind(py))) {
-                Ok(e) => e,
-                Err(err) => {
-                    if err.is_instance_of::<PyException>(py) {
-                        let exc = err.into_value(py).into_any();
-                        return stop(STOP_RAISED, exc);
-                    }
-                    return Err(err);
-                }
-            };
-            let to_python = move |effects: Bound<'py, PyAny>| stop(STOP_EFFECTS, effects.unbind());
-            if !effects.get_type().is(effects_type) || !frame.getattr(latched)?.is_none() {
-                return to_python(effects);
-            }
-            let writes = effects.getattr(writes_name)?;
-            let sends = effects.getattr(sends_name)?;
-            let (writes, sends) = match (writes.downcast::<PyTuple>(), sends.downcast::<PyTuple>()) {
-                (Ok(w), Ok(s)) => (w.clone(), s.clone()),
-                _ => return to_python(effects),
-            };
-            if !writes.is_empty() || sends.len() > 1 {
-                return to_python(effects);
-            }
-            if sends.len() == 1 {
-                let send = sends.get_item(0)?;
-                if !send.get_type().is(send_type) {
-                    return to_python(effects);
-                }
-                let name = send.getattr(channel_name)?.getattr(name_name)?;
-                let out = match name.downcast::<PyString>() {
-                    Ok(s) => match self.outputs.get(s.to_str()?) {
-                        Some(o) => o,
-                        None => return to_python(effects),
+            let stopped = match self.inputs.get(&(ch.as_ptr() as usize)) {
+                None => Some((STOP_RECORD, py.None())),
+                Some(plan) => match plan.max_records {
+                    None => match self.run_record(py, plan, &entry)? {
+                        None => {
+                            self.handled.set(self.handled.get() + 1);
+                            i += 1;
+                            None
+                        }
+                        stop => stop,
                     },
-                    Err(_) => return to_python(effects),
-                };
-                let send_headers = send.getattr(headers_name)?;
-                if !send_headers.downcast::<PyTuple>().map(|t| t.is_empty()).unwrap_or(false) {
-                    return to_python(effects);
-                }
-                // Serializers are pure and their failures are refusals the Python frame
-                // words: on anything but bytes or None out, it plans the send again.
-                let k = match coded(&out.encode_key, &send.getattr(key_name)?) {
-                    Ok(Some(k)) if k.is_none() || k.is_exact_instance_of::<PyBytes>() => k,
-                    _ => return to_python(effects),
-                };
-                let v = match coded(&out.encode_value, &send.getattr(value_name)?) {
-                    Ok(Some(v)) if v.is_none() || v.is_exact_instance_of::<PyBytes>() => v,
-                    _ => return to_python(effects),
-                };
-                if !frame.getattr(latched)?.is_none() {
-                    return to_python(effects);
-                }
-                let own_ts = send.getattr(ts_name)?;
-                let send_ts = if own_ts.is_none() { ts.clone() } else { own_ts };
-                let stamp = PyTuple::new(py, [self.causes_key.bind(py).as_any(), &entry.get_item(6)?])?;
-                let stamped = PyList::new(py, [stamp])?;
-                let kwargs = PyDict::new(py);
-                kwargs.set_item(on_delivery_name, self.on_delivery.bind(py))?;
-                kwargs.set_item(timestamp_name, &send_ts)?;
-                kwargs.set_item(headers_name, &stamped)?;
-                if let Err(err) = produce.call((out.topic.bind(py), &v, &k), Some(&kwargs)) {
-                    if !err.is_instance_of::<PyException>(py) {
-                        return Err(err);
+                    Some(limit) => {
+                        let end = run_end(batch, i, limit)?;
+                        match self.run_batch(py, plan, batch, i, end)? {
+                            None => {
+                                self.handled.set(self.handled.get() + (end - i));
+                                let took = began.elapsed().as_secs_f64() / (end - i) as f64;
+                                if took > slowest {
+                                    slowest = took;
+                                }
+                                i = end;
+                                continue;
+                            }
+                            stop => stop,
+                        }
                     }
-                    let planned = PyTuple::new(py, [
-                        out.topic.bind(py).as_any().clone(),
-                        k,
-                        v,
-                        stamped.into_any(),
-                        send_ts,
-                    ])?;
-                    return stop(STOP_PRODUCE, planned.into_any().unbind());
-                }
-                sent += 1;
-                self.sent.set(sent);
+                },
+            };
+            if let Some((kind, payload)) = stopped {
+                let spent = began.elapsed().as_secs_f64();
+                let stop = (i, kind, payload, spent);
+                return Ok((self.handled.get(), self.sent.get(), self.calls.get(), slowest, Some(stop)));
             }
-            handled += 1;
-            self.handled.set(handled);
             let took = began.elapsed().as_secs_f64();
             if took > slowest {
                 slowest = took;
             }
-            i += 1;
         }
-        Ok((handled, sent, slowest, None))
+        Ok((self.handled.get(), self.sent.get(), self.calls.get(), slowest, None))
     }
 }
 
