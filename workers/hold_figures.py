@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
@@ -112,16 +112,24 @@ class HoldFigures:
 
 
 def consumer_positions(
-    consumer: Any,
+    consumer: Any, committed: Mapping[tuple[str, int], int],
 ) -> Callable[[Collection[tuple[str, int]]], dict[tuple[str, int], int]]:
     """The reader's positions for :meth:`HoldFigures.classify`: ``consumer.position``, a local
-    call (no request); partitions without a position yet, or a failed client, are left out."""
+    call (no request), and where the consumer has no position yet (nothing fetched since a
+    start: a partition at its end, or past trailing markers) the committed read position
+    in ``committed``, where it starts reading; a partition in neither, or a failed client's
+    without a committed one, is left out."""
     def positions(channels: Collection[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        out = {c: committed[c] for c in channels if committed.get(c, -1) >= 0}
         if consumer is None:
-            return {}
+            return out
         try:
             found = consumer.position([TopicPartition(t, p) for t, p in sorted(channels)])
         except KafkaException:
-            return {}
-        return {(tp.topic, tp.partition): int(tp.offset) for tp in found if tp.offset >= 0}
+            return out
+        for tp in found:
+            key = (tp.topic, tp.partition)
+            if tp.offset >= 0 and tp.offset > out.get(key, -1):
+                out[key] = int(tp.offset)
+        return out
     return positions

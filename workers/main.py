@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from parsley.declarations import group_instance_id, ordering_changelog, store_changelog
 from parsley.engine.channel import ChannelId
@@ -42,6 +42,7 @@ from workers.kafka_errors import ErrorKind, SubstrateError, classify
 from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
+from workers.positions import engine_start_positions
 from workers.process_setup import configure_logging, in_spawned_child, start_watchdog
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.rebalance import Assignment
@@ -197,13 +198,16 @@ class Worker:
         self.state = TaskState.REBALANCING
 
     def start_engine(self, *, seek: bool) -> None:
-        """Start the engine at the group's committed read positions (and rewind to them)."""
+        """Start the engine at the group's committed read positions (and rewind to them);
+        a position a task committed past markers it never fed starts the engine at its
+        coverage + 1 (:func:`workers.positions.engine_start_positions`)."""
         assert self.engine is not None and self.consumer is not None
-        committed = self.reads.started(committed_positions(self.consumer, self.expected))
-        self.engine.start({
-            self.channels[t]: off for (t, _p), off in committed.items()
-            if off != OFFSET_INVALID and off >= 0
-        })
+        found = committed_positions(self.consumer, self.expected)
+        committed = self.reads.started({key: off for key, (off, _m) in found.items()})
+        engine = self.engine
+        starts = engine_start_positions(
+            found, {(t, p): engine.covered(self.channels[t]) for (t, p) in found})
+        engine.start({self.channels[t]: off for (t, _p), off in starts.items()})
         if seek:
             for (t, p), off in committed.items():
                 if off >= 0:
@@ -285,8 +289,8 @@ class Worker:
             restore=self.restore, delivered=self.counters.delivered(self.step), lag=lag,
             commits=self.txn.commits, commit_latency_ms=self.txn.last_commit_ms,
             from_checkpoint=self.restorer.from_checkpoint,
-            classify=lambda d: self.hold_figures.classify(d, self.clients.admin,
-                                                          consumer_positions(consumer))) | {
+            classify=lambda d: self.hold_figures.classify(
+                d, self.clients.admin, consumer_positions(consumer, self.reads.read))) | {
                 "metrics": self.metric_fields(),
                 "recovery": self.task_timeout.status(time.monotonic()),
                 "recoveries": self.task_timeout.recoveries}

@@ -241,8 +241,11 @@ class Reads:
         return committed
 
 
-def committed_positions(consumer: Consumer, partitions: Iterable[tuple[str, int]]) -> Positions:
-    """The group's committed offsets of ``partitions`` (``Consumer.committed``, 30 s).
+def committed_positions(consumer: Consumer, partitions: Iterable[tuple[str, int]]
+                        ) -> dict[tuple[str, int], tuple[int, str]]:
+    """The group's committed offsets of ``partitions`` with their commit metadata
+    (``Consumer.committed``, 30 s): ``{(topic, partition): (offset, metadata)}``, the
+    offset negative where none is committed, the metadata ``""`` where none was given.
 
     Raises:
         SubstrateError: the request failed (classified).
@@ -252,4 +255,4 @@ def committed_positions(consumer: Consumer, partitions: Iterable[tuple[str, int]
         got = call("committed", consumer.committed, tps, timeout=30)
     except KafkaException as exc:
         raise to_exception(exc, "reading the group's committed offsets") from exc
-    return {(tp.topic, tp.partition): tp.offset for tp in got}
+    return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in got}

@@ -33,6 +33,7 @@ __all__ = [
     "ForeignCommit",
     "ForeignPosition",
     "GroupMember",
+    "engine_start_positions",
     "foreign_member_refusal",
     "foreign_members",
     "foreign_position_warning",
@@ -164,6 +165,42 @@ def foreign_positions(
         if cov == FED_TO_END:
             continue
         out.append(ForeignPosition(key[0], key[1], offset, cov, metadata))
+    return out
+
+
+def engine_start_positions(
+    committed: Mapping[tuple[str, int], tuple[int, str]],
+    covered: Mapping[tuple[str, int], int | None],
+) -> dict[tuple[str, int], int]:
+    """The start position the engine is given per partition, from the group's commits.
+
+    A start settles every position below its start position (docs/model.md, "The
+    session floor"). A position a task's transaction committed (:data:`TASK_METADATA`)
+    may lie past trailing transaction markers and aborted records that the task never
+    fed (``workers.offsets.positions_past_markers``); the ordering state committed with
+    it records what was fed, its coverage. Such a start begins at coverage + 1 instead,
+    so that a cause at a marker's offset is held after a start as it was before it, until
+    a later record on the channel arrives (docs/failing-closed.md, ``no_record``; seed
+    001's runbook: a restart rebuilds the same hold). Any other commit (the bootstrap's:
+    a starting position, a reset) is taken as it is.
+
+    Args:
+        committed: ``{(topic, partition): (offset, metadata)}``; negative offsets
+            (none committed) are left out of the result.
+        covered: ``{(topic, partition): coverage}`` of the restored ordering state
+            (``None`` or absent: never covered).
+
+    Returns:
+        ``{(topic, partition): start position}``, never above the committed offset.
+    """
+    out: dict[tuple[str, int], int] = {}
+    for key, (offset, metadata) in committed.items():
+        if offset < 0:
+            continue
+        cov = covered.get(key)
+        if metadata == TASK_METADATA and cov != FED_TO_END:
+            offset = min(offset, (-1 if cov is None else cov) + 1)
+        out[key] = offset
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.bootstrap.common import BOOTSTRAP_METADATA as COORDINATOR_BOOTSTRAP_METADATA
 from parsley.engine.channel import FED_TO_END
 from parsley.refusals import Reason
@@ -11,6 +13,7 @@ from workers.positions import (
     BOOTSTRAP_METADATA,
     TASK_METADATA,
     ForeignPosition,
+    engine_start_positions,
     foreign_member_refusal,
     foreign_members,
     foreign_position_warning,
@@ -79,3 +82,29 @@ def test_members_other_than_the_tasks_are_foreign_and_named() -> None:
     assert_seed_shape(Reason.SUBSTRATE_MISCONFIGURED, refusal.detail)
     assert "client id console-consumer-1 on host 10.0.0.9" in refusal.detail
     assert "kafka-consumer-groups --describe --group shop-relay --members" in refusal.detail
+
+
+# -- engine_start_positions: a task's commit past markers starts at coverage + 1 ----------
+
+T, B = TASK_METADATA, BOOTSTRAP_METADATA
+
+
+@pytest.mark.parametrize(("committed", "covered", "expected"), [
+    ((5, T), 2, 3),          # committed past two markers the task never fed
+    ((3, T), 2, 3),          # committed right after the last record fed
+    ((4, T), None, 0),       # only markers and aborted records so far: nothing settled
+    ((4, T), FED_TO_END, 4),  # a deleted topic's channel keeps its sentinel
+    ((5, T), 10, 5),         # never above the committed offset
+    ((100, B), None, 100),   # a starting position the bootstrap committed settles below it
+    ((100, B), 7, 100),      # a reset's boundary likewise
+    ((9, ""), 2, 9),         # any other commit is the bootstrap's to judge (foreign_positions)
+])
+def test_a_tasks_commit_past_markers_starts_the_engine_at_coverage_plus_one(
+        committed: tuple[int, str], covered: int | None, expected: int) -> None:
+    key = ("orders", 2)
+    assert engine_start_positions({key: committed}, {key: covered}) == {key: expected}
+
+
+def test_no_committed_offset_gives_no_start_position() -> None:
+    assert engine_start_positions({("a", 0): (-1001, ""), ("b", 1): (0, T)},
+                                  {("b", 1): None}) == {("b", 1): 0}
