@@ -29,6 +29,9 @@ TEST_WORKERS ?= 6
 # broker's tests, each on a private broker of its own; the rest's: tests/conftest.py);
 # within a lane, one test at a time.
 SERIAL_LANES ?= 3
+# Lanes of the load phase: the 3-broker cluster's tests, the other load tests' (1: one lane
+# for all, one test at a time).
+LOAD_LANES ?= 2
 DEMO_ARGS ?=
 
 .PHONY: test lint venv demo demo-data
@@ -60,7 +63,7 @@ $(STAMP): setup.cfg pyproject.toml $(NATIVE_SRC)
 # for 25), so a log shows where the minutes went.
 DURATIONS ?= --durations=10
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
-LOAD_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n 2 --dist loadgroup)
+LOAD_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(LOAD_LANES)),-n $(LOAD_LANES) --dist loadgroup))
 SERIAL_XDIST_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),$(if $(filter-out 0 1,$(SERIAL_LANES)),-n $(SERIAL_LANES) --dist loadgroup))
 define RUN_PHASES
 parallel=0; $(VPY) -m pytest tests --phase parallel --basetemp "$$bt/p" $(DURATIONS) $(XDIST_ARGS) $(PYTEST_ARGS) || parallel=$$?; \

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from parsley import refusal_shapes as shapes
 from parsley.channels import Channel, Store
@@ -267,6 +267,23 @@ class Write:
             raise TypeError(f"a write needs a Store, got {type(self.store).__name__}")
 
 
+class _ClassOnlySend:
+    """``Effects.send``: on the class, the one-send constructor (:meth:`_EffectsClass.send`);
+    on an instance, an ``AttributeError`` that names it and the builder (an instance's
+    ``.send`` would read as chaining, which would drop the first send). A descriptor rather
+    than ``__getattr__``, which would keep Python 3.11 from specialising the slot reads of
+    ``Effects.sends`` and ``Effects.writes`` on the handler frame's path."""
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        if obj is None:
+            return _EffectsClass.send.__get__(owner, type(owner))
+        raise AttributeError(
+            "'Effects' object has no attribute 'send': Effects.send(channel, key, value) "
+            "makes the effects of one send and does not chain; for several sends or a "
+            "store write use Effects.builder().send(...).send(...).build()",
+            name="send", obj=obj)
+
+
 class _EffectsClass(type):
     """The class of :class:`Effects`: holds :meth:`send`, so that ``Effects.send(...)``
     works and ``Effects.send(a, ...).send(b, ...)`` is an ``AttributeError`` (a chained
@@ -315,6 +332,7 @@ class Effects(metaclass=_EffectsClass):
 
     sends: tuple[Send, ...] = ()
     writes: tuple[Write, ...] = ()
+    send: ClassVar[_ClassOnlySend] = _ClassOnlySend()
 
     def __init__(self, sends: tuple[Send, ...] = (), writes: tuple[Write, ...] = ()) -> None:
         _e_sends(self, sends)
@@ -324,22 +342,6 @@ class Effects(metaclass=_EffectsClass):
     def none() -> Effects:
         """Effects of a step that changes nothing."""
         return _NONE
-
-    def __getattr__(self, name: str) -> Any:
-        """Only reached for a name the instance lacks: ``send`` says where sending is
-        (``Effects.send`` is the class's one-send constructor, :meth:`_EffectsClass.send`,
-        and does not chain; several sends or a write go through :meth:`builder`).
-
-        Raises:
-            AttributeError: always, naming the builder for ``send``.
-        """
-        if name == "send":
-            raise AttributeError(
-                "'Effects' object has no attribute 'send': Effects.send(channel, key, value) "
-                "makes the effects of one send and does not chain; for several sends or a "
-                "store write use Effects.builder().send(...).send(...).build()",
-                name=name, obj=self)
-        raise AttributeError(f"'Effects' object has no attribute {name!r}", name=name, obj=self)
 
     @staticmethod
     def builder() -> EffectsBuilder:

@@ -84,7 +84,8 @@ ON_DEMAND_BROKERS = frozenset({"kafka_cluster", "secured_broker", "private_kafka
 """Fixtures whose brokers start when first asked for (3 JVMs for the cluster, one each for
 the others). Under pytest-xdist each worker is a session of its own and would start its
 own: each fixture's tests are one ``xdist_group``, so one worker runs them all and starts
-it once."""
+it once; ``private_kafka``'s are two groups (:data:`PRIVATE_SECOND_LANE`), so two workers
+start one each."""
 SERIAL_BROKERS = frozenset({"kafka_cluster", "private_kafka"})
 """Of :data:`ON_DEMAND_BROKERS`, those whose tests are also ``serial``: they kill, restart
 or freeze brokers and bound the recovery's time, which the parallel phase's load would
@@ -340,7 +341,8 @@ def _private_kafka_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
 def private_kafka(_private_kafka_dir: Path) -> Iterator[PrivateBroker]:
     """A private dev broker that this test may stop, restart (same port and data) or freeze.
 
-    One broker serves every such test of the session (one JVM start, not one per test;
+    One broker serves every such test of the session (of an xdist worker: one per lane,
+    :data:`PRIVATE_SECOND_LANE`; one JVM start, not one per test;
     the shared broker of ``kafka_broker`` is never stopped). It is running and warmed when
     the test starts, whatever an earlier test left (``devtools.private_broker.ready``), and
     thawed after the test. Topics of earlier tests remain: use unique names.

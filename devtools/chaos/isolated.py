@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -16,12 +17,29 @@ import multiprocess  # the coordinator's own process library (spawn; dill pickle
 
 from devtools.chaos.harness import ChaosFailure, ChaosResult, ChaosSettings, run_chaos
 
-__all__ = ["ISOLATED_EXIT_S", "run_chaos_isolated"]
+__all__ = ["ISOLATED_EXIT_S", "START_BOUND_S", "run_bound_s", "run_chaos_isolated"]
 
 
 ISOLATED_EXIT_S = 30.0
 """Bound on :func:`run_chaos_isolated`'s child exiting once it has sent its result, s
 (it is killed past it)."""
+
+
+START_BOUND_S = 600.0
+"""What :func:`run_bound_s` allows a run for its brokers' start, its first start, its stop
+and its verdict, s."""
+
+
+def run_bound_s(settings: ChaosSettings) -> float:
+    """An outer bound on a run of ``settings``, s: each fault's recovery bound, its longest
+    gap and a minute for the fault itself (or the run's minutes), the drain's bound, and
+    :data:`START_BOUND_S`. The harness bounds each step itself; this one only catches a
+    child that hangs regardless."""
+    if settings.faults is None:
+        faults_s = (settings.minutes or 0.0) * 60 + settings.recovery_s
+    else:
+        faults_s = settings.faults * (settings.recovery_s + settings.gap_s[1] + 60.0)
+    return START_BOUND_S + faults_s + settings.drain_s
 
 
 def run_chaos_isolated(settings: ChaosSettings) -> ChaosResult:
@@ -38,8 +56,9 @@ def run_chaos_isolated(settings: ChaosSettings) -> ChaosResult:
 
     Raises:
         ChaosFailure: the child ended without a result (a crash: its exit status, a
-            negative signal number, is named), or did not exit within
-            :data:`ISOLATED_EXIT_S` after sending it (killed, the result still returned).
+            negative signal number, is named), or sent none within :func:`run_bound_s`
+            (killed). A child that does not exit within :data:`ISOLATED_EXIT_S` after
+            sending its result is killed, and the result returned.
     """
     ctx = multiprocess.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
@@ -47,10 +66,15 @@ def run_chaos_isolated(settings: ChaosSettings) -> ChaosResult:
     child.start()
     send.close()
     result: ChaosResult | None = None
+    deadline = time.monotonic() + run_bound_s(settings)
     try:
         # Readable once a result is sent, or once the child is gone (then recv sees EOF).
         while not receive.poll(1.0) and child.is_alive():
-            pass
+            if time.monotonic() > deadline:
+                child.kill()
+                raise ChaosFailure(
+                    f"the chaos harness's process (pid {child.pid}) sent no result within "
+                    f"{run_bound_s(settings):.0f} s (its bounds add up to less): killed")
         with contextlib.suppress(EOFError):
             result = receive.recv()
     finally:
@@ -75,8 +99,8 @@ def _run_and_send(settings: ChaosSettings, send: Any) -> None:
         result = ChaosResult(seed=settings.seed,
                              failure=f"the harness raised: {traceback.format_exc()}"
                              if isinstance(exc, Exception) else repr(exc))
+    sys.stdout.flush()
+    sys.stderr.flush()  # the run's last lines before the parent prints its report
     send.send(result)
     send.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
     os._exit(0)

@@ -100,7 +100,7 @@ class DrivenTask:
         positions: committed read positions, topic -> next offset to feed.
         delivered: messages delivered in committed steps.
         batch_calls: batch-handler calls (``Process.receives_batch``) made, aborted
-            steps' included.
+            steps' and calls that raised included (``HandlerFrame.batch_calls``).
     """
 
     def __init__(
@@ -218,10 +218,15 @@ class DrivenTask:
                         # As the worker: a run of this channel's heads in one call, its
                         # sends stamped with the frontier after the run's last delivery.
                         end = _run_end(entries, i, limit)
-                        result = frame.deliver_batch(topic, ch.partition, [
-                            (e[1], e[2], e[3], e[4], e[5]) for e in entries[i:end]])
+                        before = frame.batch_calls
+                        try:
+                            result = frame.deliver_batch(topic, ch.partition, [
+                                (e[1], e[2], e[3], e[4], e[5]) for e in entries[i:end]])
+                        finally:
+                            # Counted once the handler is called, as the worker counts
+                            # (HandlerFrame.batch_calls): a call that raised included.
+                            self.batch_calls += frame.batch_calls - before
                         causes = entries[end - 1][6]
-                        self.batch_calls += 1
                     if result.writes:
                         self.stores.apply(result.writes)
                     sends.extend(StepSend(s, causes) for s in result.sends)

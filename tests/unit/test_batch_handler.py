@@ -296,3 +296,17 @@ def test_the_test_driver_runs_a_batch_handler_as_the_per_record_one(
             task = driver._process("x").tasks[0]
             assert task.batch_calls == -(-len(values) // max_records)
     assert outs[0] == outs[1] == [("k", v * 2) for v in values]
+
+
+def test_the_test_driver_counts_a_batch_call_that_raised_as_the_worker_does() -> None:
+    src = Channel("src", STRING, JSON)
+    dst = Channel("dst", STRING, JSON)
+
+    def boom(ds: Sequence[Delivery[Any, Any]], s: State) -> Effects:
+        raise RuntimeError("boom")
+
+    driver = ParsleyTestDriver(Process("x").receives_batch(src, boom, 5).sends(dst))
+    with pytest.raises(HandlerFailure):
+        driver.pipe("src", 1, "k")
+    # Counted once the handler is called (HandlerFrame.batch_calls), raised or not.
+    assert driver._process("x").tasks[0].batch_calls == 1

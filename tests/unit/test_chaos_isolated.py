@@ -41,3 +41,12 @@ def test_a_harness_that_raises_returns_a_failed_result(tmp_path: Path) -> None:
     assert not result.ok
     assert result.failure is not None and "RuntimeError: a harness bug" in result.failure, \
         result.failure
+
+
+def test_the_outer_bound_covers_every_fault_and_the_drain() -> None:
+    from devtools.chaos.isolated import START_BOUND_S, run_bound_s
+
+    four = ChaosSettings(faults=4, recovery_s=90, gap_s=(2, 5), drain_s=120)
+    assert run_bound_s(four) == START_BOUND_S + 4 * (90 + 5 + 60) + 120
+    timed = ChaosSettings(faults=None, minutes=10, recovery_s=90, drain_s=120)
+    assert run_bound_s(timed) == START_BOUND_S + 600 + 90 + 120

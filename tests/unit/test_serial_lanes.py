@@ -21,7 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LOAD_LANE, LOAD_SECOND_LANE, PRIVATE_SECOND_LANE, SHARED_SERIAL_GROUP
+from tests.conftest import (
+    LOAD_LANE,
+    LOAD_SECOND_LANE,
+    PRIVATE_SECOND_LANE,
+    PRIVATE_SECOND_MODULES,
+    SHARED_SERIAL_GROUP,
+)
 
 REPORTER = '''
 def pytest_collection_finish(session):
@@ -60,6 +66,11 @@ def test_each_serial_test_has_one_of_three_lanes_and_the_load_tests_two_of_their
              if groups not in lanes or load or cluster]
     assert not wrong, f"serial tests outside one of {sorted(lanes)}, or load tests: {wrong}"
     assert {groups for _, groups, _, _ in serial} == lanes
+    # Each module the second private lane names exists and lands there (a renamed one
+    # would fall back to the first lane unseen).
+    second = {Path(node.split("::")[0]).name for node, groups, _, _ in serial
+              if groups == PRIVATE_SECOND_LANE}
+    assert second == PRIVATE_SECOND_MODULES, (second, PRIVATE_SECOND_MODULES)
 
     load = _phase("load", tmp_path)
     assert any(cluster for *_, cluster in load) and any(marked for _, _, marked, _ in load)

@@ -262,12 +262,24 @@ def _drain(handler: Any, key_serde: Any, value_serde: Any, fast: bool,
             return handler(ds, s)
         process = Process("p").receives_batch(received, logged, max_records)
     process = process.sends(OUT, TEXT_OUT).stores(COUNTS)
+    return _step_through(process, engine, {"in": CH}, refuse, fast,
+                         None if max_records is None else size, handed)
+
+
+def _step_through(process: Process, engine: Any, channels: dict[str, Any],
+                  refuse: dict[int, BaseException], fast: bool, size: int | None,
+                  handed: list[tuple[Any, ...]]) -> tuple[tuple[Any, ...], _Counting]:
+    """Drain ``engine``'s deliveries through a :class:`TaskStep` of ``process`` (delivery
+    batches of ``size`` when given), with the native fast path or without, ``produce``
+    refusing the calls in ``refuse``. Returns ``(sent, store writes applied, delivered,
+    produce calls counted, failure (a refusal, a handler failure or a KeyboardInterrupt),
+    batch-handler calls, handed)`` and the fast path's :class:`_Counting`."""
     stores = _Stores()
     txn = _Txn(dict(refuse))
     step = TaskStep(task=0, engine=engine, frame=HandlerFrame(process, 0, stores),
-                    stores=stores, txn=txn, channels={"in": CH},  # type: ignore[arg-type]
+                    stores=stores, txn=txn, channels=channels,  # type: ignore[arg-type]
                     ordering_topic="o", store_topics={}, fast=fast)
-    if max_records is not None:
+    if size is not None:
         step.batches = _FixedBatches(size)  # type: ignore[assignment]
     assert (step._fast is not None) == fast
     counting = _Counting(step._fast)
@@ -777,26 +789,7 @@ def _drain_channels(a: Spec, b: Spec, fast: bool,
         process = (process.receives(channel, logged) if max_records is None
                    else process.receives_batch(channel, logged, max_records))
     process = process.sends(OUT, TEXT_OUT).stores(COUNTS)
-    stores = _Stores()
-    txn = _Txn(dict(refuse))
-    step = TaskStep(task=0, engine=engine, frame=HandlerFrame(process, 0, stores),
-                    stores=stores, txn=txn, channels=ids,  # type: ignore[arg-type]
-                    ordering_topic="o", store_topics={}, fast=fast)
-    step.batches = _FixedBatches(10)  # type: ignore[assignment]
-    assert (step._fast is not None) == fast
-    counting = _Counting(step._fast)
-    if fast:
-        step._fast = counting
-    failure: tuple[Any, ...] | None = None
-    try:
-        while True:
-            step.drain()
-            if not step.more:
-                break
-    except (ParsleyFailClosedError, HandlerFailure) as exc:
-        failure = (type(exc).__name__, getattr(exc, "reason", None), str(exc))
-    return (txn.sent, stores.applied, step.delivered, txn.ledger.counted, failure,
-            step.handler_batches, handed), counting
+    return _step_through(process, engine, ids, refuse, fast, 10, handed)
 
 
 _TWO_CHANNELS: dict[str, tuple[Spec, Spec, tuple[int, ...]]] = {
