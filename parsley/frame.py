@@ -35,7 +35,7 @@ from parsley.declarations import (
     Store,
     same_store,
 )
-from parsley.effects import _REFUSAL_LATCH, new_delivery
+from parsley.effects import _REFUSAL_LATCH, EffectsBuilder, new_delivery
 from parsley.engine.channel import Header
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.serdes import BytesSerde, JsonSerde, StringSerde, decoder, encoder
@@ -704,7 +704,10 @@ class HandlerFrame:
                     + APPLICATION_REMEDY,
                 )
             if not isinstance(effects, Effects):
-                wrong = TypeError(f"handler returned {type(effects).__name__}, not Effects")
+                hint = (": call .build() on it" if isinstance(effects, EffectsBuilder)
+                        else "")
+                wrong = TypeError(
+                    f"handler returned {type(effects).__name__}, not Effects{hint}")
                 raise HandlerFailure(self.task, topic, partition, offset,
                                      _describe(wrong)) from wrong
         sends, writes = effects.sends, effects.writes

@@ -129,6 +129,9 @@ class Worker:
                                             self.reads.floors)
         self.checkpoint_ends: list[Any] | None = None
         """The changelogs' ends after a clean stop's last commit (``workers.checkpoint``)."""
+        self.unfed = False
+        """Whether the consumer returned records the step has not been fed yet (its
+        position counts them): :meth:`_past_markers` commits nothing past markers then."""
         self.member_fenced = False
         """Whether the consumer reported its static member fenced or failed (see
         :func:`workers.verdicts.timed_out`)."""
@@ -445,7 +448,11 @@ class Worker:
     def _past_markers(self) -> dict[tuple[str, int], int]:
         """Positions to commit past trailing transaction markers and aborted records
         (:func:`workers.offsets.positions_past_markers`). ``Consumer.position`` is local:
-        the position of what was returned to the loop, all of which was fed."""
+        the position of what was returned to the loop, which is all fed unless
+        :attr:`unfed` (a fetched batch's error handled before its records are fed, which
+        may commit): then none, or the commit would pass records never fed."""
+        if self.unfed:
+            return {}
         assert self.consumer is not None and self.step is not None
         got = self.consumer.position([TopicPartition(t, p) for t, p in sorted(self.expected)])
         known = {**self.reads.read, **self.step.pending_positions}
@@ -647,14 +654,19 @@ class Worker:
             self._idle_progress(bool(messages))
         if messages:
             good, errors = split_errors(messages)
+            # The consumer's position already counts these records: no commit past markers
+            # until they are fed (an error's handling may commit first).
+            self.unfed = bool(good)
             for msg in errors:
                 self._consumer_error(msg.error(), msg)
             if good and self.state is TaskState.RUNNING:
                 assert self.step is not None
                 began = time.monotonic()
                 self.step.feed(good)
+                self.unfed = False
                 self.sizer.observe(self._drain(), time.monotonic() - began)
                 draining = False
+            self.unfed = False  # not running: they are read again from the committed position
         if draining and self.state is TaskState.RUNNING:
             # The previous pass ended mid-drain (its time ran out or it committed): go on.
             assert step is not None and step is self.step

@@ -522,6 +522,13 @@ def test_returning_something_other_than_effects_fails_the_handler() -> None:
     assert str(info.value).endswith("TypeError: handler returned list, not Effects")
 
 
+def test_a_builder_returned_without_build_is_named() -> None:
+    with pytest.raises(HandlerFailure) as info:
+        _deliver(_frame(lambda d, s: Effects.builder().send(AUDIT, "k", 1)))
+    assert str(info.value).endswith(
+        "TypeError: handler returned EffectsBuilder, not Effects: call .build() on it")
+
+
 def test_a_topic_the_process_does_not_receive_is_a_worker_bug() -> None:
     with pytest.raises(ValueError, match="tally was fed audit, which it does not receive"):
         _frame(lambda d, s: Effects.none()).deliver("audit", 0, 0, 0, None, None)
