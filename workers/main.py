@@ -222,8 +222,11 @@ class Worker:
             # before the next step would otherwise be unnamed again at the next start.
             self.step.touch()
             self.names_learned = False
-        log.info("%s task %d running from committed positions %s", self.app_id, self.task,
-                 {f"{t}-{p}": o for (t, p), o in committed.items()})
+        lowered = {f"{t}-{p}": o for (t, p), o in starts.items() if o < committed[(t, p)]}
+        log.info("%s task %d running from committed positions %s%s", self.app_id, self.task,
+                 {f"{t}-{p}": o for (t, p), o in committed.items()},
+                 f" (the engine from {lowered}: offsets past markers it never fed)"
+                 if lowered else "")
         # Say so now, not at the next status period: an operator (and the coordinator's
         # view) sees the task running as soon as it is.
         self._maybe_status(force=True)

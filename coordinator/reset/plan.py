@@ -17,7 +17,7 @@ from typing import Any
 from coordinator.bootstrap.common import BOOTSTRAP_METADATA
 from parsley.declarations import application_id
 from parsley.engine.channel import FED_TO_END
-from workers.positions import GroupMember
+from workers.positions import TASK_METADATA, GroupMember
 
 __all__ = [
     "PartitionBoundary",
@@ -181,8 +181,12 @@ def current_positions(
 
     The head of a channel's held messages where it holds any (they are re-read and
     delivered in the new lifetime rather than discarded with the ordering state); else
-    the coverage + 1 (what it reads next: docs/model.md, "Covered and settled"); else the
-    group's committed offset. A channel fed to its end (a deleted topic) has none.
+    the coverage + 1 (what it reads next: docs/model.md, "Covered and settled"), or the
+    group's committed offset where a task's transaction committed it past that (past
+    trailing markers and aborted records it never fed: docs/failing-closed.md, "Read
+    positions"; nothing is read twice, and retention emptying the partition leaves the
+    position at the log start); else the group's committed offset. A channel fed to its
+    end (a deleted topic) has none.
 
     Args:
         heads: ``{(topic, partition): held head}`` from the ordering state.
@@ -193,7 +197,11 @@ def current_positions(
         ``{(topic, partition): offset}`` for every partition one of the three names.
     """
     out = {k: o for k, (o, _m) in committed.items()}
-    out.update({k: c + 1 for k, c in covered.items() if c != FED_TO_END})
+    for k, c in covered.items():
+        if c == FED_TO_END:
+            continue
+        offset, metadata = committed.get(k, (-1, ""))
+        out[k] = offset if metadata == TASK_METADATA and offset > c + 1 else c + 1
     out.update(heads)
     return out
 

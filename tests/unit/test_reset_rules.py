@@ -102,6 +102,19 @@ def test_one_partition_named_leaves_the_others_where_the_process_stands() -> Non
         ("pay", 0): 5}
 
 
+def test_a_tasks_commit_past_trailing_markers_is_where_the_process_stands() -> None:
+    # pay:0 fed 0, then a transaction's commit marker at 1: the task committed 2 past it.
+    # Standing at 2 moves nothing (the quickstart's reset showed "2 -> 1"); a commit of
+    # any other writer past the coverage is not trusted, and a held head still wins.
+    assert current_positions({}, {("pay", 0): 0}, {("pay", 0): (2, "parsley.task")}) == {
+        ("pay", 0): 2}
+    assert current_positions({}, {("pay", 0): 0}, {("pay", 0): (2, "parsley.bootstrap")}) \
+        == {("pay", 0): 1}
+    assert current_positions({}, {("pay", 0): 0}, {("pay", 0): (2, "")}) == {("pay", 0): 1}
+    assert current_positions({("pay", 0): 0}, {("pay", 0): 0},
+                             {("pay", 0): (2, "parsley.task")}) == {("pay", 0): 0}
+
+
 def test_the_members_refusal_names_client_host_and_instance() -> None:
     refusal = members_refusal("p-x", [
         GroupMember("m1", "worker-0", "/10.0.0.1", "p-x-task-000"),
