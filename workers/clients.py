@@ -122,13 +122,19 @@ class TaskClients:
         self.admin = self.new_admin()
         self.identity = IdentityChecker(self.admin)
 
-    def successor_member(self, wait_s: float) -> str | None:
+    def successor_member(self, wait_s: float, *, drop_consumer: bool = False) -> str | None:
         """Another live member of the group with this task's ``group.instance.id``, if any
         (:func:`workers.verdicts.live_successor`, asked through a fresh AdminClient: after
         a fence the old one may be stale).
 
         Args:
             wait_s: how long to look for a candidate, s.
+            drop_consumer: retire the main consumer before looking (:attr:`consumer` is
+                then ``None``, and the loop builds a new one): a static member fenced by
+                the broker after its coordinator froze kept heart-beating the member its
+                own rejoin had left, which then passed for a live successor for 20 s (a
+                3-broker chaos run); retired, it leaves that member to expire within the
+                session timeout, and only another worker's member stays.
 
         Returns:
             That member's id, or ``None`` when none proved live.
@@ -142,6 +148,9 @@ class TaskClients:
                 mine = self.consumer.memberid()
             except (KafkaException, RuntimeError):
                 mine = None
+            if drop_consumer:
+                retire([self.consumer])
+                self.consumer = None
         return live_successor(self.new_admin(), self.app_id, instance, mine, session_s, wait_s)
 
     def close(self, clean: bool) -> None:

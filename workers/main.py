@@ -680,8 +680,9 @@ class Worker:
             self._punctuate()
 
     def successor_member(self, wait_s: float) -> str | None:
-        """:meth:`workers.clients.TaskClients.successor_member` (for the fence verdicts)."""
-        return self.clients.successor_member(wait_s)
+        """:meth:`workers.clients.TaskClients.successor_member` (for the fence verdicts); a
+        fenced static member's consumer is retired first (``drop_consumer``)."""
+        return self.clients.successor_member(wait_s, drop_consumer=self.member_fenced)
 
     def close(self, clean: bool) -> None:
         """Close the clients (:meth:`workers.clients.TaskClients.close`) and the stores."""

@@ -74,6 +74,39 @@ def _blockers(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _await_classes(status: Callable[[], subprocess.CompletedProcess[str]],
+                   run: subprocess.Popen[str],
+                   expected: dict[int, tuple[str, int, int]]) -> dict[int, dict[str, Any]]:
+    """Poll ``status --json`` (within 120 s, while ``run`` lives) until the held heads'
+    first blockers are of ``expected`` (task -> class, last stable offset, end); returns
+    them (:func:`_blockers`)."""
+    deadline = time.monotonic() + 120
+    seen: dict[int, Any] = {}
+    while True:
+        assert run.poll() is None, f"run exited: {run.communicate()[1][-4000:]}"
+        res = status()
+        if res.returncode == 0:
+            blockers = _blockers(orjson.loads(res.stdout))
+            seen = {t: (b["class"], b["last_stable"], b["end"]) for t, b in blockers.items()}
+            if seen == expected:
+                return blockers
+        assert time.monotonic() < deadline, f"classes {seen}, expected {expected}"
+        time.sleep(0.5)
+
+
+def _stop(stop: subprocess.CompletedProcess[str], run: subprocess.Popen[str]) -> None:
+    """``stop``'s answer was clean and ``run`` ended."""
+    assert stop.returncode == 0, stop.stderr
+    run.communicate(timeout=60)
+
+
+def _kill(run: subprocess.Popen[str]) -> None:
+    """Kill ``run`` if it still lives (a failed test's cleanup)."""
+    if run.poll() is None:
+        run.kill()
+        run.communicate()
+
+
 def _await_output(bootstrap: str, topic: str, value: bytes, run: subprocess.Popen[str],
                   why: Callable[[], str]) -> list[bytes]:
     """The committed values of ``topic`` once ``value`` is among them (within 90 s, while
@@ -146,20 +179,7 @@ def test_status_json_table_metrics_and_inspect_class_each_held_head(
         # The three tasks join one at a time, and each join restarts the others; task 2
         # may have committed its read position past orders[2]'s marker before its last
         # start, and the hold must be there after it all the same.
-        deadline = time.monotonic() + 120
-        seen: dict[int, Any] = {}
-        while True:
-            assert run.poll() is None, f"run exited: {run.communicate()[1][-4000:]}"
-            res = cli("status", "--json", *where)
-            if res.returncode == 0:
-                seen = {t: (b["class"], b["last_stable"], b["end"])
-                        for t, b in _blockers(orjson.loads(res.stdout)).items()}
-                if seen == expected:
-                    break
-            assert time.monotonic() < deadline, f"classes {seen}, expected {expected}"
-            time.sleep(0.5)
-        doc = orjson.loads(res.stdout)
-        blockers = _blockers(doc)
+        blockers = _await_classes(lambda: cli("status", "--json", *where), run, expected)
         assert [blockers[t]["required"] for t in (0, 1, 2)] == [5, 1, 1], blockers
         assert [blockers[t]["settled"] for t in (0, 1, 2)] == [0, 0, 0], blockers
 
@@ -178,13 +198,9 @@ def test_status_json_table_metrics_and_inspect_class_each_held_head(
         upstream.commit_transaction(30)
         _await_output(kafka_bootstrap, out.name, b"pay1", run, lambda: (
             f"pay1 not released by the commit: {cli('status', '--json', *where).stdout}"))
-        stop = cli("stop", *where)
-        assert stop.returncode == 0, stop.stderr
-        run.communicate(timeout=60)
+        _stop(cli("stop", *where), run)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+        _kill(run)
 
     inspected = cli("inspect", "--process", "ledger", "--bootstrap-servers", kafka_bootstrap,
                     "--prefix", prefix, "--json")
@@ -209,17 +225,8 @@ def test_status_json_table_metrics_and_inspect_class_each_held_head(
          "--log-status-every", "0"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert again.poll() is None, f"run exited: {again.communicate()[1][-4000:]}"
-            res = cli("status", "--json", *where)
-            if res.returncode == 0:
-                seen = {t: (b["class"], b["last_stable"], b["end"])
-                        for t, b in _blockers(orjson.loads(res.stdout)).items()}
-                if seen == {0: expected[0], 2: expected[2]}:
-                    break
-            assert time.monotonic() < deadline, f"classes {seen} after the restart"
-            time.sleep(0.5)
+        _await_classes(lambda: cli("status", "--json", *where), again,
+                       {0: expected[0], 2: expected[2]})
         assert b"pay2" not in [r.value for r in read_committed(kafka_bootstrap, out.name,
                                                                (0, 1, 2))]
         plain.produce(orders.name, key=b"k", value=b"o2-later", partition=2)
@@ -228,10 +235,6 @@ def test_status_json_table_metrics_and_inspect_class_each_held_head(
             f"pay2 not released by the next record: {cli('status', '--json', *where).stdout}"))
         assert b"pay0" not in values, values
         assert values.count(b"pay2") == 1, values
-        stop = cli("stop", *where)
-        assert stop.returncode == 0, stop.stderr
-        again.communicate(timeout=60)
+        _stop(cli("stop", *where), again)
     finally:
-        if again.poll() is None:
-            again.kill()
-            again.communicate()
+        _kill(again)
