@@ -5,8 +5,8 @@
 #                is set), run every test in three phases on that broker (the tests not
 #                marked serial in TEST_WORKERS pytest-xdist workers; those marked serial in
 #                SERIAL_LANES lanes, one test at a time in each; last, the 3-broker
-#                cluster's tests and the other load tests, two lanes of one test at a
-#                time), stop the broker (also on failure or
+#                cluster's tests and the other load tests, one at a time, or in
+#                LOAD_LANES lanes), stop the broker (also on failure or
 #                Ctrl-C) and exit non-zero when any phase fails. Extra pytest arguments,
 #                given to every phase: make test PYTEST_ARGS=-x; one process, no xdist:
 #                make test TEST_WORKERS=0
@@ -29,9 +29,10 @@ TEST_WORKERS ?= 6
 # broker's tests, each on a private broker of its own; the rest's: tests/conftest.py);
 # within a lane, one test at a time.
 SERIAL_LANES ?= 3
-# Lanes of the load phase: the 3-broker cluster's tests, the other load tests' (1: one lane
-# for all, one test at a time).
-LOAD_LANES ?= 2
+# Lanes of the load phase (2: the 3-broker cluster's tests beside the other load tests').
+# 1 by default: in two lanes the cluster's chaos test met a fenced static member in two of
+# four runs, where one lane had passed it in every run (README.md, "Run the tests").
+LOAD_LANES ?= 1
 DEMO_ARGS ?=
 
 .PHONY: test lint venv demo demo-data

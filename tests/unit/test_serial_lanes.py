@@ -7,7 +7,8 @@ starts (``private_kafka`` or ``private_kafka_b``, one per half of those tests) o
 ``shared_serial``. A serial test with no group would be spread over the lanes by xdist
 and run beside a test of its own lane's broker; one with a fourth group would start a
 fourth lane on a 2-core machine. The load phase (``--phase load``) runs the tests that
-load the machine after the others, in two lanes (the 3-broker cluster's, ``load``'s): one
+load the machine after the others, one at a time or in two lanes (the 3-broker
+cluster's, ``load``'s: Makefile, ``LOAD_LANES``): one
 of them in the serial phase would run beside the private broker's recovery tests, which
 then miss their bounds.
 """
