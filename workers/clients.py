@@ -130,11 +130,11 @@ class TaskClients:
         Args:
             wait_s: how long to look for a candidate, s.
             drop_consumer: retire the main consumer before looking (:attr:`consumer` is
-                then ``None``, and the loop builds a new one): a static member fenced by
-                the broker after its coordinator froze kept heart-beating the member its
-                own rejoin had left, which then passed for a live successor for 20 s (a
-                3-broker chaos run); retired, it leaves that member to expire within the
-                session timeout, and only another worker's member stays.
+                then ``None``, and the loop builds a new one), so that nothing of this
+                worker can keep a member of its own in the group meanwhile. (A member
+                left by a fenced consumer's own last join after a group coordinator
+                failover was still taken for a live successor with this: docs/operations.md,
+                "Fenced: a successor or a timeout", says that case is open.)
 
         Returns:
             That member's id, or ``None`` when none proved live.
