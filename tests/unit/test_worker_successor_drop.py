@@ -1,12 +1,10 @@
 """A fenced static member's consumer is retired before the successor check looks.
 
-In a 3-broker chaos run the broker fenced a task's static consumer after its group
-coordinator froze ("Static consumer fenced by other consumer with same
-group.instance.id"); the fenced consumer kept the member its own rejoin had left alive, the
-check took that member for a live successor, and the task stopped FATAL under ``--restart
-never``. ``TaskClients.successor_member(drop_consumer=True)`` (what ``Worker`` passes when
-``member_fenced``) retires the consumer first, so a member it left expires within the
-session timeout (docs/operations.md, "Fenced: a successor or a timeout").
+``TaskClients.successor_member(drop_consumer=True)`` (what ``Worker`` passes when
+``member_fenced``) retires the consumer first, so that nothing of this worker keeps a member
+in the group while it looks. (It did not cure the self-fence a 3-broker chaos run showed
+after a group coordinator failover, which docs/operations.md, "Fenced: a successor or a
+timeout", keeps open.)
 """
 
 from __future__ import annotations
