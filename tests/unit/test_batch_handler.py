@@ -29,7 +29,7 @@ from parsley.serdes import BYTES, JSON, STRING
 from parsley.testing import ParsleyTestDriver
 from parsley.wire import CAUSES_HEADER, decode_causes, encode_causes
 from tests.engines import engine_cls
-from tests.unit.test_worker_fastpath import _Stores, _Txn
+from tests.unit.test_worker_fastpath import _drain_all, _Stores, _Txn
 from workers.step import TaskStep
 
 A = ChannelId(UUID(int=0xA), 0)
@@ -125,10 +125,7 @@ def _drain(engine_name: str, process: Process, records: Sequence[Record],
     for i in range(0, max(1, len(msgs)), size):
         for m in msgs[i:i + size]:
             engine.receive(m)
-        while True:
-            step.drain()
-            if not step.more:
-                break
+        _drain_all(step)
     return txn, stores, step  # type: ignore[return-value]
 
 

@@ -266,6 +266,14 @@ def _drain(handler: Any, key_serde: Any, value_serde: Any, fast: bool,
                          None if max_records is None else size, handed)
 
 
+def _drain_all(step: TaskStep) -> None:
+    """Drain ``step`` until it has nothing more to deliver."""
+    while True:
+        step.drain()
+        if not step.more:
+            return
+
+
 def _step_through(process: Process, engine: Any, channels: dict[str, Any],
                   refuse: dict[int, BaseException], fast: bool, size: int | None,
                   handed: list[tuple[Any, ...]]) -> tuple[tuple[Any, ...], _Counting]:
@@ -287,10 +295,7 @@ def _step_through(process: Process, engine: Any, channels: dict[str, Any],
         step._fast = counting
     failure: tuple[Any, ...] | None = None
     try:
-        while True:
-            step.drain()
-            if not step.more:
-                break
+        _drain_all(step)
     except (ParsleyFailClosedError, HandlerFailure, KeyboardInterrupt) as exc:
         failure = (type(exc).__name__, getattr(exc, "reason", None), str(exc),
                    type(exc.__cause__).__name__)
@@ -353,10 +358,7 @@ def test_what_a_raising_call_had_handled_is_counted() -> None:
                         stores=stores, txn=txn, channels={"in": CH},  # type: ignore[arg-type]
                         ordering_topic="o", store_topics={}, fast=fast)
         with pytest.raises(KeyboardInterrupt):
-            while True:
-                step.drain()
-                if not step.more:
-                    break
+            _drain_all(step)
         counts.append((step.delivered, txn.ledger.counted, len(txn.sent)))
     assert counts[0] == counts[1] == (4, 4, 4)
 
@@ -386,10 +388,7 @@ def test_a_slow_entry_counts_in_the_batch_sizing_on_either_path(slow_case: str) 
     observed: list[tuple[int, float, float]] = []
     step.batches.observe = lambda n, elapsed, slowest=None: observed.append(  # type: ignore[method-assign]
         (n, elapsed, slowest or 0.0))
-    while True:
-        step.drain()
-        if not step.more:
-            break
+    _drain_all(step)
     assert step.delivered == 5
     assert max(s for _, _, s in observed) >= 0.05, observed
 
@@ -653,10 +652,7 @@ def test_what_a_raising_batch_call_had_handled_is_counted() -> None:
                         ordering_topic="o", store_topics={}, fast=fast)
         step.batches = _FixedBatches(20)  # type: ignore[assignment]
         with pytest.raises(KeyboardInterrupt):
-            while True:
-                step.drain()
-                if not step.more:
-                    break
+            _drain_all(step)
         counts.append((step.delivered, txn.ledger.counted, len(txn.sent), step.handler_batches))
     assert counts[0] == counts[1] == (15, 15, 15, 4)
 
@@ -714,10 +710,7 @@ def test_an_interrupt_inside_a_serde_is_raised_as_the_python_frame_raises_it(
         assert (step._fast is not None) == fast
         step.batches = _FixedBatches(8)  # type: ignore[assignment]
         with pytest.raises(KeyboardInterrupt):
-            while True:
-                step.drain()
-                if not step.more:
-                    break
+            _drain_all(step)
         counts.append((step.delivered, txn.ledger.counted, txn.sent, step.handler_batches))
     assert counts[0] == counts[1]
     assert counts[0][0] == (0 if batched else 3)
@@ -845,8 +838,7 @@ def test_a_fast_frame_refuses_a_max_records_below_1(max_records: int) -> None:
     from parsley.native import NATIVE
     from parsley.wire import CAUSES_HEADER
 
-    if NATIVE is None:
-        pytest.skip("without the native core")
+    assert NATIVE is not None, "the native core did not build (make venv builds it)"
     inputs = {id(CH): ("in", 0, _batch_relay, bytes, bytes, max_records)}
     with pytest.raises(ValueError, match="max_records must be at least 1"):
         NATIVE.FastFrame(inputs, {}, None, None, (Delivery, Effects, Send), print, print,
