@@ -109,8 +109,9 @@ PRIVATE_SECOND_MODULES = frozenset({
     "test_worker_broker_restart.py", "test_group_describe_outage.py"})
 """The modules of the private broker's tests that run in :data:`PRIVATE_SECOND_LANE`;
 the others (``test_broker_restart_in_place.py``, ``test_broker_restart_resume.py``,
-``test_worker_client_log.py``) run in ``private_kafka``'s lane. Split by the durations of a
-fresh-clone CI run: about 185 s and 205 s."""
+``test_worker_client_log.py``, ``test_admin_await_bound.py``) run in ``private_kafka``'s
+lane. Split by the durations of a fresh-clone CI run: about 185 s and 205 s (and about
+15 s since added to the first lane)."""
 LOAD_SECOND_LANE = "load"
 """The ``xdist_group`` of the tests marked ``load`` that use no 3-broker cluster (a chaos
 harness on a broker of its own, many clients): the load phase's second lane."""

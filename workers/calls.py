@@ -1,4 +1,5 @@
-"""Blocking client calls off the main thread, each bounded by the worker itself.
+"""Blocking client calls off the main thread, and waits on admin answers, each bounded by
+the worker itself.
 
 librdkafka's own timeout arguments are not a bound (docs/operations.md, "Bounded client
 calls"): after a broker restart a transactional producer keeps a stale group-coordinator
@@ -9,22 +10,33 @@ helper thread and waits at most the call's bound. Past the bound it raises
 client: the worker drops that client and recovers in place (docs/operations.md, "The task
 timeout"). While it waits, the main thread still serves the heartbeat (status pushes) and
 the watchdog's stop grace (:func:`workers.watchdog.bounded`, with a margin over the bound).
+
+An admin call returns futures that the main thread awaits in Python
+(:func:`await_future`), often several in a retry loop (:func:`workers.admin.offset_bounds`
+awaits two answers of up to 35 s each per attempt). Such a block is bounded with
+:func:`awaiting`, not with the watchdog's :func:`workers.watchdog.bounded` alone: it sets
+a deadline for this thread, :func:`await_future` and :func:`pause` never wait past it and
+raise :class:`CallStalled` once it has passed, and the worker recovers in place with
+fresh clients. The watchdog is armed behind it with :data:`WATCHDOG_MARGIN_S` of margin:
+its hard exit is for a main thread blocked in C, never for a wait this module can end
+(docs/operations.md, "Bounded client calls").
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Final, NamedTuple, TypeVar
 
 from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.watchdog import bound_of, bounded
 
-__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "await_future", "call", "pause",
-           "set_heartbeat"]
+__all__ = ["HEARTBEAT_S", "WATCHDOG_MARGIN_S", "CallStalled", "await_future", "awaiting", "call",
+           "pause", "set_heartbeat"]
 
 T = TypeVar("T")
 
@@ -105,13 +117,26 @@ class _Runner:
             del job  # the client goes with the job, not with the idle thread
 
 
+class _Deadline(NamedTuple):
+    """The deadline of an :func:`awaiting` block: when (monotonic s), and the call it bounds."""
+
+    at: float
+    call: str
+    bound_s: float
+
+    def stalled(self) -> CallStalled:
+        return CallStalled(self.call, self.bound_s)
+
+
 class _Caller(threading.local):
-    """What each calling thread keeps: its runner and its heartbeat (calls from several
-    threads never queue behind one another's wedged call)."""
+    """What each calling thread keeps: its runner, its heartbeat (calls from several
+    threads never queue behind one another's wedged call) and the deadline of its
+    innermost :func:`awaiting` block (the earliest of those it is in)."""
 
     runner: _Runner | None = None
     heartbeat: Callable[[], None] | None = None
     beating = False
+    deadline: _Deadline | None = None
 
 
 _caller = _Caller()
@@ -134,17 +159,65 @@ def _beat(caller: _Caller) -> None:
             caller.beating = False
 
 
+@contextlib.contextmanager
+def awaiting(name: str, bound_s: float | None = None) -> Iterator[None]:
+    """Bound the block's waits in Python on admin answers (:func:`await_future`) and its
+    retry pauses (:func:`pause`) by ``bound_s`` from now, as call ``name``.
+
+    Inside the block (on this thread) :func:`await_future` and :func:`pause` never wait
+    past the deadline, and raise :class:`CallStalled` ``(name, bound)`` once it has passed:
+    a ``SUBSTRATE_TRANSIENT`` error from which the worker recovers in place with fresh
+    clients (docs/operations.md, "Bounded client calls" and "The task timeout"), where
+    the watchdog alone would hard-exit the worker at the bound. Blocks nest: the earliest
+    deadline wins (an inner block never extends an outer one's), and each block's exit
+    restores the deadline it found. The watchdog is armed too, with
+    :data:`WATCHDOG_MARGIN_S` over the bound (:func:`workers.watchdog.bounded`): it acts
+    only when the main thread is stuck outside these waits (in C).
+
+    Args:
+        name: the call's name, as the watchdog and the errors give it (a key of
+            :data:`workers.watchdog.CALL_BOUNDS_S` unless ``bound_s`` is given).
+        bound_s: the bound, s; default :func:`workers.watchdog.bound_of` ``(name)``.
+
+    Raises:
+        CallStalled: from an await or pause in the block, once the deadline has passed.
+    """
+    bound = bound_of(name) if bound_s is None else bound_s
+    caller = _caller
+    outer = caller.deadline
+    mine = _Deadline(time.monotonic() + bound, name, bound)
+    caller.deadline = mine if outer is None or mine.at < outer.at else outer
+    try:
+        with bounded(name, bound + WATCHDOG_MARGIN_S):
+            yield
+    finally:
+        caller.deadline = outer
+
+
 def pause(seconds: float) -> None:
     """Sleep ``seconds``, calling this thread's heartbeat (:func:`set_heartbeat`) at least
     every :data:`HEARTBEAT_S` meanwhile: a retry loop's wait between quick calls is as long
     a silence as one slow call, and a worker silent for ``stale_task_ms`` is killed
-    (coordinator/config.py). Without a heartbeat set it is ``time.sleep``."""
+    (coordinator/config.py). Without a heartbeat set it is ``time.sleep``.
+
+    Raises:
+        CallStalled: inside an :func:`awaiting` block whose deadline passes before the
+            sleep ends (raised at the deadline, never later), so that a retry loop in the
+            block ends at its bound (docs/operations.md, "Bounded client calls").
+    """
+    caller = _caller
+    limit = caller.deadline
     until = time.monotonic() + seconds
     while True:
-        _beat(_caller)
-        left = until - time.monotonic()
+        _beat(caller)
+        now = time.monotonic()
+        if limit is not None and now >= limit.at:
+            raise limit.stalled()
+        left = until - now
         if left <= 0:
             return
+        if limit is not None:
+            left = min(left, limit.at - now)
         time.sleep(min(HEARTBEAT_S, left))
 
 
@@ -152,19 +225,35 @@ def await_future(future: Any, timeout_s: float) -> Any:
     """``future.result(timeout=timeout_s)`` of an admin call, the heartbeat served meanwhile
     (:func:`set_heartbeat`): a describe awaited 11 s never makes the task look stalled.
 
+    Inside an :func:`awaiting` block it never waits past the block's deadline.
+
     Raises:
-        concurrent.futures.TimeoutError: no answer within ``timeout_s``.
+        CallStalled: the deadline of the :func:`awaiting` block this thread is in has
+            passed (before an answer came, or before this wait began): the block's call
+            took longer than its bound, and the worker recovers in place with fresh
+            clients (docs/operations.md, "Bounded client calls" and "The task timeout").
+        concurrent.futures.TimeoutError: no answer within ``timeout_s`` (ending before
+            any such deadline).
         BaseException: what the future raised.
     """
-    deadline = time.monotonic() + timeout_s
+    caller = _caller
+    limit = caller.deadline
+    own = time.monotonic() + timeout_s
     while True:
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        if limit is not None and now >= limit.at and limit.at <= own:
+            raise limit.stalled()
+        end = own if limit is None else min(own, limit.at)
+        left = end - now
         try:
             return future.result(timeout=max(0.0, min(HEARTBEAT_S, left)))
         except concurrent.futures.TimeoutError:
-            if left <= HEARTBEAT_S:
+            now = time.monotonic()
+            if limit is not None and now >= limit.at and limit.at <= own:
+                raise limit.stalled() from None
+            if now >= own:
                 raise
-        _beat(_caller)
+        _beat(caller)
 
 
 def call(name: str, fn: Callable[..., T], *args: Any, bound_s: float | None = None,

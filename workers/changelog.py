@@ -39,7 +39,7 @@ from workers.admin import (
     offset_bounds,
 )
 from workers.authorization import Grant
-from workers.calls import call, pause
+from workers.calls import awaiting, call, pause
 from workers.kafka_errors import (
     ErrorKind,
     SubstrateError,
@@ -49,7 +49,6 @@ from workers.kafka_errors import (
     topic_already_exists,
 )
 from workers.ledger import DeliveryLedger
-from workers.watchdog import bounded
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
@@ -157,11 +156,16 @@ def read_partition(
             :mod:`workers.kafka_errors`; a vanished position is ``OFFSET_RESET``).
         NotAuthorized: the principal may not read the changelog (``SUBSTRATE_MISCONFIGURED``,
             naming Read on it: :mod:`workers.authorization`).
+        CallStalled: the offset listing (:func:`workers.admin.offset_bounds`, whose answers
+            and retries are awaited in Python) took longer than the ``list_offsets`` bound
+            (:func:`workers.calls.awaiting`); the worker recovers in place with fresh
+            clients rather than exit (docs/operations.md, "Bounded client calls" and
+            "The task timeout").
     """
     tp = TopicPartition(topic, partition)
     where = f"changelog {topic}[{partition}]"
     readable = Grant("Topic", topic, ("Read",))  # what an ACL refusal lacks
-    with bounded("list_offsets"):
+    with awaiting("list_offsets"):
         start, end = offset_bounds(admin, tp, where, stall_timeout_s, now)
     position = start
     records = 0

@@ -31,9 +31,8 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from workers.admin import ADMIN_TIMEOUT_S, answer, describe_topic, offset_bounds
-from workers.calls import pause
+from workers.calls import awaiting, pause
 from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors
-from workers.watchdog import bounded
 
 __all__ = ["CHECKPOINT_FILE", "ChangelogEnd", "Checkpoint", "LocalFile", "listed", "take",
            "write"]
@@ -166,7 +165,8 @@ def listed(admin: AdminClient, partitions: Iterable[tuple[str, int]],
     """Each changelog partition's topic id, log start and high watermark, listed now.
 
     Args:
-        admin: the task's AdminClient (each call bounded as the restore's are).
+        admin: the task's AdminClient (each describe and listing bounded as the restore's
+            are, by :func:`workers.calls.awaiting`).
         partitions: ``(topic, partition)`` of each changelog.
         settle_s: with more than 0, also wait up to this long, s, until no transaction is
             open on each partition (its last stable offset, listed ``READ_COMMITTED``,
@@ -175,10 +175,14 @@ def listed(admin: AdminClient, partitions: Iterable[tuple[str, int]],
 
     Raises:
         SubstrateError: a listing failed, or a topic no longer exists.
+        CallStalled: a describe or a listing (answers awaited in Python, retried) took
+            longer than its bound (``describe_topics``, ``list_offsets``); the worker
+            recovers in place rather than exit (docs/operations.md, "Bounded client calls"
+            and "The task timeout").
     """
     out: Listed = {}
     for topic, partition in partitions:
-        with bounded("describe_topics"):
+        with awaiting("describe_topics"):
             info = describe_topic(admin, topic)
         if info is None:
             raise SubstrateError(ErrorKind.SUBSTRATE_TRANSIENT, f"changelog {topic} is gone")
@@ -186,7 +190,7 @@ def listed(admin: AdminClient, partitions: Iterable[tuple[str, int]],
         where = f"changelog {topic}[{partition}]"
         deadline = time.monotonic() + settle_s
         while True:
-            with bounded("list_offsets"):
+            with awaiting("list_offsets"):
                 start, end = offset_bounds(admin, tp, where, ADMIN_TIMEOUT_S, time.monotonic)
             if settle_s <= 0 or _stable_end(admin, tp, where) >= end:
                 break
@@ -198,9 +202,15 @@ def listed(admin: AdminClient, partitions: Iterable[tuple[str, int]],
 
 
 def _stable_end(admin: AdminClient, tp: TopicPartition, where: str) -> int:
-    """The partition's last stable offset (``READ_COMMITTED`` latest)."""
+    """The partition's last stable offset (``READ_COMMITTED`` latest).
+
+    Raises:
+        CallStalled: no answer within the ``list_offsets`` bound
+            (:func:`workers.calls.awaiting`; docs/operations.md, "Bounded client calls").
+        SubstrateError: the listing failed, or no answer within its own 35 s.
+    """
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    with bounded("list_offsets"), map_kafka_errors(f"listing the stable offset of {where}"):
+    with awaiting("list_offsets"), map_kafka_errors(f"listing the stable offset of {where}"):
         future = next(iter(admin.list_offsets(
             {tp: latest}, isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=ADMIN_TIMEOUT_S).values()))

@@ -27,7 +27,7 @@ from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.engine.identity import TopicVerdict
 from workers.admin import ADMIN_CALL_BOUND_S, group_members, partition_count
-from workers.calls import CallStalled
+from workers.calls import CallStalled, awaiting
 from workers.identity import (
     RECEIVED_CHECK_INTERVAL_S,
     IdentityChecker,
@@ -37,7 +37,6 @@ from workers.identity import (
 from workers.positions import foreign_member_refusal, foreign_members
 from workers.protocol import StopKind
 from workers.verdicts import Stop
-from workers.watchdog import bounded
 
 __all__ = [
     "FOREIGN_MEMBER_GRACE_S",
@@ -120,8 +119,10 @@ class GroupGuard:
     positions they never read (the group-protocol conflict of docs/runbooks.md,
     ``SUBSTRATE_MISCONFIGURED``). A member seen for :data:`FOREIGN_MEMBER_GRACE_S` is
     refused. The wait for the describe's answer is bounded by
-    :data:`workers.admin.ADMIN_CALL_BOUND_S` + 1 s; a describe that fails or is not
-    answered in time judges nothing. The request itself never times out inside
+    :data:`workers.admin.ADMIN_CALL_BOUND_S` + 1 s, and the whole describe by its
+    ``describe_consumer_groups`` bound (:func:`workers.calls.awaiting`: past it,
+    :class:`workers.calls.CallStalled`, not the watchdog's exit); a describe that fails or
+    is not answered in time judges nothing. The request itself never times out inside
     librdkafka (:data:`workers.admin.COORDINATOR_REQUEST_TIMEOUT_S`: one that did could
     abort the process once the group coordinator is reached again).
     """
@@ -148,9 +149,9 @@ class GroupGuard:
                 members' client ids and hosts.
         """
         try:
-            with bounded("describe_consumer_groups"):
+            with awaiting("describe_consumer_groups"):
                 members = group_members(admin, self.app_id, answer_s=ADMIN_CALL_BOUND_S + 1)
-        except (KafkaException, TimeoutError) as exc:
+        except (KafkaException, TimeoutError, CallStalled) as exc:
             log.debug("describing group %s failed: %s", self.app_id, exc)
             return
         foreign = foreign_members(members, self.own_members)
@@ -219,13 +220,17 @@ class DeletionGuard:
                 for one recreated under its name.
             Stop: SUBSTRATE, :data:`SETTLED_STOP_GRACE_S` after a settled deletion
                 (docs/failing-closed.md).
+            CallStalled: the describes (answers awaited in Python, asked again until the
+                checker's deadline) took longer than the ``describe_topics`` bound
+                (:func:`workers.calls.awaiting`); the worker recovers in place rather than
+                exit (docs/operations.md, "Bounded client calls" and "The task timeout").
         """
         if self.settled is not None:
             since, detail = self.settled
             if time.monotonic() - since >= SETTLED_STOP_GRACE_S:
                 raise Stop(StopKind.SUBSTRATE, None, detail)
             return
-        with bounded("describe_topics"):
+        with awaiting("describe_topics"):
             result = identity.check({t: ch.topic_id for t, ch in self.channels.items()})
         if not running:
             gone = None

@@ -28,7 +28,7 @@ from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.frame import HandlerFrame
 from workers.admin import cluster_answers
-from workers.calls import CallStalled, set_heartbeat
+from workers.calls import CallStalled, awaiting, set_heartbeat
 from workers.changelog import RestoreProgress
 from workers.client_log import serve_client_logs
 from workers.clients import TaskClients
@@ -338,7 +338,9 @@ class Worker:
         if identity:
             assert self.engine is not None and step is not None
             self._before_blocking("identity check")
-            with bounded("describe_topics"):
+            # Its answers are awaited in Python: past the bound, CallStalled and a recovery
+            # in place (workers.calls.awaiting), never the watchdog's exit.
+            with awaiting("describe_topics"):
                 result = clients.identity.check(self.pending_identity)
             gone = None
             if result.verdicts:

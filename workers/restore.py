@@ -35,6 +35,7 @@ from workers.admin import (
     cluster_answers,
     stable_committed_offsets,
 )
+from workers.calls import awaiting
 from workers.changelog import RestoreProgress, read_partition
 from workers.clients import TaskClients
 from workers.identity import IdentityChecker, apply_received_verdicts
@@ -44,7 +45,6 @@ from workers.ordering_store import SqliteOrderingStore, store_cache_factory
 from workers.positions import lost_positions, ordering_state_lost
 from workers.protocol import StopKind, TaskSpec
 from workers.store_changelogs import check_task_store_changelogs
-from workers.watchdog import bounded
 
 __all__ = ["STABLE_OFFSETS_DEADLINE_S", "Identity", "OpenState", "Restorer"]
 
@@ -289,12 +289,16 @@ class Restorer:
         Raises:
             ParsleyFailClosedError: CHANNEL_IDENTITY_CHANGED,
                 CHANNEL_DELETED_WITH_UNDELIVERED_MESSAGES.
+            CallStalled: the identity check's describes (answers awaited in Python) took
+                longer than the ``describe_topics`` bound (:func:`workers.calls.awaiting`):
+                the restore is retried with a fresh admin client, then the worker recovers
+                in place (docs/operations.md, "Bounded client calls" and "The task timeout").
         """
         spec = self.spec
         engine.bind_names({t: spec.topic_ids[t] for t in self.channels} | dict(store_ids))
         ids = engine.known_topic_ids()
         bindings = {n: i for n, i in engine.names().items() if i in ids}
-        with bounded("describe_topics"):
+        with awaiting("describe_topics"):
             result = identity.check(bindings)
         apply_received_verdicts(engine, result.verdicts, self.channels, read_ends, read_floors)
         learned: bool | None = None

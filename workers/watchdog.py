@@ -14,6 +14,17 @@ and a daemon thread (:class:`Watchdog`) acts on the pure :func:`decide` every
 * the coordinator gone (the parent changed, :data:`PARENT_DEATH_SIGNAL`): exit at once,
   with no report and no commit.
 
+The hard exit is for a main thread blocked in C (``consume``, closing a client), where
+nothing else can end the call. A wait in Python is ended by the worker itself and raises
+:class:`workers.calls.CallStalled`, from which it recovers in place: a call on a helper
+thread (:func:`workers.calls.call`) and every wait on admin answers
+(:func:`workers.calls.awaiting`, around :func:`workers.calls.await_future` and its retry
+pauses) arm this watchdog only with :data:`workers.calls.WATCHDOG_MARGIN_S` over their
+bound, so it acts only when the main thread is stuck outside those waits. Never wrap a
+block that awaits admin futures in :func:`bounded` alone: its waits (an attempt's two
+answers of 35 s, retried) sum past the bound and the worker would exit where it could
+recover (``list_offsets blocked 40.0 s``, seen under the 3-broker chaos test).
+
 How it learns of signals and of the parent's death, and why: docs/architecture.md, "The
 worker", "The watchdog"; the rule: docs/operations.md, "Bounded client calls".
 """
@@ -310,6 +321,10 @@ def install(watchdog: Watchdog | None) -> None:
 @contextlib.contextmanager
 def bounded(call: str, bound_s: float | None = None) -> Iterator[None]:
     """:meth:`Watchdog.bounded` on the installed watchdog; a plain block without one.
+
+    For a call blocked in C on the main thread: past the bound the worker hard-exits. A
+    block that waits in Python on admin answers uses :func:`workers.calls.awaiting`
+    instead, which ends it with :class:`workers.calls.CallStalled` (see the module doc).
 
     Args:
         call: the call's name (a key of :data:`CALL_BOUNDS_S`), named in the report.
