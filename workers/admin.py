@@ -2,8 +2,10 @@
 
 An AdminClient call returns futures; each function here asks the broker with a
 ``request_timeout`` and then waits for the answer at most a bound of its own, so a
-wedged client cannot hold the caller (the worker's watchdog bounds the whole call too:
-:mod:`workers.watchdog`). Failures come back as the client raised them
+wedged client cannot hold the caller. The worker bounds each whole query too, with
+:func:`workers.calls.awaiting`: past that bound a wait raises
+:class:`workers.calls.CallStalled` and the worker recovers in place (docs/operations.md,
+"Bounded client calls"). Failures come back as the client raised them
 (``KafkaException``, ``TimeoutError``) or as the small exceptions below, and each caller
 maps them to its own errors: the worker to :class:`workers.kafka_errors.SubstrateError`,
 the bootstrap to its start errors.
@@ -24,6 +26,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from confluent_kafka import (
+    ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
@@ -56,6 +59,7 @@ __all__ = [
     "ADMIN_TIMEOUT_S",
     "COORDINATOR_REQUEST_TIMEOUT_S",
     "LIST_TOPICS_MARGIN_S",
+    "GroupView",
     "OffsetsStayedUnstable",
     "PartitionOffsetError",
     "TopicInfo",
@@ -63,6 +67,7 @@ __all__ = [
     "cluster_answers",
     "describe_topic",
     "group_members",
+    "group_view",
     "kafka_uuid",
     "lacking_topic",
     "leaders_known",
@@ -91,10 +96,28 @@ coordinator was reached and the client reaches it later: the process aborts
 is answered once the coordinator is reached, or failed when its client is dropped."""
 
 
-def group_members(admin: AdminClient, group: str, *, answer_s: float,
-                  request_timeout_s: float = COORDINATOR_REQUEST_TIMEOUT_S
-                  ) -> list[GroupMember]:
-    """The members of ``group`` now (``describe_consumer_groups``).
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A consumer group as one ``describe_consumer_groups`` answer gives it.
+
+    Attributes:
+        stable: whether the group's state was ``Stable``: no rebalance under way, so every
+            member listed has joined and synced, and one that stops heart-beating is
+            removed within its session timeout. During a rebalance a member that has sent
+            ``JoinGroup`` (or awaits ``SyncGroup``) counts as heart-beating until the
+            rebalance ends, up to its rebalance timeout (``max.poll.interval.ms``), even
+            when no client holds it any more (the classic group protocol, KIP-345's static
+            members included).
+        members: the members listed.
+    """
+
+    stable: bool
+    members: list[GroupMember]
+
+
+def group_view(admin: AdminClient, group: str, *, answer_s: float,
+               request_timeout_s: float = COORDINATOR_REQUEST_TIMEOUT_S) -> GroupView:
+    """``group``'s state and members now (``describe_consumer_groups``).
 
     Args:
         admin: an AdminClient.
@@ -111,9 +134,19 @@ def group_members(admin: AdminClient, group: str, *, answer_s: float,
     """
     future = admin.describe_consumer_groups([group], request_timeout=request_timeout_s)[group]
     desc = await_future(future, answer_s)
-    return [GroupMember(str(m.member_id), str(m.client_id), str(m.host),
-                        getattr(m, "group_instance_id", None) or None)
-            for m in (desc.members or [])]
+    members = [GroupMember(str(m.member_id), str(m.client_id), str(m.host),
+                           getattr(m, "group_instance_id", None) or None)
+               for m in (desc.members or [])]
+    return GroupView(desc.state == ConsumerGroupState.STABLE, members)
+
+
+def group_members(admin: AdminClient, group: str, *, answer_s: float,
+                  request_timeout_s: float = COORDINATOR_REQUEST_TIMEOUT_S
+                  ) -> list[GroupMember]:
+    """The members of ``group`` now: :func:`group_view`'s members (its arguments and
+    errors)."""
+    return group_view(admin, group, answer_s=answer_s,
+                      request_timeout_s=request_timeout_s).members
 
 
 def partition_count(admin: AdminClient, topic: str, *, timeout_s: float = 5.0) -> int | None:
@@ -239,7 +272,18 @@ def offset_bounds(
 ) -> tuple[int, int]:
     """(log start, high watermark) listed ``READ_UNCOMMITTED``, retrying
     transient answers (a leader not yet elected on a new topic) until
-    ``stall_timeout_s`` has passed."""
+    ``stall_timeout_s`` has passed.
+
+    Its waits (two answers per attempt, each up to ``min(ADMIN_TIMEOUT_S,
+    stall_timeout_s)`` + 5 s, retried) may sum past any watchdog bound: callers run it
+    inside :func:`workers.calls.awaiting`, whose deadline ends it.
+
+    Raises:
+        CallStalled: the deadline of the :func:`workers.calls.awaiting` block it runs in
+            passed; never retried here (docs/operations.md, "Bounded client calls").
+        SubstrateError: the listing failed (classified), or still failed transiently when
+            ``stall_timeout_s`` had passed.
+    """
     deadline = now() + stall_timeout_s
     timeout = min(ADMIN_TIMEOUT_S, stall_timeout_s)
     while True:
@@ -255,6 +299,8 @@ def offset_bounds(
                     bounds.append(int(answer(next(iter(futures.values())), timeout,
                                              f"listing the offsets of {where}").offset))
             return bounds[0], bounds[1]
+        except CallStalled:
+            raise  # the awaiting block's bound passed: the worker recovers in place
         except SubstrateError as exc:
             if exc.kind not in (ErrorKind.RETRIABLE, ErrorKind.SUBSTRATE_TRANSIENT):
                 raise

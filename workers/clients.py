@@ -132,9 +132,9 @@ class TaskClients:
             drop_consumer: retire the main consumer before looking (:attr:`consumer` is
                 then ``None``, and the loop builds a new one), so that nothing of this
                 worker can keep a member of its own in the group meanwhile. (A member
-                left by a fenced consumer's own last join after a group coordinator
-                failover was still taken for a live successor with this: docs/operations.md,
-                "Fenced: a successor or a timeout", says that case is open.)
+                its own last join left during a rebalance can outlive it; the look
+                passes over that one by counting only a Stable group's members:
+                :class:`workers.admin.GroupView`.)
 
         Returns:
             That member's id, or ``None`` when none proved live.

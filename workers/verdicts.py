@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
-from workers.admin import group_members, lacking_topic
+from workers.admin import group_view, lacking_topic
 from workers.authorization import NotAuthorized, principal_of
 from workers.calls import pause
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
@@ -97,36 +97,50 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
     """Another live member of ``group`` with ``group.instance.id`` ``instance``, if any.
 
     Asks the group every 0.5 s; each ask is bounded (``describe_consumer_groups``). A
-    member counts as live only once it is still there one session timeout (plus 1 s)
-    after it was first seen: a member left behind by this worker's own consumer
-    (``mine``) expires by then, a successor heart-beats.
+    member counts as live only once it has stayed listed, with the group ``Stable``, for
+    one session timeout plus 1 s: in a Stable group a member nobody heart-beats is removed
+    within its session timeout, and a successor heart-beats. While the group rebalances, a
+    member that has sent ``JoinGroup`` counts as heart-beating until the rebalance ends, up
+    to its rebalance timeout (:class:`workers.admin.GroupView`), so a member no client holds
+    stays listed for minutes: one this worker's own consumer left (``mine``), or one that a
+    ``JoinGroup`` of its own registered when the broker fenced it after a group
+    coordinator's failover ("Static consumer fenced by other consumer with same
+    group.instance.id"; docs/operations.md, "Fenced: a successor or a timeout").
 
     Args:
         wait_s: how long to look for a candidate, s (a candidate found late is
             still given its session timeout to prove live).
 
     Returns:
-        That member's id, or ``None`` when none proved live.
+        That member's id, or ``None`` when none proved live: none listed within
+        ``wait_s``; or none stayed listed in a Stable group for the session timeout plus
+        1 s before ``wait_s``, and the session timeout plus 5 s after the first was seen,
+        had passed.
     """
     deadline = time.monotonic() + wait_s
-    seen: dict[str, float] = {}
+    seen: dict[str, float] = {}  # first listed, in any state
+    stable: dict[str, float] = {}  # listed since, with the group Stable every time
     while True:
         now = time.monotonic()
         try:
             with bounded("describe_consumer_groups"):
-                members = group_members(admin, group, answer_s=5)
-            present = {m.member_id for m in members
+                view = group_view(admin, group, answer_s=5)
+            present = {m.member_id for m in view.members
                        if m.group_instance_id == instance and m.member_id != mine}
             seen = {m: seen.get(m, now) for m in present}
-            for member, first in seen.items():
-                if now - first >= session_s + 1.0:
+            stable = {m: stable.get(m, now) for m in present} if view.stable else {}
+            for member, since in stable.items():
+                if now - since >= session_s + 1.0:
                     return member
         except (KafkaException, TimeoutError) as exc:
             log.debug("describing group %s: %s", group, exc)
         if now >= deadline and not seen:
             return None
-        if seen and now >= max(deadline, min(seen.values()) + session_s + 5.0):
-            return None
+        if seen:
+            end = max(deadline, min(seen.values()) + session_s + 5.0,
+                      min(stable.values(), default=0.0) + session_s + 2.0)
+            if now >= end:
+                return None
         pause(0.5)  # the status keeps coming: the look can outlast stale_task_ms
 
 

@@ -2,9 +2,9 @@
 
 ``TaskClients.successor_member(drop_consumer=True)`` (what ``Worker`` passes when
 ``member_fenced``) retires the consumer first, so that nothing of this worker keeps a member
-in the group while it looks. (It did not cure the self-fence a 3-broker chaos run showed
-after a group coordinator failover, which docs/operations.md, "Fenced: a successor or a
-timeout", keeps open.)
+in the group while it looks. (That alone did not cure the self-fence a 3-broker chaos run
+showed after a group coordinator failover: the look now counts only a Stable group's
+members, tests/unit/test_worker_successor_stable.py.)
 """
 
 from __future__ import annotations

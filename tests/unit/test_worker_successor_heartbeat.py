@@ -17,13 +17,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import ConsumerGroupState
 
 from workers.calls import set_heartbeat
 from workers.verdicts import live_successor
 
 
 class _Group:
-    """An admin client whose group always holds one member with the task's instance id."""
+    """An admin client whose group is always Stable with one member of the task's instance id."""
 
     def __init__(self, instance: str) -> None:
         self.instance = instance
@@ -32,8 +33,9 @@ class _Group:
     def describe_consumer_groups(self, groups: list[str], **_: Any) -> dict[str, Any]:
         self.describes += 1
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        future.set_result(SimpleNamespace(members=[SimpleNamespace(
-            member_id="other", client_id="c", host="/h", group_instance_id=self.instance)]))
+        future.set_result(SimpleNamespace(state=ConsumerGroupState.STABLE, members=[
+            SimpleNamespace(member_id="other", client_id="c", host="/h",
+                            group_instance_id=self.instance)]))
         return {groups[0]: future}
 
 
