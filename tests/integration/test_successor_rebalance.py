@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
@@ -36,6 +37,8 @@ from workers.verdicts import live_successor
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_S = 6.0
 INSTANCE = "successor-test-task-0"
+
+pytestmark = pytest.mark.slow  # about 30 s of waiting on the group: not the inner loop
 
 JOINER = """
 import sys, time
