@@ -18,8 +18,9 @@ awaits two answers of up to 35 s each per attempt). Such a block is bounded with
 a deadline for this thread, :func:`await_future` and :func:`pause` never wait past it and
 raise :class:`CallStalled` once it has passed, and the worker recovers in place with
 fresh clients. The watchdog is armed behind it with :data:`WATCHDOG_MARGIN_S` of margin:
-its hard exit is for a main thread blocked in C, never for a wait this module can end
-(docs/operations.md, "Bounded client calls").
+past a bound its hard exit is for a main thread blocked in C, never for a wait this module
+ends (after a stop is asked, its stop grace still ends any wait; docs/operations.md,
+"Bounded client calls").
 """
 
 from __future__ import annotations

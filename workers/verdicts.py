@@ -21,7 +21,7 @@ from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.admin import group_view, lacking_topic
 from workers.authorization import NotAuthorized, principal_of
-from workers.calls import pause
+from workers.calls import CallStalled, awaiting, pause
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import (
     ErrorKind,
@@ -34,7 +34,6 @@ from workers.kafka_errors import (
 from workers.protocol import StopKind
 from workers.task_timeout import TaskTimedOut
 from workers.transaction import TaskTransaction
-from workers.watchdog import bounded
 
 __all__ = ["RECOVERABLE", "SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending",
            "in_place_verdict", "live_successor", "stop_of", "successor_stop", "timed_out"]
@@ -96,14 +95,16 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
                    session_s: float, wait_s: float) -> str | None:
     """Another live member of ``group`` with ``group.instance.id`` ``instance``, if any.
 
-    Asks the group every 0.5 s; each ask is bounded (``describe_consumer_groups``). A
-    member counts as live only once it has stayed listed, with the group ``Stable``, for
-    one session timeout plus 1 s: in a Stable group a member nobody heart-beats is removed
-    within its session timeout, and a successor heart-beats. While the group rebalances, a
-    member that has sent ``JoinGroup`` counts as heart-beating until the rebalance ends, up
-    to its rebalance timeout (:class:`workers.admin.GroupView`), so a member no client holds
-    stays listed for minutes: one this worker's own consumer left (``mine``), or one that a
-    ``JoinGroup`` of its own registered when the broker fenced it after a group
+    Asks the group every 0.5 s; each ask is bounded (``describe_consumer_groups``,
+    :func:`workers.calls.awaiting`). A member counts as live once it is still listed one
+    session timeout plus 1 s after it was first listed with the group ``Stable``: a member
+    that has been in a Stable group and that nobody heart-beats is removed within its
+    session timeout, whatever rebalances follow, and a successor heart-beats. Before that
+    a member may be held by a rebalance alone: the broker keeps a member whose
+    ``JoinGroup`` is pending (or, as leader, whose ``SyncGroup`` is awaited) up to its
+    rebalance timeout even when no client holds it (:class:`workers.admin.GroupView`).
+    Such a member is never counted: one this worker's own consumer left (``mine``), or
+    one that a ``JoinGroup`` of its own registered when the broker fenced it after a group
     coordinator's failover ("Static consumer fenced by other consumer with same
     group.instance.id"; docs/operations.md, "Fenced: a successor or a timeout").
 
@@ -112,29 +113,34 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
             still given its session timeout to prove live).
 
     Returns:
-        That member's id, or ``None`` when none proved live: none listed within
-        ``wait_s``; or none stayed listed in a Stable group for the session timeout plus
-        1 s before ``wait_s``, and the session timeout plus 5 s after the first was seen,
-        had passed.
+        That member's id, or ``None`` when none proved live: none was listed within
+        ``wait_s``; or, once ``wait_s`` has passed, the session timeout plus 5 s has
+        passed since the first was listed and the session timeout plus 2 s since any was
+        first listed in a Stable group; and always by ``wait_s`` plus twice the session
+        timeout plus 7 s (members listed under new ids, again and again, end the look too).
     """
-    deadline = time.monotonic() + wait_s
+    began = time.monotonic()
+    deadline = began + wait_s
+    hard_end = deadline + 2 * session_s + 7.0
     seen: dict[str, float] = {}  # first listed, in any state
-    stable: dict[str, float] = {}  # listed since, with the group Stable every time
+    stable: dict[str, float] = {}  # first listed with the group Stable
     while True:
         now = time.monotonic()
         try:
-            with bounded("describe_consumer_groups"):
+            with awaiting("describe_consumer_groups"):
                 view = group_view(admin, group, answer_s=5)
             present = {m.member_id for m in view.members
                        if m.group_instance_id == instance and m.member_id != mine}
             seen = {m: seen.get(m, now) for m in present}
-            stable = {m: stable.get(m, now) for m in present} if view.stable else {}
+            stable = {m: t for m, t in stable.items() if m in present}
+            if view.stable:
+                stable = {m: stable.get(m, now) for m in present}
             for member, since in stable.items():
                 if now - since >= session_s + 1.0:
                     return member
-        except (KafkaException, TimeoutError) as exc:
+        except (KafkaException, TimeoutError, CallStalled) as exc:
             log.debug("describing group %s: %s", group, exc)
-        if now >= deadline and not seen:
+        if now >= hard_end or (now >= deadline and not seen):
             return None
         if seen:
             end = max(deadline, min(seen.values()) + session_s + 5.0,

@@ -20,7 +20,8 @@ nothing else can end the call. A wait in Python is ended by the worker itself an
 thread (:func:`workers.calls.call`) and every wait on admin answers
 (:func:`workers.calls.awaiting`, around :func:`workers.calls.await_future` and its retry
 pauses) arm this watchdog only with :data:`workers.calls.WATCHDOG_MARGIN_S` over their
-bound, so it acts only when the main thread is stuck outside those waits. Never wrap a
+bound, so past a bound it acts only when the main thread is stuck outside those waits
+(its stop grace after a stop was asked still applies to them). Never wrap a
 block that awaits admin futures in :func:`bounded` alone: its waits (an attempt's two
 answers of 35 s, retried) sum past the bound and the worker would exit where it could
 recover (``list_offsets blocked 40.0 s``, seen under the 3-broker chaos test).

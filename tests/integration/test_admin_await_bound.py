@@ -90,6 +90,7 @@ def test_admin_waits_end_with_call_stalled_at_their_bound_not_the_watchdog(
         private_kafka: PrivateBroker) -> None:
     broker = private_kafka.state
     os.kill(broker.pid, signal.SIGSTOP)
+    children: dict[str, subprocess.Popen[str]] = {}
     try:
         children = {case: subprocess.Popen(
             [sys.executable, "-c", CHILD, broker.bootstrap, case, str(BOUND_S)],
@@ -99,6 +100,10 @@ def test_admin_waits_end_with_call_stalled_at_their_bound_not_the_watchdog(
                    for case, child in children.items()}
     finally:
         os.kill(broker.pid, signal.SIGCONT)
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait(10)
     wrong = {}
     for case, call in CASES.items():
         out, err = outputs[case]

@@ -13,7 +13,7 @@ Here the member is made on purpose: a static consumer in a child process joins a
 whose other member (a consumer of this test that does not poll) holds the rebalance open,
 and the child is killed with its ``JoinGroup`` pending. Before the look required a Stable
 group it returned that member after the session timeout plus 1 s. The same look then finds
-a real successor: a live static consumer with the id, in a Stable group.
+a real successor: a live static consumer with the id, once the group is Stable.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,11 +69,15 @@ def _listed(admin: AdminClient, group: str) -> tuple[bool, set[str | None]]:
     return view.stable, {m.group_instance_id for m in view.members}
 
 
-def _polling(consumer: Consumer, stop: threading.Event) -> Iterator[threading.Thread]:
-    thread = threading.Thread(target=lambda: [consumer.poll(0.2) for _ in iter(stop.is_set, True)],
-                              daemon=True)
+def _poll_until(consumer: Consumer, stop: threading.Event) -> threading.Thread:
+    """A thread polling ``consumer`` until ``stop`` is set (join it before closing the
+    consumer: a consumer closed while another thread polls it may crash)."""
+    def run() -> None:
+        while not stop.is_set():
+            consumer.poll(0.2)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    yield thread
+    return thread
 
 
 def test_a_member_left_in_a_rebalance_is_not_taken_for_a_successor(
@@ -118,16 +121,16 @@ def test_a_member_left_in_a_rebalance_is_not_taken_for_a_successor(
         stop = threading.Event()
         successor = _consumer(kafka_bootstrap, group_id, **{"group.instance.id": INSTANCE})
         successor.subscribe([topic])
+        pollers = [_poll_until(holder, stop), _poll_until(successor, stop)]
         try:
-            for _ in _polling(holder, stop):
-                for _ in _polling(successor, stop):
-                    found = live_successor(
-                        AdminClient({"bootstrap.servers": kafka_bootstrap, **QUIET}),
-                        group_id, INSTANCE, None, SESSION_S, 60.0)
-                    assert found is not None, "the live successor was found"
-                    assert found not in left, "the successor is the live consumer"
+            found = live_successor(AdminClient({"bootstrap.servers": kafka_bootstrap, **QUIET}),
+                                   group_id, INSTANCE, None, SESSION_S, 60.0)
+            assert found is not None, "the live successor was found"
+            assert found not in left, "the successor is the live consumer"
         finally:
             stop.set()
+            for thread in pollers:
+                thread.join(10)
             successor.close()
     finally:
         holder.close()

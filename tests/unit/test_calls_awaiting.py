@@ -27,7 +27,7 @@ def test_await_future_raises_call_stalled_at_the_deadline_and_waits_no_longer() 
     with pytest.raises(CallStalled) as info, awaiting("list_offsets", 0.3):
         await_future(_never(), 30.0)
     took = time.monotonic() - began
-    assert 0.3 <= took < 1.0, took
+    assert 0.3 <= took < 5.0, took
     assert (info.value.call, info.value.bound_s) == ("list_offsets", 0.3)
     assert info.value.kind is ErrorKind.SUBSTRATE_TRANSIENT
 
@@ -41,7 +41,7 @@ def test_an_answer_before_the_deadline_is_returned_and_an_own_timeout_stays_a_ti
         with pytest.raises(concurrent.futures.TimeoutError) as info:
             await_future(_never(), 0.2)  # its own timeout comes first
         assert not isinstance(info.value, CallStalled)
-        assert time.monotonic() - began < 1.0
+        assert time.monotonic() - began < 5.0
 
 
 def test_nested_blocks_end_at_the_earliest_deadline_naming_its_call() -> None:
@@ -49,7 +49,7 @@ def test_nested_blocks_end_at_the_earliest_deadline_naming_its_call() -> None:
     with pytest.raises(CallStalled) as info, awaiting("describe_topics", 0.3), \
             awaiting("list_offsets", 30.0):
         await_future(_never(), 30.0)
-    assert info.value.call == "describe_topics" and time.monotonic() - began < 1.0
+    assert info.value.call == "describe_topics" and time.monotonic() - began < 5.0
 
     with pytest.raises(CallStalled) as info, awaiting("describe_topics", 30.0), \
             awaiting("list_offsets", 0.3):
@@ -71,7 +71,7 @@ def test_pause_raises_at_a_deadline_passed_and_returns_before_it() -> None:
         began = time.monotonic()
         with pytest.raises(CallStalled) as info:
             pause(10.0)
-        assert time.monotonic() - began < 1.0
+        assert time.monotonic() - began < 5.0
         assert info.value.call == "list_offsets"
         with pytest.raises(CallStalled):
             pause(0.0)  # a retry loop's next pause ends it too
@@ -142,5 +142,5 @@ def test_offset_bounds_ends_with_call_stalled_at_the_bound_and_does_not_retry_it
     with pytest.raises(CallStalled), awaiting("list_offsets", 0.3):
         offset_bounds(admin, TopicPartition("t", 0), "changelog t[0]",  # type: ignore[arg-type]
                       30.0, time.monotonic)
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 5.0
     assert admin.asked == 1
