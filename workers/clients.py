@@ -12,12 +12,14 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from parsley.declarations import application_id
+from workers.calls import pause
 from workers.client_log import with_task_logger
 from workers.identity import IdentityChecker
 from workers.kafka_config import (
@@ -37,10 +39,14 @@ __all__ = ["TaskClients", "retire"]
 log = logging.getLogger("parsley.worker")
 
 
-def retire(clients: list[Any]) -> None:
+def retire(clients: list[Any]) -> threading.Thread:
     """Close and drop ``clients`` on a daemon thread of their own: a consumer's ``close`` or
     a client's destruction may block on the same wedge that made the worker replace it.
-    The list is emptied, so the caller holds no reference to them afterwards."""
+    The list is emptied, so the caller holds no reference to them afterwards.
+
+    Returns:
+        The thread (started), for a caller that must know when the clients are closed.
+    """
     doomed = list(clients)
     clients.clear()
 
@@ -54,7 +60,20 @@ def retire(clients: list[Any]) -> None:
                     log.debug("closing a retired consumer failed", exc_info=True)
             del client
 
-    threading.Thread(target=close_all, name="parsley-retire-clients", daemon=True).start()
+    thread = threading.Thread(target=close_all, name="parsley-retire-clients", daemon=True)
+    thread.start()
+    return thread
+
+
+def _await_close(closing: threading.Thread, bound_s: float) -> None:
+    """Wait up to ``bound_s`` for a retiring thread to end, serving the heartbeat
+    (:func:`workers.calls.pause`): a close blocked on a wedge is left to itself."""
+    deadline = time.monotonic() + bound_s
+    while closing.is_alive() and time.monotonic() < deadline:
+        pause(0.1)
+    if closing.is_alive():
+        log.info("the fenced consumer did not close within %.0f s; looking for a successor "
+                 "while it closes", bound_s)
 
 
 class TaskClients:
@@ -130,8 +149,12 @@ class TaskClients:
         Args:
             wait_s: how long to look for a candidate, s.
             drop_consumer: retire the main consumer before looking (:attr:`consumer` is
-                then ``None``, and the loop builds a new one), so that nothing of this
-                worker can keep a member of its own in the group meanwhile. (A member
+                then ``None``, and the loop builds a new one), and wait for its close (at
+                most one session timeout), so that nothing of this worker can keep a member
+                of its own in the group meanwhile: a consumer fenced for a stale member id
+                (a request of its own sent before its last rejoin) may still heart-beat
+                the member of that rejoin, which a look begun before the close would see
+                in a Stable group past the session timeout. (A member
                 its own last join left during a rebalance can outlive it; the look
                 passes over that one by counting only a Stable group's members:
                 :class:`workers.admin.GroupView`.)
@@ -149,8 +172,9 @@ class TaskClients:
             except (KafkaException, RuntimeError):
                 mine = None
             if drop_consumer:
-                retire([self.consumer])
+                closing = retire([self.consumer])
                 self.consumer = None
+                _await_close(closing, session_s)
         return live_successor(self.new_admin(), self.app_id, instance, mine, session_s, wait_s)
 
     def close(self, clean: bool) -> None:

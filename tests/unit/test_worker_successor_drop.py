@@ -2,13 +2,16 @@
 
 ``TaskClients.successor_member(drop_consumer=True)`` (what ``Worker`` passes when
 ``member_fenced``) retires the consumer first, so that nothing of this worker keeps a member
-in the group while it looks. (That alone did not cure the self-fence a 3-broker chaos run
-showed after a group coordinator failover: the look now counts only a Stable group's
-members, tests/unit/test_worker_successor_stable.py.)
+in the group while it looks, and the look begins once that consumer has closed (or after
+one session timeout): a consumer fenced for a stale member id may still heart-beat the
+member of its last rejoin until it is closed. (The look also counts only members listed in
+a Stable group: tests/unit/test_worker_successor_stable.py.)
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -46,7 +49,47 @@ def test_the_consumer_is_retired_before_the_look_only_when_asked(
         return None
 
     monkeypatch.setattr(clients_module, "live_successor", look)
-    monkeypatch.setattr(clients_module, "retire", lambda doomed: retired.extend(doomed))
+    def retire(doomed: list[Any]) -> threading.Thread:
+        retired.extend(doomed)
+        closed = threading.Thread(target=lambda: None)
+        closed.start()
+        return closed
+
+    monkeypatch.setattr(clients_module, "retire", retire)
     assert clients.successor_member(30.0, drop_consumer=drop) is None
     assert asked == [("app-p", "app-p-task-000", "mine-1", 6.0, drop, drop)]
     assert (clients.consumer is None) == drop
+
+
+class _SlowClose(_Consumer):
+    """A consumer whose close takes ``close_s`` (a fenced consumer still heart-beating)."""
+
+    def __init__(self, close_s: float) -> None:
+        self.close_s = close_s
+        self.closed_at: float | None = None
+
+    def close(self) -> None:
+        time.sleep(self.close_s)
+        self.closed_at = time.monotonic()
+
+
+@pytest.mark.parametrize(("close_s", "waits"), [(0.5, True), (30.0, False)])
+def test_the_look_begins_once_the_fenced_consumer_closed_or_after_a_session_timeout(
+        close_s: float, waits: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clients_module, "Consumer", _SlowClose)  # retire closes Consumers
+    consumer = _SlowClose(close_s)
+    clients = _clients(consumer)
+    clients.consumer_conf["session.timeout.ms"] = 2000
+    began = time.monotonic()
+    looked: list[float] = []
+
+    def look(*args: Any, **kwargs: Any) -> str | None:
+        looked.append(time.monotonic())
+        return None
+
+    monkeypatch.setattr(clients_module, "live_successor", look)
+    assert clients.successor_member(30.0, drop_consumer=True) is None
+    if waits:
+        assert consumer.closed_at is not None and looked[0] >= consumer.closed_at
+    else:  # a close blocked on a wedge: the look begins after one session timeout
+        assert consumer.closed_at is None and looked[0] - began >= 2.0
