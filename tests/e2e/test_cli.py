@@ -342,7 +342,9 @@ def test_stop_without_a_coordinator_says_so_within_seconds(tmp_path: Path) -> No
     took = time.monotonic() - started
     assert res.returncode == ExitCode.NO_COORDINATOR, res.stderr
     assert f"no coordinator answers at ipc://{tmp_path}/nobody.coordinator.ipc" in res.stderr
-    assert took < 10, f"stop took {took:.1f} s"
+    # Seconds, not the minute a client's default timeouts would take: 30 s leaves room
+    # for a loaded machine's interpreter start (10.6 s was seen with the load average at 20).
+    assert took < 30, f"stop took {took:.1f} s"
 
 
 def test_the_operations_doc_commands_table_uses_real_flags_and_names_the_prefix() -> None:

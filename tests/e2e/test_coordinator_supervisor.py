@@ -450,13 +450,15 @@ def test_bounded_shutdown_reports_a_worker_that_ignores_sigterm(
     _wait(lambda: all(len(s.tasks) == 1 for s in sup.status().values()), what="both running")
     stubborn_pid = sup.status()["stubborn"].tasks[0].pid
     started = time.monotonic()
-    report = sup.close(deadline_s=1.0)
+    # 5 s: the polite worker must stop within it on a loaded machine too (with 1 s it was
+    # killed as well once, the load average at 20).
+    report = sup.close(deadline_s=5.0)
     elapsed = time.monotonic() - started
     assert not report.clean
     assert [(w.process, w.task, w.pid) for w in report.killed] == [("stubborn", 0, stubborn_pid)]
     assert report.not_stopped == ()
     assert "polite/0" in report.stopped
-    assert 1.0 <= elapsed < 8.0, f"bounded: took {elapsed:.1f} s"
+    assert 5.0 <= elapsed < 15.0, f"bounded: took {elapsed:.1f} s"
     assert not psutil.pid_exists(stubborn_pid) or psutil.Process(stubborn_pid).status() == "zombie"
     assert all(s.state is ProcessState.STOPPED and s.refusal_reason is None
                and s.failure_detail is None for s in sup.status().values())
