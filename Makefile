@@ -30,8 +30,8 @@ TEST_WORKERS ?= 6
 # within a lane, one test at a time.
 SERIAL_LANES ?= 3
 # Lanes of the load phase (2: the 3-broker cluster's tests beside the other load tests').
-# 1 by default: in two lanes the cluster's chaos test met a fenced static member in two of
-# four runs, where one lane had passed it in every run (README.md, "Run the tests").
+# 1 by default: two lanes load the cluster's chaos tests more heavily (README.md, "Run the
+# tests").
 LOAD_LANES ?= 1
 DEMO_ARGS ?=
 

@@ -172,8 +172,8 @@ class TaskClients:
             except (KafkaException, RuntimeError):
                 mine = None
             if drop_consumer:
-                closing = retire([self.consumer])
-                self.consumer = None
+                fenced, self.consumer = self.consumer, None  # before its close can revoke
+                closing = retire([fenced])
                 _await_close(closing, session_s)
         return live_successor(self.new_admin(), self.app_id, instance, mine, session_s, wait_s)
 

@@ -458,6 +458,7 @@ def test_bounded_shutdown_reports_a_worker_that_ignores_sigterm(
     assert [(w.process, w.task, w.pid) for w in report.killed] == [("stubborn", 0, stubborn_pid)]
     assert report.not_stopped == ()
     assert "polite/0" in report.stopped
+    assert report.deadline_s == 5.0  # the deadline given, not the 10 s default
     assert 5.0 <= elapsed < 15.0, f"bounded: took {elapsed:.1f} s"
     assert not psutil.pid_exists(stubborn_pid) or psutil.Process(stubborn_pid).status() == "zombie"
     assert all(s.state is ProcessState.STOPPED and s.refusal_reason is None

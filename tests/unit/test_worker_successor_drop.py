@@ -73,6 +73,7 @@ class _SlowClose(_Consumer):
         self.closed_at = time.monotonic()
 
 
+@pytest.mark.slow  # waits out a session timeout of 2 s
 @pytest.mark.parametrize(("close_s", "waits"), [(0.5, True), (30.0, False)])
 def test_the_look_begins_once_the_fenced_consumer_closed_or_after_a_session_timeout(
         close_s: float, waits: bool, monkeypatch: pytest.MonkeyPatch) -> None:
