@@ -49,6 +49,7 @@ from devtools.chaos.schedule import CLUSTER_KINDS, KINDS, Fault, schedule
 from devtools.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
 from devtools.dev_cluster import DevCluster
 from devtools.kafka_support import QUIET, TopicInfo, create_topic
+from parsley.status import Blocker
 from parsley.wire import CAUSES_HEADER, decode_causes
 
 T = TypeVar("T")
@@ -609,7 +610,11 @@ class ChaosRun:
         self.result.produced = self.producer.acked
         self.result.produce_errors = self.producer.errors
         if self.producer.is_alive() or self.producer.flushed:
-            self._log(f"the producer did not flush everything (left {self.producer.flushed})")
+            self._log(f"the producer did not flush everything (left {self.producer.flushed}; "
+                      "purged)")
+        if self.producer.topped_up or self.producer.top_up_error:
+            self._log(f"topped up A with {self.producer.topped_up} filler records so that "
+                      f"every named cause exists {self.producer.top_up_error}")
         self._log(f"producer stopped: {self.producer.acked} acknowledged, "
                   f"{self.producer.errors} errors {self.producer.last_error}")
         stable: list[float] = []
@@ -620,7 +625,10 @@ class ChaosRun:
             if gap is None and st is not None:
                 for t in st[app.PROCESS_NAME].tasks:
                     if t.lag != 0 or t.held_count:
-                        gap = f"task {t.task} lag {t.lag} held {t.held_count}"
+                        gap = f"task {t.task} lag {t.lag} held {t.held_count}" + "".join(
+                            f"; {h.topic}[{h.partition}] head {h.head} waits for "
+                            + (", ".join(_blocker(b) for b in h.blockers) or "nothing")
+                            for h in t.held)
                         break
             if gap is not None:
                 stable.clear()
@@ -733,6 +741,14 @@ def _is_child_of(p: psutil.Process, pid: int) -> bool:
     with contextlib.suppress(psutil.Error):
         return any(parent.pid == pid for parent in p.parents())
     return False
+
+
+def _blocker(b: Blocker) -> str:
+    """``topic[p]@required (settled s, class c, last stable l, end e)``: a drain failure's
+    account of what a held head waits for."""
+    return (f"{b.topic}[{b.partition}]@{b.required} (settled {b.settled}, class "
+            f"{None if b.hold_class is None else b.hold_class.value}, last stable "
+            f"{b.last_stable}, end {b.end})")
 
 
 def _read(bootstrap: str, topic: str, partitions: Sequence[int] | range,

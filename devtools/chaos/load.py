@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from devtools.kafka_support import QUIET, TopicInfo
 from parsley.engine.channel import ChannelId
@@ -36,6 +37,15 @@ class LoadProducer(threading.Thread):
     On :meth:`stop`, ``LEAD + 5`` more ``A`` records per partition make every named
     offset exist, then the producer flushes (bounded). Idempotent: no duplicates from
     retries across a broker restart; a fatal producer error replaces the producer.
+
+    Counting predicts the offsets only while every ``A`` record lands. A producer that
+    stalls (librdkafka's idempotent producer can wait minutes on a killed leader's
+    in-flight requests before it produces to the new one) or is replaced leaves ``B``
+    records naming ``A`` offsets nobody writes, which the pipeline rightly holds for ever
+    (docs/failing-closed.md, "Diagnosis": not produced yet). So the stop ends with a
+    top-up: whatever the old producer left is purged and dropped, and a fresh producer
+    writes filler ``A`` records until each partition's end passes the highest ``A``
+    offset any ``B`` record named (:attr:`topped_up` says how many).
     """
 
     LEAD = 10
@@ -57,6 +67,9 @@ class LoadProducer(threading.Thread):
         self.errors = 0
         self.last_error = ""
         self.flushed: int | None = None
+        self.topped_up = 0
+        self.top_up_error = ""
+        self._named = [-1] * tasks  # highest A offset any B record named, per partition
 
     def _config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self._servers, "enable.idempotence": True,
@@ -74,6 +87,7 @@ class LoadProducer(threading.Thread):
 
     def _produce_b(self, producer: Producer, partition: int, offset: int) -> None:
         header = encode_causes({ChannelId(self._a.topic_id, partition): offset})
+        self._named[partition] = max(self._named[partition], offset)
         producer.produce(self._b.name, key=b"c%d" % offset,
                          value=b"b-for-%d-%d" % (partition, offset), partition=partition,
                          headers=[(CAUSES_HEADER, header)], on_delivery=self._on_delivery)
@@ -119,8 +133,45 @@ class LoadProducer(threading.Thread):
                 with contextlib.suppress(BufferError):
                     self._produce_a(producer, partition)
         self.flushed = producer.flush(60)
+        if self.flushed:
+            # What a stalled producer still holds must not land after the verdict's reads.
+            with contextlib.suppress(Exception):
+                producer.purge(in_queue=True, in_flight=True)
+                producer.flush(0)
+        del producer
+        try:
+            self._top_up(deadline=time.monotonic() + 90.0)
+        except Exception as exc:  # reported: the drain's failure will say what is held
+            self.top_up_error = f"{type(exc).__name__}: {exc}"
 
-    def stop(self, timeout_s: float = 75.0) -> None:
+    def _top_up(self, deadline: float) -> None:
+        """Write filler ``A`` records until every named ``A`` offset exists (bounded)."""
+        producer = Producer(self._config())
+        admin = AdminClient({"bootstrap.servers": self._servers, **QUIET})
+        try:
+            while time.monotonic() < deadline:
+                short = []
+                tps = [TopicPartition(self._a.name, p) for p in range(self._tasks)]
+                answers = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
+                                             request_timeout=10)
+                for tp in tps:
+                    partition, end = tp.partition, answers[tp].result(timeout=15).offset
+                    if end <= self._named[partition]:
+                        short.append((partition, self._named[partition] + 1 - end))
+                if not short:
+                    return
+                for partition, count in short:
+                    for _ in range(count):
+                        producer.produce(self._a.name, key=b"fill", value=b"a-fill",
+                                         partition=partition)
+                        self.topped_up += 1
+                producer.flush(max(0.0, deadline - time.monotonic()))
+            raise TimeoutError("the top-up did not reach every named offset in 90 s")
+        finally:
+            producer.purge(in_queue=True, in_flight=True)
+            producer.flush(0)
+
+    def stop(self, timeout_s: float = 180.0) -> None:
         """Stop producing and wait (bounded) for the tail and the flush."""
         self._halt.set()
         self.join(timeout_s)
