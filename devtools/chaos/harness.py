@@ -609,12 +609,21 @@ class ChaosRun:
         self.producer.stop()
         self.result.produced = self.producer.acked
         self.result.produce_errors = self.producer.errors
-        if self.producer.is_alive() or self.producer.flushed:
-            self._log(f"the producer did not flush everything (left {self.producer.flushed}; "
-                      "purged)")
-        if self.producer.topped_up or self.producer.top_up_error:
-            self._log(f"topped up A with {self.producer.topped_up} filler records so that "
-                      f"every named cause exists {self.producer.top_up_error}")
+        load = self.producer
+        if load.is_alive():
+            raise ChaosFailure(f"the load producer did not stop within {load.STOP_S:g} s (its "
+                               "flush, purge and top-up): the drain would judge a load still "
+                               "being written")
+        if load.top_up_error:
+            raise ChaosFailure(f"the load producer could not make every A offset a B record "
+                               f"named exist ({load.top_up_error}): the pipeline would rightly "
+                               "hold those B records, so the drain cannot judge it")
+        if load.flushed or load.purged:
+            self._log(f"the producer did not flush everything (left {load.flushed}); purged "
+                      f"{load.purged}")
+        if load.topped_up:
+            self._log(f"topped up A with {load.topped_up} filler records so that every named "
+                      "cause exists")
         self._log(f"producer stopped: {self.producer.acked} acknowledged, "
                   f"{self.producer.errors} errors {self.producer.last_error}")
         stable: list[float] = []
@@ -623,13 +632,12 @@ class ChaosRun:
             st = self._status()
             gap = self._running(st)
             if gap is None and st is not None:
-                for t in st[app.PROCESS_NAME].tasks:
-                    if t.lag != 0 or t.held_count:
-                        gap = f"task {t.task} lag {t.lag} held {t.held_count}" + "".join(
+                gaps = [f"task {t.task} lag {t.lag} held {t.held_count}" + "".join(
                             f"; {h.topic}[{h.partition}] head {h.head} waits for "
                             + (", ".join(_blocker(b) for b in h.blockers) or "nothing")
                             for h in t.held)
-                        break
+                        for t in st[app.PROCESS_NAME].tasks if t.lag != 0 or t.held_count]
+                gap = " | ".join(gaps) or None
             if gap is not None:
                 stable.clear()
                 return gap

@@ -16,6 +16,7 @@ from typing import Any
 import multiprocess  # the coordinator's own process library (spawn; dill pickles ``say``)
 
 from devtools.chaos.harness import ChaosFailure, ChaosResult, ChaosSettings, run_chaos
+from devtools.chaos.load import LoadProducer
 
 __all__ = ["ISOLATED_EXIT_S", "START_BOUND_S", "run_bound_s", "run_chaos_isolated"]
 
@@ -25,9 +26,10 @@ ISOLATED_EXIT_S = 30.0
 (it is killed past it)."""
 
 
-START_BOUND_S = 600.0
+START_BOUND_S = 525.0 + LoadProducer.STOP_S
 """What :func:`run_bound_s` allows a run for its brokers' start, its first start, its stop
-and its verdict, s."""
+(the load producer's :attr:`~devtools.chaos.load.LoadProducer.STOP_S` among it) and its
+verdict, s."""
 
 
 def run_bound_s(settings: ChaosSettings) -> float:

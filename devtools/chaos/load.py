@@ -45,11 +45,22 @@ class LoadProducer(threading.Thread):
     (docs/failing-closed.md, "Diagnosis": not produced yet). So the stop ends with a
     top-up: whatever the old producer left is purged and dropped, and a fresh producer
     writes filler ``A`` records until each partition's end passes the highest ``A``
-    offset any ``B`` record named (:attr:`topped_up` says how many).
+    offset any ``B`` record named (:attr:`topped_up` says how many; acknowledged fillers
+    count in :attr:`acked`, since the pipeline relays them as it does every record).
+    Purged records count in :attr:`purged`, never in :attr:`errors`. A top-up that
+    cannot finish in :attr:`TOP_UP_S` leaves :attr:`top_up_error` set, and a caller must
+    not take the drain's holds for the pipeline's then.
     """
 
     LEAD = 10
     """How far ahead (offsets) a ``B`` record's cause may be."""
+    FLUSH_S = 60.0
+    """Bound on the stop's flush of what the producer holds, s."""
+    TOP_UP_S = 90.0
+    """Bound on the stop's top-up, s."""
+    STOP_S = FLUSH_S + TOP_UP_S + 30.0
+    """What :meth:`stop` waits for the thread: the flush, the top-up, and 30 s for the
+    purges and the clients' teardown."""
 
     def __init__(self, bootstrap: str, a: TopicInfo, b: TopicInfo, rate: float,
                  seed: int, tasks: int = TASKS) -> None:
@@ -69,6 +80,8 @@ class LoadProducer(threading.Thread):
         self.flushed: int | None = None
         self.topped_up = 0
         self.top_up_error = ""
+        self.purged = 0
+        self._purging = False
         self._named = [-1] * tasks  # highest A offset any B record named, per partition
 
     def _config(self) -> dict[str, Any]:
@@ -77,6 +90,9 @@ class LoadProducer(threading.Thread):
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         with self._lock:
+            if err is not None and self._purging:
+                self.purged += 1
+                return
             if err is not None:
                 self.errors += 1
                 self.last_error = str(err)
@@ -99,7 +115,8 @@ class LoadProducer(threading.Thread):
         self._next[partition] += 1
 
     def run(self) -> None:
-        """Produce until :meth:`stop`, then the tail, then flush (bounded, 60 s)."""
+        """Produce until :meth:`stop`; then the tail, the flush (:attr:`FLUSH_S`), the purge
+        of what is left and the top-up (:attr:`TOP_UP_S`): the class docstring."""
         producer = Producer(self._config())
         turn = 0
         next_at = time.monotonic()
@@ -128,51 +145,80 @@ class LoadProducer(threading.Thread):
                         self.last_error = f"{type(exc).__name__}: {exc}"
                     producer = Producer(self._config())
             producer.poll(min(0.05, max(0.0, next_at - time.monotonic())))
-        for _ in range(self.LEAD + 5):
-            for partition in range(self._tasks):
-                with contextlib.suppress(BufferError):
-                    self._produce_a(producer, partition)
-        self.flushed = producer.flush(60)
-        if self.flushed:
-            # What a stalled producer still holds must not land after the verdict's reads.
-            with contextlib.suppress(Exception):
-                producer.purge(in_queue=True, in_flight=True)
-                producer.flush(0)
-        del producer
         try:
-            self._top_up(deadline=time.monotonic() + 90.0)
-        except Exception as exc:  # reported: the drain's failure will say what is held
+            for _ in range(self.LEAD + 5):
+                for partition in range(self._tasks):
+                    with contextlib.suppress(BufferError):
+                        self._produce_a(producer, partition)
+            self.flushed = producer.flush(self.FLUSH_S)
+        except Exception as exc:  # a fatal error in the tail: the top-up still runs
+            with self._lock:
+                self.errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+        # What a stalled producer still holds must not land after the verdict's reads.
+        self._drop(producer)
+        del producer  # the last reference: the old client is destroyed here
+        try:
+            self._top_up(deadline=time.monotonic() + self.TOP_UP_S)
+        except Exception as exc:  # reported: the caller says the load failed, not the pipeline
             self.top_up_error = f"{type(exc).__name__}: {exc}"
 
+    def _drop(self, producer: Producer) -> None:
+        """Purge what ``producer`` still holds, counting it in :attr:`purged`."""
+        self._purging = True
+        try:
+            with contextlib.suppress(Exception):
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
+                producer.flush(0)
+        finally:
+            self._purging = False
+
+    def _on_fill(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            with self._lock:
+                self.acked += 1
+                self.topped_up += 1
+
     def _top_up(self, deadline: float) -> None:
-        """Write filler ``A`` records until every named ``A`` offset exists (bounded)."""
+        """Write filler ``A`` records until every named ``A`` offset exists (until
+        ``deadline``, retrying a failed look at the ends).
+
+        Raises:
+            TimeoutError: the ends did not pass every named offset by ``deadline``
+                (the last error seen, if any, in the message).
+        """
         producer = Producer(self._config())
         admin = AdminClient({"bootstrap.servers": self._servers, **QUIET})
+        tps = [TopicPartition(self._a.name, p) for p in range(self._tasks)]
+        last = ""
         try:
-            while time.monotonic() < deadline:
-                short = []
-                tps = [TopicPartition(self._a.name, p) for p in range(self._tasks)]
-                answers = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
-                                             request_timeout=10)
-                for tp in tps:
-                    partition, end = tp.partition, answers[tp].result(timeout=15).offset
-                    if end <= self._named[partition]:
-                        short.append((partition, self._named[partition] + 1 - end))
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    answers = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
+                                                 request_timeout=max(1.0, min(10.0, left)))
+                    ends = {tp.partition: answers[tp].result(timeout=max(1.0, left)).offset
+                            for tp in tps}
+                except Exception as exc:  # a broker still away: look again
+                    last = f"{type(exc).__name__}: {exc}"
+                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                    continue
+                short = {p: self._named[p] + 1 - end for p, end in ends.items()
+                         if end <= self._named[p]}
                 if not short:
                     return
-                for partition, count in short:
+                for partition, count in short.items():
                     for _ in range(count):
                         producer.produce(self._a.name, key=b"fill", value=b"a-fill",
-                                         partition=partition)
-                        self.topped_up += 1
+                                         partition=partition, on_delivery=self._on_fill)
                 producer.flush(max(0.0, deadline - time.monotonic()))
-            raise TimeoutError("the top-up did not reach every named offset in 90 s")
+            raise TimeoutError(f"the top-up did not make every named A offset exist in "
+                               f"{self.TOP_UP_S:g} s (last error: {last or 'none'})")
         finally:
-            producer.purge(in_queue=True, in_flight=True)
-            producer.flush(0)
+            self._drop(producer)
 
-    def stop(self, timeout_s: float = 180.0) -> None:
-        """Stop producing and wait (bounded) for the tail and the flush."""
+    def stop(self, timeout_s: float = STOP_S) -> None:
+        """Stop producing and wait (bounded by ``timeout_s``, s) for the tail, the flush, the
+        purge and the top-up; the thread is still alive after it when they overran."""
         self._halt.set()
         self.join(timeout_s)
 
