@@ -4,6 +4,7 @@ report ``run`` kept; with ``--json``, JSON on every path."""
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -138,7 +139,9 @@ def _last_or_nothing(message: str, last_file: Path | None) -> dict[str, Any]:
 @click.option("--wide", is_flag=True,
               help="Every detail in the table: all held channels, task state, restore, "
                    "memory, CPU, restarts (lines may exceed the terminal).")
-@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--watch", is_flag=True,
+              help="Refresh until Ctrl-C (SIGINT; also when started in the background, "
+                   "where a shell ignores it).")
 @click.option("--interval", type=float, default=1.0,
               help="Seconds between refreshes with --watch.")
 @click.option("--timeout", type=float, default=5.0,
@@ -183,6 +186,9 @@ def command(config_file: str | None, prefix: str | None, state_dir: str | None,
                 return
             from rich.live import Live
 
+            # --watch ends at SIGINT (Ctrl-C, or `kill -INT`) even when started with SIGINT
+            # ignored, as a shell starts a background job: only that signal stops it.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             with Live(console=console, auto_refresh=False) as live:
                 while True:
                     doc = _fetch_status(ep, timeout)

@@ -355,20 +355,20 @@ impl FastFrame {
             return Ok(None);
         }
         let produce = self.produce.bind(py);
-        let on_delivery_name = intern!(py, "on_delivery");
-        let timestamp_name = intern!(py, "timestamp");
-        let headers_name = intern!(py, "headers");
+        let on_delivery = self.on_delivery.bind(py);
         // One stamp for every send of the entry (or run), as the step shares its tuple.
         let stamp = PyTuple::new(py, [self.causes_key.bind(py).as_any(), causes])?;
         let mut rest = planned.into_iter();
         while let Some(p) = rest.next() {
             let stamped = PyList::new(py, [&stamp])?;
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(on_delivery_name, self.on_delivery.bind(py))?;
-            kwargs.set_item(timestamp_name, &p.ts)?;
-            kwargs.set_item(headers_name, &stamped)?;
             let topic = p.out.topic.bind(py);
-            if let Err(err) = produce.call((topic, &p.value, &p.key), Some(&kwargs)) {
+            // Every argument by position, no keyword dict to build and parse per send:
+            // `Producer.produce(topic, value, key, partition, callback, on_delivery,
+            // timestamp, headers)`, confluent-kafka's own order (its `cimpl.pyi`), with
+            // the partition left to the partitioner (-1, `PARTITION_UA`) and the ledger's
+            // callback as `callback` (an `on_delivery` beside a `None` callback is ignored).
+            let args = (topic, &p.value, &p.key, -1i32, on_delivery, py.None(), &p.ts, &stamped);
+            if let Err(err) = produce.call1(args) {
                 if !err.is_instance_of::<PyException>(py) {
                     return Err(err);
                 }

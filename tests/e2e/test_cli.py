@@ -188,7 +188,10 @@ def test_refused_start_exits_3_and_sigterm_is_a_clean_stop(
 
 
 @pytest.mark.slow
-def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_status_watch_refreshes_until_interrupted(tmp_path: Path, inherited: str) -> None:
+    """``ignored``: started with SIGINT ignored, as a shell starts a background job (``make
+    test &``): --watch still ends at SIGINT (what a CI run once saw hang)."""
     from coordinator.control.status_socket import ControlServer
 
     served: list[int] = []
@@ -210,10 +213,13 @@ def test_status_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
         assert table.returncode == 0, table.stderr
         flat = " ".join(table.stdout.split())
         assert "a[0] needs 9 settled -" in flat and "b[0]@7 x2" in flat, table.stdout
+        ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) \
+            if inherited == "ignored" else None
         watch = subprocess.Popen([*CLI, "status", "--watch", "--json", "--interval", "0.2",
                                   "--endpoint", server.endpoint], cwd=tmp_path,
                                  env=dict(os.environ, PYTHONFAULTHANDLER="1"),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=ignore)
         deadline = time.monotonic() + 30
         while len(served) < 6 and time.monotonic() < deadline:  # 5 refreshes served
             time.sleep(0.1)

@@ -54,8 +54,13 @@ class _Producer:
         self.calls = 0
         self.refuse = refuse
 
-    def produce(self, topic: str, value: Any, key: Any, *, on_delivery: Any, timestamp: int,
-                headers: list[tuple[str, bytes]]) -> None:
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                callback: Any = None, on_delivery: Any = None, timestamp: int = 0,
+                headers: list[tuple[str, bytes]] | None = None) -> None:
+        """confluent-kafka's ``Producer.produce`` signature (its ``cimpl.pyi``): the step
+        passes keywords, the fast path positions."""
+        assert partition == -1 and (callback is None) != (on_delivery is None)
+        assert headers is not None
         self.calls += 1
         if self.calls in self.refuse:
             raise self.refuse[self.calls]
