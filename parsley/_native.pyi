@@ -90,7 +90,10 @@ class FastFrame:
             whose serdes are built in; ``None`` for a BYTES encoder.
         frame: the task's ``HandlerFrame`` (its latch is read); state: its ``State`` view.
         classes: ``(Delivery, Effects, Send)``.
-        produce: the producer's ``produce``; on_delivery: the ledger's callback.
+        produce: the producer's ``produce``, called by position as confluent-kafka's
+            ``Producer.produce(topic, value, key, partition, callback, on_delivery,
+            timestamp, headers)``; on_delivery: the ledger's callback (passed as
+            ``callback``).
         causes_key: the ``parsley.causes`` header name.
 
     Raises:

@@ -22,7 +22,8 @@ class DeliveryLedger:
     """Counts produce calls and delivery reports, so a commit can check that
     the producer delivered everything it was given (docs/model.md, "Restart").
 
-    Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` and
+    Pass :meth:`on_delivery` as ``producer.produce(..., on_delivery=...)`` (the native fast
+    path passes it by position, as ``callback``) and
     call :meth:`sent` once per successful ``produce()``. Delivery reports
     arrive from ``poll()``/``flush()``/``commit_transaction()``.
 

@@ -140,8 +140,8 @@ def _last_or_nothing(message: str, last_file: Path | None) -> dict[str, Any]:
               help="Every detail in the table: all held channels, task state, restore, "
                    "memory, CPU, restarts (lines may exceed the terminal).")
 @click.option("--watch", is_flag=True,
-              help="Refresh until Ctrl-C (SIGINT; also when started in the background, "
-                   "where a shell ignores it).")
+              help="Refresh until Ctrl-C (SIGINT, also when started by a script in the "
+                   "background, where SIGINT is ignored).")
 @click.option("--interval", type=float, default=1.0,
               help="Seconds between refreshes with --watch.")
 @click.option("--timeout", type=float, default=5.0,
@@ -187,7 +187,8 @@ def command(config_file: str | None, prefix: str | None, state_dir: str | None,
             from rich.live import Live
 
             # --watch ends at SIGINT (Ctrl-C, or `kill -INT`) even when started with SIGINT
-            # ignored, as a shell starts a background job: only that signal stops it.
+            # ignored, as a shell without job control starts a background job (a script's
+            # `... &`); SIGTERM ends it too, by its default action.
             signal.signal(signal.SIGINT, signal.default_int_handler)
             with Live(console=console, auto_refresh=False) as live:
                 while True:

@@ -364,9 +364,10 @@ impl FastFrame {
             let topic = p.out.topic.bind(py);
             // Every argument by position, no keyword dict to build and parse per send:
             // `Producer.produce(topic, value, key, partition, callback, on_delivery,
-            // timestamp, headers)`, confluent-kafka's own order (its `cimpl.pyi`), with
-            // the partition left to the partitioner (-1, `PARTITION_UA`) and the ledger's
-            // callback as `callback` (an `on_delivery` beside a `None` callback is ignored).
+            // timestamp, headers)`, confluent-kafka's own order (`Producer_produce` in its
+            // `Producer.c`, the same from 2.5 on), with the partition left to the
+            // partitioner (-1, `PARTITION_UA`) and the ledger's callback as `callback` (an
+            // `on_delivery` beside a given `callback`, even `None`, is ignored).
             let args = (topic, &p.value, &p.key, -1i32, on_delivery, py.None(), &p.ts, &stamped);
             if let Err(err) = produce.call1(args) {
                 if !err.is_instance_of::<PyException>(py) {

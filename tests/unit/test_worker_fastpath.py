@@ -46,6 +46,9 @@ class _Ledger:
         pass
 
 
+_UNSET: Any = object()
+
+
 class _Producer:
     """``Producer.produce``'s shape; refuses the calls listed in ``refuse`` (by call number)."""
 
@@ -55,12 +58,15 @@ class _Producer:
         self.refuse = refuse
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                callback: Any = None, on_delivery: Any = None, timestamp: int = 0,
+                callback: Any = _UNSET, on_delivery: Any = None, timestamp: int = 0,
                 headers: list[tuple[str, bytes]] | None = None) -> None:
-        """confluent-kafka's ``Producer.produce`` signature (its ``cimpl.pyi``): the step
-        passes keywords, the fast path positions."""
-        assert partition == -1 and (callback is None) != (on_delivery is None)
-        assert headers is not None
+        """confluent-kafka's ``Producer.produce`` signature (``Producer_produce`` in its
+        ``Producer.c``): the step passes keywords, the fast path positions. The delivery
+        callback resolves as there: ``callback`` when given at all (``None`` included, which
+        means none), else ``on_delivery``; each resolved one is kept for the comparison."""
+        resolved = on_delivery if callback is _UNSET else callback
+        self._txn.callbacks.append((partition, resolved == self._txn.ledger.on_delivery,
+                                    headers is not None))
         self.calls += 1
         if self.calls in self.refuse:
             raise self.refuse[self.calls]
@@ -74,6 +80,8 @@ class _Txn:
         self.ledger = _Ledger()
         self.producer = _Producer(self, refuse)
         self.sent: list[tuple[str, Any, Any, list[tuple[str, bytes]], int]] = []
+        # (partition, the ledger's callback, headers given) of every produce call
+        self.callbacks: list[tuple[int, bool, bool]] = []
 
     def begin(self) -> None:
         self.open = True
@@ -304,6 +312,7 @@ def _step_through(process: Process, engine: Any, channels: dict[str, Any],
     except (ParsleyFailClosedError, HandlerFailure, KeyboardInterrupt) as exc:
         failure = (type(exc).__name__, getattr(exc, "reason", None), str(exc),
                    type(exc.__cause__).__name__)
+    assert all(c == (-1, True, True) for c in txn.callbacks), txn.callbacks
     return (txn.sent, stores.applied, step.delivered, txn.ledger.counted, failure,
             step.handler_batches, handed), counting
 
