@@ -122,7 +122,8 @@ class TaskStatus:
         restore: restore progress, or ``None``.
         rss_bytes: the worker's resident memory, bytes (psutil).
         cpu_percent: the worker's CPU use, percent of one core (psutil).
-        updated_ms_ago: ms since the report was received.
+        updated_ms_ago: ms since the worker sent the report (its ``sent_ms``; the
+            coordinator reads a late one as that old).
         stale: ``updated_ms_ago`` is beyond three status intervals.
         cross_partition_causes: messages accepted with a cause on another task's
             partition of a received topic, carried unenforced (docs/failing-closed.md,
@@ -264,7 +265,7 @@ def task_status_from_report(
 
     Args:
         report: the decoded status message.
-        age_ms: ms since the coordinator received it.
+        age_ms: ms since the worker sent it.
         status_interval_ms: the status interval, ms (stale beyond 3x).
         rss_bytes: resident memory measured by the coordinator (psutil), else
             the worker's own figure.

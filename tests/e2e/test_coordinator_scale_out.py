@@ -132,10 +132,12 @@ class _Cluster:
         ``want(owner by task)`` has nothing to say; else what is missing."""
         owners = self.owners()
         for task, rows in owners.items():
-            running = [r for r in rows if r[1] == "RUNNING"]
+            # Fresh claims only: a stale entry says its coordinator has not heard from the
+            # worker for three status intervals, not that the worker runs.
+            running = [r for r in rows if r[1] == "RUNNING" and not r[4]]
             if len(running) > 1:
                 self.overlaps.append(f"task {task} RUNNING on coordinators "
-                                     f"{[r[0] for r in running]}")
+                                     f"{[r[0] for r in running]}: {rows}")
         if set(owners) != set(range(self.tasks)):
             return f"tasks reporting {sorted(owners)}"
         for task, rows in owners.items():

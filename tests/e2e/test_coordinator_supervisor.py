@@ -107,6 +107,34 @@ def fake_silent_after_one(spec: TaskSpec) -> int:
     return 0
 
 
+def fake_reports_sent_long_ago(spec: TaskSpec) -> int:
+    """Every report stamped as sent 60 s ago: what a coordinator that was paused reads
+    from its socket's backlog."""
+    r = _Reporter(spec)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    while not stop:
+        r.sock.send(orjson.dumps({
+            "kind": "status", "process": spec.process.name, "task": spec.task,
+            "pid": os.getpid(), "sent_ms": int(time.time() * 1000) - 60_000,
+            "state": "RUNNING", "held": [], "held_total": 0, "frontier_channels": 0,
+            "frontier_bytes": 0, "budget_bytes": spec.metadata_budget_bytes, "lag": 0,
+            "restore": None, "rss_bytes": 1, "cpu_percent": 0.0}))
+        time.sleep(spec.status_interval_ms / 1000)
+    return r.final(StopKind.CLEAN)
+
+
+def fake_final_then_lingers(spec: TaskSpec) -> int:
+    """Reports RUNNING, sends its final message, then takes 5 s to exit (a fenced worker
+    closing its clients)."""
+    r = _Reporter(spec)
+    r.status()
+    time.sleep(0.5)
+    code = r.final(StopKind.CLEAN)
+    time.sleep(5.0)
+    return code
+
+
 def fake_crash_task0_once(spec: TaskSpec) -> int:
     marker = Path(spec.state_dir) / f"crashed-{spec.task}"
     r = _Reporter(spec)
@@ -282,6 +310,30 @@ def test_silent_task_is_flagged_stale(tmp_path: Path, supervisors: list[Supervis
     time.sleep(4 * INTERVAL_MS / 1000)
     task = sup.status()["p"].tasks[0]
     assert task.stale and task.updated_ms_ago > 3 * INTERVAL_MS
+
+
+def test_a_report_read_late_is_as_old_as_when_it_was_sent(
+    tmp_path: Path, supervisors: list[Supervisor]
+) -> None:
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_reports_sent_long_ago)
+    supervisors.append(sup)
+    sup.start()
+    _wait(lambda: len(sup.status()["p"].tasks) == 1, what="first report")
+    task = sup.status()["p"].tasks[0]
+    assert task.stale and task.updated_ms_ago >= 59_000, task
+
+
+def test_a_task_whose_worker_sent_its_final_has_no_entry_before_it_exits(
+    tmp_path: Path, supervisors: list[Supervisor]
+) -> None:
+    sup = Supervisor(_config(tmp_path), {"p": _plan("p", 1)}, target=fake_final_then_lingers)
+    supervisors.append(sup)
+    sup.start()
+    _wait(lambda: len(sup.status()["p"].tasks) == 1, what="first report")
+    pid = sup.status()["p"].tasks[0].pid
+    _wait(lambda: not sup.status()["p"].tasks, 4.0, "the entry retired at the final message")
+    assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, \
+        "the worker exited before the check: the test proved nothing"
 
 
 @pytest.mark.slow

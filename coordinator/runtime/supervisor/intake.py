@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from typing import Any
 
 import orjson
 import psutil  # type: ignore[import-untyped]
@@ -44,7 +45,11 @@ class Intake(SupervisorBase):
                     continue
                 tasks: list[TaskStatus] = []
                 for t in sorted(run.tasks.values(), key=lambda t: t.index):
-                    if t.report is None or t.report_at is None or t.exit_code is not None:
+                    # A worker that sent its final message has stopped, or is stopping: its
+                    # last status no longer says what the task is doing (a coordinator that
+                    # reads a backlog of reports drains the final before it reaps the exit).
+                    if t.report is None or t.report_at is None or t.exit_code is not None \
+                            or t.final is not None:
                         continue
                     rss, cpu = None, None
                     if t.handle is not None:
@@ -94,7 +99,7 @@ class Intake(SupervisorBase):
                 t.heard_at = now
                 self._observe("reported", name, task, pid, msg)
                 if kind == STATUS:
-                    t.report, t.report_at = msg, now
+                    t.report, t.report_at = msg, now - _in_flight_s(msg)
                     state = msg.get("state")
                     t.last_state = state if isinstance(state, str) else None
                     if state == "RUNNING":
@@ -103,3 +108,17 @@ class Intake(SupervisorBase):
                         t.running_since = None
                 elif kind == FINAL:
                     t.final = msg
+
+
+def _in_flight_s(msg: dict[str, Any]) -> float:
+    """How long a report waited between its worker's send and this read, s (0 when unknown).
+
+    The worker stamps ``sent_ms`` with the host's wall clock (``workers.status``), which the
+    coordinator shares: its workers run on its host. A report read late (a coordinator
+    paused, or busy, while its worker kept reporting) is aged from when it was sent, so it
+    never shows as fresh what the worker said long ago (docs/operations.md, "Status").
+    """
+    sent = msg.get("sent_ms")
+    if not isinstance(sent, (int, float)) or isinstance(sent, bool):
+        return 0.0
+    return max(0.0, time.time() - sent / 1000.0)
