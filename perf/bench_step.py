@@ -20,7 +20,9 @@ records), the per-record work of one task between ``consume()`` and the commit:
   ``--no-fast``;
 * ``worker step, builder relay``: the same with the relay written
   ``Effects.builder().send(out, key, value, timestamp=...).build()`` instead of
-  ``Effects.send(out, key, value)``, what the one-send constructor saves.
+  ``Effects.send(out, key, value)``, what the one-send constructor saves;
+* ``worker step, batch relay``: the same with the batch handler of ``parsley-1-batch``
+  (``Process.receives_batch``, ``perf.runs.batch_relay_handler``).
 
 Records are ``confluent_kafka.Message`` objects with ``--value-bytes`` values and
 the 16-entry ``parsley.causes`` header of the relay benchmark (``perf.load``). The
@@ -52,7 +54,7 @@ from parsley.engine.store import InMemoryOrderingStore
 from parsley.frame import HandlerFrame
 from parsley.native import ENGINE
 from perf import load
-from perf.runs import relay_handler
+from perf.runs import batch_relay_handler, relay_handler
 from workers.fetched import split_errors
 from workers.pacing import MAX_BATCH
 from workers.step import TaskStep
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
                                       timestamp=delivery.timestamp).build()
 
     builder_process = Process("relay").receives(inbound, built).sends(out)
+    batch_process = Process("relay").receives_batch(inbound, batch_relay_handler(out)).sends(out)
     producer = _producer()
     txn = TaskTransaction(producer)
     txn.init()
@@ -205,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
                        ("engine", engine_loop(False)),
                        ("engine + frame", engine_loop(True)),
                        ("worker step", step_loop(process)),
-                       ("worker step, builder relay", step_loop(builder_process))):
+                       ("worker step, builder relay", step_loop(builder_process)),
+                       ("worker step, batch relay", step_loop(batch_process))):
         print(f"{name:32s} {_rounds(loop, batches, a.rounds, flush):16.2f}", flush=True)
     producer.abort_transaction(30)
 

@@ -9,7 +9,8 @@ printed and written to ``--out``. Wall-clock sampling shows waiting (``consume``
 ``commit_transaction``) next to CPU work.
 
 Run: ``python -m perf.profile_worker --bootstrap-servers HOST:PORT [--messages 30000]
-[--value-bytes 100] [--out /tmp/worker-profile.txt] [--html FILE]``.
+[--value-bytes 100] [--batch] [--out /tmp/worker-profile.txt] [--html FILE]``; ``--batch``
+profiles the relay of ``parsley-1-batch`` (a batch handler, ``Process.receives_batch``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--messages", type=int, default=30_000)
     ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--batch", action="store_true",
+                    help="the batch handler's relay (parsley-1-batch) instead of parsley-1's")
     ap.add_argument("--out", default="/tmp/worker-profile.txt")
     ap.add_argument("--html")
     ap.add_argument("--worker-patch", action="append", default=[], metavar="NAME",
@@ -74,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
         loader.plain(inp, 1, seq)
     loader.flush()
     with tempfile.TemporaryDirectory(prefix="parsley-perf-") as workdir:
-        relay = ParsleyRelay(a.bootstrap_servers, [inp], out, tag, 100, workdir)
+        relay = ParsleyRelay(a.bootstrap_servers, [inp], out, tag, 100, workdir,
+                             batch=a.batch)
         reader = OutputReader(a.bootstrap_servers, [out])
         t0 = time.monotonic()
         relay.start(120.0, target=profiled_run, extra_args=(a.out, a.html, tuple(a.worker_patch)))
