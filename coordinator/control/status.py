@@ -312,7 +312,8 @@ def process_state(task_count: int,
     Args:
         task_count: W, the process's task count (>= 1).
         task_states: ``{task: its last reported state, or None without a report}``
-            for the tasks whose worker is alive; entries outside the range are ignored.
+            for the tasks whose worker has not ended (no final message, no exit);
+            entries outside the range are ignored.
 
     Returns:
         :func:`aggregate_state` over ``task_states.get(i)`` for every task ``i``.

@@ -106,7 +106,7 @@ class _Cluster:
     def owners(self) -> dict[int, list[tuple[int, str, int, int, bool]]]:
         """``{task: [(coordinator, state, held, lag, stale)]}`` over the live coordinators."""
         self.track()
-        out: dict[int, list[tuple[int, str, int, int, bool]]] = {}
+        out: dict[int, list[tuple[int, str, int, int, bool, int]]] = {}
         for i, proc in self.procs.items():
             if proc.poll() is not None:
                 continue
@@ -123,7 +123,7 @@ class _Cluster:
             assert st.refusal_reason is None, f"coordinator {i}: {st}"
             for t in st.tasks:
                 out.setdefault(t.task, []).append(
-                    (i, t.state, t.held_count, int(t.lag or 0), bool(t.stale)))
+                    (i, t.state, t.held_count, int(t.lag or 0), bool(t.stale), t.pid))
         return out
 
     def all_running(self, want: Callable[[dict[int, int]], str | None] | None = None
@@ -132,9 +132,10 @@ class _Cluster:
         ``want(owner by task)`` has nothing to say; else what is missing."""
         owners = self.owners()
         for task, rows in owners.items():
-            # Fresh claims only: a stale entry says its coordinator has not heard from the
-            # worker for three status intervals, not that the worker runs.
-            running = [r for r in rows if r[1] == "RUNNING" and not r[4]]
+            # A claim: a fresh RUNNING entry, or a stale one whose worker is still alive (a
+            # stale entry alone says its coordinator has not heard from the worker for three
+            # status intervals, not that the worker runs).
+            running = [r for r in rows if r[1] == "RUNNING" and (not r[4] or _alive_pid(r[5]))]
             if len(running) > 1:
                 self.overlaps.append(f"task {task} RUNNING on coordinators "
                                      f"{[r[0] for r in running]}: {rows}")
@@ -432,6 +433,14 @@ def test_a_partitioned_coordinators_worker_is_fenced_by_its_successor(
     assert not cluster.overlaps, cluster.overlaps
     assert not leftovers, f"processes alive after the stop: {leftovers}"
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _alive_pid(pid: int) -> bool:
+    """``pid`` is a live process (not a zombie)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 def _cmdline(p: psutil.Process) -> list[str]:

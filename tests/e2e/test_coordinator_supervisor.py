@@ -108,15 +108,17 @@ def fake_silent_after_one(spec: TaskSpec) -> int:
 
 
 def fake_reports_sent_long_ago(spec: TaskSpec) -> int:
-    """Every report stamped as sent 60 s ago: what a coordinator that was paused reads
-    from its socket's backlog."""
+    """From 2 s after its start, every report stamped as sent 1.5 s before: what a
+    coordinator that was paused reads from its socket's backlog (the age is never counted
+    beyond the worker's own)."""
     r = _Reporter(spec)
+    time.sleep(2.0)
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     while not stop:
         r.sock.send(orjson.dumps({
             "kind": "status", "process": spec.process.name, "task": spec.task,
-            "pid": os.getpid(), "sent_ms": int(time.time() * 1000) - 60_000,
+            "pid": os.getpid(), "sent_ms": int(time.time() * 1000) - 1_500,
             "state": "RUNNING", "held": [], "held_total": 0, "frontier_channels": 0,
             "frontier_bytes": 0, "budget_bytes": spec.metadata_budget_bytes, "lag": 0,
             "restore": None, "rss_bytes": 1, "cpu_percent": 0.0}))
@@ -125,13 +127,16 @@ def fake_reports_sent_long_ago(spec: TaskSpec) -> int:
 
 
 def fake_final_then_lingers(spec: TaskSpec) -> int:
-    """Reports RUNNING, sends its final message, then takes 5 s to exit (a fenced worker
-    closing its clients)."""
+    """Reports RUNNING until the test's go-ahead (a file), sends its final message, then
+    lives 10 s more before it exits (its interpreter's teardown, slow)."""
     r = _Reporter(spec)
-    r.status()
-    time.sleep(0.5)
+    go = Path(spec.state_dir) / "send-final"
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        r.status()
+        time.sleep(spec.status_interval_ms / 1000)
     code = r.final(StopKind.CLEAN)
-    time.sleep(5.0)
+    time.sleep(10.0)
     return code
 
 
@@ -320,7 +325,7 @@ def test_a_report_read_late_is_as_old_as_when_it_was_sent(
     sup.start()
     _wait(lambda: len(sup.status()["p"].tasks) == 1, what="first report")
     task = sup.status()["p"].tasks[0]
-    assert task.stale and task.updated_ms_ago >= 59_000, task
+    assert task.stale and task.updated_ms_ago >= 1_400, task
 
 
 def test_a_task_whose_worker_sent_its_final_has_no_entry_before_it_exits(
@@ -331,7 +336,9 @@ def test_a_task_whose_worker_sent_its_final_has_no_entry_before_it_exits(
     sup.start()
     _wait(lambda: len(sup.status()["p"].tasks) == 1, what="first report")
     pid = sup.status()["p"].tasks[0].pid
-    _wait(lambda: not sup.status()["p"].tasks, 4.0, "the entry retired at the final message")
+    (tmp_path / "send-final").write_text("x")
+    _wait(lambda: not sup.status()["p"].tasks, 8.0, "the entry retired at the final message")
+    assert sup.status()["p"].state is ProcessState.STARTING
     assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, \
         "the worker exited before the check: the test proved nothing"
 

@@ -3,7 +3,6 @@ the exposition as Prometheus parses it, the HTTP server and the settings that tu
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -59,8 +58,7 @@ def _metrics(received: int, delivered: int, commits: int, aborts: int = 0,
 def _status(pid: int, metrics: dict[str, Any] | None, held: list[dict[str, Any]] = (),  # type: ignore[assignment]
             lag: int | None = 0, task: int = 0) -> dict[str, Any]:
     msg: dict[str, Any] = {
-        "kind": "status", "process": "p", "task": task, "pid": pid,
-        "sent_ms": int(time.time() * 1000),
+        "kind": "status", "process": "p", "task": task, "pid": pid, "sent_ms": 0,
         "state": "RUNNING", "held": list(held), "held_total": sum(h["count"] for h in held),
         "frontier_channels": 1, "frontier_bytes": 40, "budget_bytes": 4096, "lag": lag,
         "restore": None, "rss_bytes": 1000, "cpu_percent": 0.0}

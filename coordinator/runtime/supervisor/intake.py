@@ -21,7 +21,7 @@ from coordinator.control.status import (
     process_state,
     task_status_from_report,
 )
-from coordinator.runtime.supervisor.state import SupervisorBase
+from coordinator.runtime.supervisor.state import SupervisorBase, Task
 from workers.protocol import FINAL, STATUS
 
 __all__ = ["Intake"]
@@ -44,12 +44,9 @@ class Intake(SupervisorBase):
                                               run.failure_detail, (), run.restarts)
                     continue
                 tasks: list[TaskStatus] = []
+                ended = {t.index for t in run.tasks.values() if _ended(t)}
                 for t in sorted(run.tasks.values(), key=lambda t: t.index):
-                    # A worker that sent its final message has stopped, or is stopping: its
-                    # last status no longer says what the task is doing (a coordinator that
-                    # reads a backlog of reports drains the final before it reaps the exit).
-                    if t.report is None or t.report_at is None or t.exit_code is not None \
-                            or t.final is not None:
+                    if t.report is None or t.report_at is None or t.index in ended:
                         continue
                     rss, cpu = None, None
                     if t.handle is not None:
@@ -67,9 +64,10 @@ class Intake(SupervisorBase):
                                         "(%s: %s); it has no status entry until a readable "
                                         "one arrives", run.plan.application_id, t.index, t.pid,
                                         type(exc).__name__, exc)
-                # Over every task: one that exited and waits for its respawn is STARTING.
+                # Over every task: one whose worker ended (and waits for its respawn, or for
+                # its exit to be reaped) is STARTING.
                 reported = {t.index: None if t.report is None else str(t.report.get("state"))
-                            for t in run.tasks.values() if t.exit_code is None}
+                            for t in run.tasks.values() if t.index not in ended}
                 state = process_state(run.plan.task_count, reported) if run.owned is None \
                     else aggregate_state(reported.get(i) for i in run.indexes())
                 out[name] = ProcessStatus(state, run.refusal_reason, run.failure_detail,
@@ -99,7 +97,9 @@ class Intake(SupervisorBase):
                 t.heard_at = now
                 self._observe("reported", name, task, pid, msg)
                 if kind == STATUS:
-                    t.report, t.report_at = msg, now - _in_flight_s(msg)
+                    # Never older than the worker itself (a sent_ms from a broken clock).
+                    late = min(_in_flight_s(msg), max(0.0, now - t.started_at))
+                    t.report, t.report_at = msg, now - late
                     state = msg.get("state")
                     t.last_state = state if isinstance(state, str) else None
                     if state == "RUNNING":
@@ -108,6 +108,21 @@ class Intake(SupervisorBase):
                         t.running_since = None
                 elif kind == FINAL:
                     t.final = msg
+
+
+def _ended(t: Task) -> bool:
+    """Whether ``t``'s worker has ended: its exit reaped, its final message read (it has
+    stopped, or is stopping: its last status no longer says what the task does), or the
+    process a zombie not reaped yet. A coordinator that reads a backlog of reports after a
+    pause reads the final, or finds the zombie, before it reaps the exit."""
+    if t.exit_code is not None or t.final is not None:
+        return True
+    if t.handle is None:
+        return False
+    try:
+        return bool(t.handle.status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True  # gone
 
 
 def _in_flight_s(msg: dict[str, Any]) -> float:
