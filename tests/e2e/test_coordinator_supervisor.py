@@ -82,10 +82,16 @@ def fake_running(spec: TaskSpec) -> int:
 
 
 def fake_refuses_on_task1(spec: TaskSpec) -> int:
+    """Task 1 reports until the test has seen both tasks' entries (a file), then refuses:
+    an entry is retired at its worker's final message, so a refusal sent at a fixed delay
+    could come before a slow sibling's first report."""
     r = _Reporter(spec)
     if spec.task == 1:
-        r.status()
-        time.sleep(0.6)
+        go = Path(spec.state_dir) / "refuse"
+        deadline = time.monotonic() + 60
+        while not go.exists() and time.monotonic() < deadline:
+            r.status()
+            time.sleep(spec.status_interval_ms / 1000)
         return r.final(StopKind.REFUSAL, "UNDECODABLE_METADATA",
                        "b@3: truncated causes header")
     return _run_until_term(r)
@@ -354,6 +360,7 @@ def test_refusal_stops_every_task_of_its_process_only(
     sup.start()
     _wait(lambda: len(sup.status()["bad"].tasks) == 2, what="bad's tasks")
     bad_pids = _pids(sup, "bad")
+    (tmp_path / "refuse").write_text("x")
     assert sup.wait_any_stopped(30)
     st = sup.status()
     assert st["bad"].state is ProcessState.STOPPED
