@@ -42,6 +42,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.control.status import ProcessState, ProcessStatus, parse_status
 from coordinator.control.status_socket import NoReplyError, request
+from coordinator.control.status_view import held_line
 from devtools import devbroker, devbroker_cluster
 from devtools.chaos import app
 from devtools.chaos.load import LoadProducer
@@ -49,7 +50,6 @@ from devtools.chaos.schedule import CLUSTER_KINDS, KINDS, Fault, schedule
 from devtools.chaos.verdict import InputRecord, OutputRecord, Verdict, judge
 from devtools.dev_cluster import DevCluster
 from devtools.kafka_support import QUIET, TopicInfo, create_topic
-from parsley.status import Blocker
 from parsley.wire import CAUSES_HEADER, decode_causes
 
 T = TypeVar("T")
@@ -632,10 +632,8 @@ class ChaosRun:
             st = self._status()
             gap = self._running(st)
             if gap is None and st is not None:
-                gaps = [f"task {t.task} lag {t.lag} held {t.held_count}" + "".join(
-                            f"; {h.topic}[{h.partition}] head {h.head} waits for "
-                            + (", ".join(_blocker(b) for b in h.blockers) or "nothing")
-                            for h in t.held)
+                gaps = [f"task {t.task} lag {t.lag} held {t.held_count}"
+                        + "".join(f"; {held_line(h)}" for h in t.held)
                         for t in st[app.PROCESS_NAME].tasks if t.lag != 0 or t.held_count]
                 gap = " | ".join(gaps) or None
             if gap is not None:
@@ -749,14 +747,6 @@ def _is_child_of(p: psutil.Process, pid: int) -> bool:
     with contextlib.suppress(psutil.Error):
         return any(parent.pid == pid for parent in p.parents())
     return False
-
-
-def _blocker(b: Blocker) -> str:
-    """``topic[p]@required (settled s, class c, last stable l, end e)``: a drain failure's
-    account of what a held head waits for."""
-    return (f"{b.topic}[{b.partition}]@{b.required} (settled {b.settled}, class "
-            f"{None if b.hold_class is None else b.hold_class.value}, last stable "
-            f"{b.last_stable}, end {b.end})")
 
 
 def _read(bootstrap: str, topic: str, partitions: Sequence[int] | range,
