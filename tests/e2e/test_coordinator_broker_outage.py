@@ -13,6 +13,7 @@ again within a generous bound of the broker answering.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import uuid
@@ -70,11 +71,46 @@ def _relayed(bootstrap: str, topic: str) -> int:
         return -1
 
 
-def _wait(pred: Any, timeout_s: float, what: str) -> None:
+def _wait(pred: Any, timeout_s: float, what: str,
+          explain: Any = lambda: "") -> None:
+    """Poll ``pred`` until true; on timeout fail with ``explain()`` appended."""
     deadline = time.monotonic() + timeout_s
     while not pred():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}"
+                                 f"{explain()}")
         time.sleep(0.2)
+
+
+def _tool(bootstrap: str, *args: str) -> str:
+    """One ``kafka-transactions`` command's output (the runbooks' tool), or why it failed."""
+    argv = devbroker.tool_argv("kafka-transactions", ["--bootstrap-server", bootstrap, *args])
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "(timed out after 60 s)"
+    return (out.stdout + out.stderr).strip() or f"(no output, exit {out.returncode})"
+
+
+def _open_transactions(bootstrap: str, prefix: str, log: Path, status: Any) -> str:
+    """What holds a stalled resume, for the failure message: each task's status, the
+    application's transactions (``kafka-transactions list``), the producers with an open
+    transaction on each of the application's internal topics' partitions
+    (``describe-producers``, the runbooks' "restore makes no progress"), and the broker
+    log's errors."""
+    listed = _tool(bootstrap, "list").splitlines()
+    lines = ["", "status:", *(f"  {t}" for t in status.tasks),
+             "kafka-transactions list (this application's):",
+             *(line for n, line in enumerate(listed) if n == 0 or prefix in line)]
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    topics = admin.list_topics(timeout=20).topics
+    for name in sorted(t for t in topics if t.startswith(prefix)):
+        for p in sorted(topics[name].partitions):
+            lines += [f"describe-producers {name}[{p}]:",
+                      _tool(bootstrap, "describe-producers", "--topic", name,
+                            "--partition", str(p))]
+    lines += ["broker log errors:", devbroker.log_errors(log)]
+    return "\n".join(lines)
 
 
 def test_a_relay_under_load_resumes_by_itself_after_a_broker_outage(
@@ -113,7 +149,9 @@ def test_a_relay_under_load_resumes_by_itself_after_a_broker_outage(
             return (st.state is ProcessState.RUNNING and len(st.tasks) == 2
                     and _relayed(bs, out.name) >= sent)
 
-        _wait(caught_up, RESUME_BOUND_S, "the process to resume and relay every input")
+        _wait(caught_up, RESUME_BOUND_S, "the process to resume and relay every input",
+              lambda: _open_transactions(bs, config.application_id_prefix, state2.log_path,
+                                         handle.status()["relay"]))
         resumed_s = time.monotonic() - answered
         assert resumed_s < RESUME_BOUND_S
         time.sleep(1.0)
