@@ -32,7 +32,8 @@ copying, batching) with no broker process competing for the cores; both loops
 produce into one open transaction and flush between rounds.
 
 Run: ``python -m perf.bench_step [--number 50000] [--rounds 5] [--value-bytes 100]
-[--no-fast]``;
+[--no-fast] [--only LOOP]``; ``--only`` times one loop (its name as printed, e.g. ``--only
+"worker step, batch relay"``), for a sampling profiler such as ``perf record -p``;
 ``PARSLEY_ENGINE=python python -m perf.bench_step`` for the reference engine.
 """
 
@@ -63,6 +64,10 @@ from workers.transaction import TaskTransaction
 __all__ = ["main"]
 
 IN = ChannelId(UUID(int=0x1), 0)
+
+LOOPS = ("baseline loop", "engine", "engine + frame", "worker step",
+         "worker step, builder relay", "worker step, batch relay")
+"""The loops timed, in order (the module docstring says what each does)."""
 
 
 class _NoStores:
@@ -121,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--no-fast", action="store_true",
                     help="every delivery through the Python frame (no native fast path)")
+    ap.add_argument("--only", metavar="LOOP", choices=LOOPS,
+                    help="time this loop only (its name as printed), e.g. under a profiler")
     a = ap.parse_args(argv)
     batches = _records(a.number, a.value_bytes)
     out = Channel("out", serdes.BYTES, serdes.BYTES)
@@ -204,12 +211,12 @@ def main(argv: list[str] | None = None) -> None:
           f"header, best of {a.rounds} rounds; engine: {ENGINE}"
           f"{'' if a.no_fast or ENGINE != 'native' else ', native fast path'}")
     print(f"{'loop':32s} {'CPU µs / record':>16s}")
-    for name, loop in (("baseline loop", baseline),
-                       ("engine", engine_loop(False)),
-                       ("engine + frame", engine_loop(True)),
-                       ("worker step", step_loop(process)),
-                       ("worker step, builder relay", step_loop(builder_process)),
-                       ("worker step, batch relay", step_loop(batch_process))):
+    loops = dict(zip(LOOPS, (baseline, engine_loop(False), engine_loop(True),
+                             step_loop(process), step_loop(builder_process),
+                             step_loop(batch_process)), strict=True))
+    for name, loop in loops.items():
+        if a.only is not None and name != a.only:
+            continue
         print(f"{name:32s} {_rounds(loop, batches, a.rounds, flush):16.2f}", flush=True)
     producer.abort_transaction(30)
 
