@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 from parsley import refusal_shapes as shapes
 from parsley.channels import Channel, Store
 from parsley.engine.channel import Header
+from parsley.native import NATIVE
 from parsley.refusals import ParsleyFailClosedError, Reason
 from parsley.wire import RESERVED_PREFIX as _HEADER_PREFIX
 
@@ -250,6 +251,23 @@ def _fill_send(send: Send, channel: Channel[Any, Any], key: Any, value: Any,
     _s_timestamp_ms(send, timestamp_ms)
 
 
+def _python_send(channel: Channel[Any, Any], key: Any, value: Any,
+                 headers: Mapping[str, Any] | Iterable[Any] | None,
+                 timestamp_ms: int | None) -> Send:
+    """A new :class:`Send` without the class call: the reference of the native
+    constructor (``parsley._native.Constructors``, which calls this for every argument it
+    does not build for). Raises as :class:`Send`."""
+    send: Send = _new(Send)
+    _fill_send(send, channel, key, value, headers, timestamp_ms)
+    return send
+
+
+_make_send: Callable[..., Send] = _python_send
+"""``(channel, key, value, headers, timestamp_ms) -> Send`` for the builder and
+``Effects.send``: the native constructor when the native core runs (bound at the end of
+this module), else :func:`_python_send`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Write:
     """One store write (Java ``Effects.Write``): a put, or a delete when ``value`` is None.
@@ -277,11 +295,14 @@ class _ClassOnlySend:
     def __get__(self, obj: object, owner: type) -> Any:
         if obj is None:
             return _EffectsClass.send.__get__(owner, type(owner))
-        raise AttributeError(
-            "'Effects' object has no attribute 'send': Effects.send(channel, key, value) "
-            "makes the effects of one send and does not chain; for several sends or a "
-            "store write use Effects.builder().send(...).send(...).build()",
-            name="send", obj=obj)
+        raise AttributeError(_NOT_ON_AN_INSTANCE, name="send", obj=obj)
+
+
+_NOT_ON_AN_INSTANCE: Final = (
+    "'Effects' object has no attribute 'send': Effects.send(channel, key, value) makes the "
+    "effects of one send and does not chain; for several sends or a store write use "
+    "Effects.builder().send(...).send(...).build()")
+"""The error of ``effects.send`` read on an instance (:class:`_ClassOnlySend`)."""
 
 
 class _EffectsClass(type):
@@ -313,8 +334,7 @@ class _EffectsClass(type):
             ValueError: a negative timestamp.
             TypeError: ``channel`` is not a Channel, a malformed header or timestamp.
         """
-        one: Send = _new(Send)
-        _fill_send(one, channel, key, value, headers, timestamp)
+        one = _make_send(channel, key, value, headers, timestamp)
         effects: Effects = _new(Effects)
         _e_sends(effects, (one,))
         _e_writes(effects, ())
@@ -388,9 +408,7 @@ class EffectsBuilder:
                 header, latched into the handler frame (see :class:`RefusalLatch`).
             ValueError: negative timestamp.
         """
-        send: Send = _new(Send)
-        _fill_send(send, channel, key, value, headers, timestamp)
-        self._sends.append(send)
+        self._sends.append(_make_send(channel, key, value, headers, timestamp))
         return self
 
     def put(self, store: Store[K, V], key: K, value: V) -> EffectsBuilder:
@@ -421,6 +439,17 @@ class EffectsBuilder:
         writes = self._writes
         _e_writes(effects, tuple(writes) if writes else ())
         return effects
+
+
+if NATIVE is not None:
+    # The native core builds the common Send and Effects itself and calls the Python
+    # constructors above for everything else (parsley._native.Constructors; the same
+    # values, checks and refusals: tests/unit/test_effects_native.py). Effects.send reads
+    # as that native constructor on the class, with the same error on an instance.
+    _constructors = NATIVE.Constructors(Send, Effects, Channel, _python_send)
+    _make_send = _constructors.send
+    type.__setattr__(Effects, "send",
+                     NATIVE.ClassOnly(_constructors.one, "send", _NOT_ON_AN_INSTANCE))
 
 
 Handler = Callable[[Delivery[Any, Any], State], Effects]

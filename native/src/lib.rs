@@ -19,6 +19,8 @@ pub mod state_codec;
 pub mod wire;
 pub mod engine;
 #[cfg(feature = "python")]
+mod py_effects;
+#[cfg(feature = "python")]
 mod py_engine;
 #[cfg(feature = "python")]
 mod py_fetch;
@@ -42,6 +44,7 @@ fn version() -> &'static str {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    py_effects::register(m)?;
     py_engine::register(m)?;
     py_fetch::register(m)?;
     py_wire::register(m)?;

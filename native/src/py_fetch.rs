@@ -16,6 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
+use crate::py_effects::{alloc, check_allocatable, set_slots};
+
 /// `split_errors(records) -> (good, errors)`: the records whose `error()` is `None`, and
 /// the others, each in fetch order. When no record has an error, `good` is `records`
 /// itself (no copy) and `errors` is an empty list.
@@ -118,7 +120,6 @@ struct FastFrame {
     outputs: HashMap<String, OutPlan>,
     frame: PyObject,
     state: PyObject,
-    object_new: PyObject,
     delivery: Py<PyType>,
     effects: Py<PyType>,
     send: Py<PyType>,
@@ -236,8 +237,8 @@ impl FastFrame {
         Ok(Some((key, value)))
     }
 
-    /// The `parsley.Delivery` of `entry` with the decoded `key` and `value`, slot by slot
-    /// as its own `__init__` would (`parsley.effects.new_delivery`).
+    /// The `parsley.Delivery` of `entry` with the decoded `key` and `value`, allocated as
+    /// `object.__new__` does and set slot by slot as `parsley.effects.new_delivery` does.
     fn delivery<'py>(
         &self,
         py: Python<'py>,
@@ -246,7 +247,7 @@ impl FastFrame {
         key: &Bound<'py, PyAny>,
         value: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let delivery = self.object_new.bind(py).call1((self.delivery.bind(py),))?;
+        let delivery = alloc(py, self.delivery.bind(py))?;
         let position = entry.get_item(1)?;
         let ts = entry.get_item(2)?;
         let headers = entry.get_item(5)?;
@@ -259,15 +260,7 @@ impl FastFrame {
             value,
             &headers,
         ];
-        for (name, value) in self.fields.iter().zip(values.iter()) {
-            // SAFETY: three valid object pointers, held by bound references for the call.
-            let rc = unsafe {
-                pyo3::ffi::PyObject_GenericSetAttr(delivery.as_ptr(), name.as_ptr(), value.as_ptr())
-            };
-            if rc != 0 {
-                return Err(PyErr::fetch(py));
-            }
-        }
+        set_slots(&delivery, &self.fields, &values)?;
         Ok(delivery)
     }
 
@@ -495,7 +488,8 @@ impl FastFrame {
     ///
     /// Raises `ValueError` for a `max_records` below 1 (`OverflowError` for one past the
     /// platform's `size_t`), and what the tuples' reading raises (`TypeError`,
-    /// `IndexError`) for plans of another shape.
+    /// `IndexError`) for plans of another shape; `TypeError` when `Delivery` is not a
+    /// class `object.__new__` allocates with `PyType_GenericAlloc`.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -509,6 +503,7 @@ impl FastFrame {
         on_delivery: PyObject,
         causes_key: Py<PyString>,
     ) -> PyResult<Self> {
+        check_allocatable(classes.0.bind(py))?;
         let mut ins = HashMap::new();
         for (k, v) in inputs.iter() {
             let id: usize = k.extract()?;
@@ -557,7 +552,6 @@ impl FastFrame {
             outputs: outs,
             frame,
             state,
-            object_new: py.import("builtins")?.getattr("object")?.getattr("__new__")?.unbind(),
             delivery: classes.0,
             effects: classes.1,
             send: classes.2,
