@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from parsley.channels import Channel
 from parsley.declarations import Effects, Send
 from parsley.effects import Delivery
 from parsley.engine.channel import ChannelId
@@ -71,5 +72,5 @@ def fast_frame(frame: HandlerFrame, txn: TaskTransaction,
         return None  # no entry could be plain: every one would be handed back
     # The producer's produce and the ledger's callback are held for the step's life: the
     # worker keeps one producer and one ledger per task (workers.transaction).
-    return NATIVE.FastFrame(inputs, outputs, frame, frame.state, (Delivery, Effects, Send),
+    return NATIVE.FastFrame(inputs, outputs, frame, frame.state, (Delivery, Effects, Send, Channel),
                             txn.producer.produce, txn.ledger.on_delivery, CAUSES_HEADER)

@@ -6,7 +6,7 @@
 //!   (`workers/fastpath.py` documents what it covers and what it hands back to the
 //!   Python handler frame; `workers/step.py` drives it).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -113,11 +113,22 @@ struct Planned<'a, 'py> {
 unsafe impl Send for FastFrame {}
 unsafe impl Sync for FastFrame {}
 
+/// How many channel objects `FastFrame::output` remembers (a handler that makes a new
+/// `Channel` per send reads each one's name).
+const OUT_CACHE: usize = 8;
+
 /// The common case of the handler frame and the step, per delivery batch.
 #[pyclass(module = "parsley._native")]
 struct FastFrame {
     inputs: HashMap<usize, InPlan>,
-    outputs: HashMap<String, OutPlan>,
+    /// Declared outputs with built-in serdes, and their index by topic name.
+    outputs: Vec<OutPlan>,
+    by_name: HashMap<String, usize>,
+    /// Channel objects of exactly the class `Channel` seen in sends, and the index of
+    /// their output: a handler sends to the same few channel objects, and a `Channel` is
+    /// frozen, so its name is read once ([`OUT_CACHE`] at most).
+    out_cache: RefCell<Vec<(PyObject, usize)>>,
+    channel: Py<PyType>,
     frame: PyObject,
     state: PyObject,
     delivery: Py<PyType>,
@@ -264,6 +275,28 @@ impl FastFrame {
         Ok(delivery)
     }
 
+    /// The output a send's `channel` names (matched by name, as `HandlerFrame.plan`
+    /// does), or `None` when it names none with built-in serdes (or its name is not a
+    /// `str`). A channel object of exactly the class `Channel` is remembered.
+    fn output(&self, py: Python<'_>, channel: &Bound<'_, PyAny>) -> PyResult<Option<&OutPlan>> {
+        if let Some(&(_, i)) = self.out_cache.borrow().iter().find(|(c, _)| c.is(channel)) {
+            return Ok(Some(&self.outputs[i]));
+        }
+        let name = channel.getattr(intern!(py, "name"))?;
+        let i = match name.downcast::<PyString>() {
+            Ok(s) => match self.by_name.get(s.to_str()?) {
+                Some(&i) => i,
+                None => return Ok(None),
+            },
+            Err(_) => return Ok(None),
+        };
+        let mut cache = self.out_cache.borrow_mut();
+        if channel.get_type().is(self.channel.bind(py)) && cache.len() < OUT_CACHE {
+            cache.push((channel.clone().unbind(), i));
+        }
+        Ok(Some(&self.outputs[i]))
+    }
+
     /// The sends of `effects` planned as `HandlerFrame.plan` plans them, or `None` when
     /// the Python frame must plan them (then it does all of its checks and refusals again:
     /// built-in serializers are pure). Plain: an exact `parsley.Effects`, no latched
@@ -298,13 +331,9 @@ impl FastFrame {
             if !send.get_type().is(send_type) {
                 return Ok(None);
             }
-            let name = send.getattr(intern!(py, "channel"))?.getattr(intern!(py, "name"))?;
-            let out = match name.downcast::<PyString>() {
-                Ok(s) => match self.outputs.get(s.to_str()?) {
-                    Some(o) => o,
-                    None => return Ok(None),
-                },
-                Err(_) => return Ok(None),
+            let out = match self.output(py, &send.getattr(intern!(py, "channel"))?)? {
+                Some(o) => o,
+                None => return Ok(None),
             };
             if !no_headers(&send.getattr(intern!(py, "headers"))?) {
                 return Ok(None);
@@ -484,7 +513,7 @@ impl FastFrame {
     /// `inputs`: `{id(channel): (topic, partition, handler, decode_key, decode_value,
     /// max_records)}`, `max_records` `None` for a per-record handler; `outputs`: `{name:
     /// (topic, encode_key, encode_value)}` for outputs whose serdes are built in (`None`
-    /// for a BYTES encoder); `classes`: `(Delivery, Effects, Send)`.
+    /// for a BYTES encoder); `classes`: `(Delivery, Effects, Send, Channel)`.
     ///
     /// Raises `ValueError` for a `max_records` below 1 (`OverflowError` for one past the
     /// platform's `size_t`), and what the tuples' reading raises (`TypeError`,
@@ -498,7 +527,7 @@ impl FastFrame {
         outputs: &Bound<'_, PyDict>,
         frame: PyObject,
         state: PyObject,
-        classes: (Py<PyType>, Py<PyType>, Py<PyType>),
+        classes: (Py<PyType>, Py<PyType>, Py<PyType>, Py<PyType>),
         produce: PyObject,
         on_delivery: PyObject,
         causes_key: Py<PyString>,
@@ -529,7 +558,8 @@ impl FastFrame {
                 max_records,
             });
         }
-        let mut outs = HashMap::new();
+        let mut outs = Vec::new();
+        let mut by_name = HashMap::new();
         for (k, v) in outputs.iter() {
             let name: String = k.extract()?;
             let t = v.downcast::<PyTuple>()?;
@@ -537,7 +567,8 @@ impl FastFrame {
                 let f = t.get_item(i)?;
                 Ok(if f.is_none() { None } else { Some(f.unbind()) })
             };
-            outs.insert(name, OutPlan {
+            by_name.insert(name, outs.len());
+            outs.push(OutPlan {
                 topic: t.get_item(0)?.downcast::<PyString>()?.clone().unbind(),
                 encode_key: enc(1)?,
                 encode_value: enc(2)?,
@@ -550,6 +581,9 @@ impl FastFrame {
         Ok(FastFrame {
             inputs: ins,
             outputs: outs,
+            by_name,
+            out_cache: RefCell::new(Vec::new()),
+            channel: classes.3,
             frame,
             state,
             delivery: classes.0,
@@ -583,7 +617,14 @@ impl FastFrame {
                 visit.call(f)?;
             }
         }
-        for out in self.outputs.values() {
+        // (`try_borrow`: a collection never runs inside `output`'s short borrow, which
+        // calls no Python code, but a traversal must not panic if one ever did.)
+        if let Ok(cache) = self.out_cache.try_borrow() {
+            for (channel, _) in cache.iter() {
+                visit.call(channel)?;
+            }
+        }
+        for out in self.outputs.iter() {
             if let Some(f) = &out.encode_key {
                 visit.call(f)?;
             }
@@ -606,6 +647,8 @@ impl FastFrame {
         Python::with_gil(|py| {
             self.inputs.clear();
             self.outputs.clear();
+            self.by_name.clear();
+            self.out_cache.borrow_mut().clear();
             self.frame = py.None();
             self.state = py.None();
             self.produce = py.None();

@@ -207,6 +207,9 @@ CASES: dict[str, tuple[Handler, Any, Any]] = {
         OUT, d.key, bytearray(b"ba")).build()), BYTES, BYTES),
     "a caught reserved header": (_every(5, _latched), BYTES, BYTES),
     "STRING and JSON": (_text_relay, STRING, JSON),
+    "a new channel object per send, both outputs": (_every(2, lambda d, s: Effects.send(
+        Channel("text-out", STRING, JSON), str(d.offset), [d.offset]), lambda d, s: Effects.send(
+        Channel("out", BYTES, BYTES), d.key, d.value)), BYTES, BYTES),
     "the one-send constructor": (lambda d, s: Effects.send(OUT, d.key, d.value),
                                  BYTES, BYTES),
     "the one-send constructor, refused": (_every(3, lambda d, s: Effects.send(
@@ -483,6 +486,20 @@ def _at17(odd: BatchHandler, plain: BatchHandler = _batch_relay) -> BatchHandler
     return handle
 
 
+def _batch_both_outputs(ds: Sequence[Delivery[Any, Any]], s: State) -> Any:
+    """Each delivery to both outputs, through the declared channel objects on even offsets
+    and a new channel object per send on odd ones: more objects than the fast path
+    remembers (``OUT_CACHE``), each matched by its name."""
+    b = Effects.builder()
+    for d in ds:
+        fresh = d.offset % 2
+        b.send(Channel("out", BYTES, BYTES) if fresh else OUT, d.key, d.value,
+               timestamp=d.timestamp)
+        b.send(Channel("text-out", STRING, JSON) if fresh else TEXT_OUT, str(d.offset),
+               {"o": d.offset}, timestamp=d.timestamp)
+    return b.build()
+
+
 BATCH_CASES: dict[str, tuple[BatchHandler, Any, Any, int]] = {
     # name: (handler, key serde, value serde, where the JSON value does not decode)
     "batch relay": (_batch_relay, BYTES, BYTES, -1),
@@ -512,6 +529,7 @@ BATCH_CASES: dict[str, tuple[BatchHandler, Any, Any, int]] = {
         TEXT_OUT, ds[0].key, {1j}).build(), _batch_text_relay), STRING, JSON, -1),
     "a store write": (_at17(_batch_count), BYTES, BYTES, -1),
     "an undecodable value": (_batch_text_relay, STRING, JSON, 17),
+    "both outputs, declared and new channel objects": (_batch_both_outputs, BYTES, BYTES, -1),
 }
 
 _BATCH_STOPS = {
@@ -855,7 +873,7 @@ def test_a_fast_frame_refuses_a_max_records_below_1(max_records: int) -> None:
     assert NATIVE is not None, "the native core did not build (make venv builds it)"
     inputs = {id(CH): ("in", 0, _batch_relay, bytes, bytes, max_records)}
     with pytest.raises(ValueError, match="max_records must be at least 1"):
-        NATIVE.FastFrame(inputs, {}, None, None, (Delivery, Effects, Send), print, print,
+        NATIVE.FastFrame(inputs, {}, None, None, (Delivery, Effects, Send, Channel), print, print,
                          CAUSES_HEADER)
 
 
