@@ -109,10 +109,16 @@ class GroupView:
             when no client holds it any more (the classic group protocol, KIP-345's static
             members included).
         members: the members listed.
+        coordinator: the node id of the broker that answered as the group's coordinator,
+            or ``None`` when not given. A coordinator that (re)loads the group from
+            ``__consumer_offsets`` (a failover, or its broker back) lists the group's static
+            members again, each with a fresh session timeout, whether anyone still
+            heart-beats them or not.
     """
 
     stable: bool
     members: list[GroupMember]
+    coordinator: int | None = None
 
 
 def group_view(admin: AdminClient, group: str, *, answer_s: float,
@@ -137,7 +143,9 @@ def group_view(admin: AdminClient, group: str, *, answer_s: float,
     members = [GroupMember(str(m.member_id), str(m.client_id), str(m.host),
                            getattr(m, "group_instance_id", None) or None)
                for m in (desc.members or [])]
-    return GroupView(desc.state == ConsumerGroupState.STABLE, members)
+    node = getattr(desc, "coordinator", None)
+    return GroupView(desc.state == ConsumerGroupState.STABLE, members,
+                     None if node is None else int(node.id))
 
 
 def group_members(admin: AdminClient, group: str, *, answer_s: float,

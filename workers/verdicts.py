@@ -96,34 +96,42 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
     """Another live member of ``group`` with ``group.instance.id`` ``instance``, if any.
 
     Asks the group every 0.5 s; each ask is bounded (``describe_consumer_groups``,
-    :func:`workers.calls.awaiting`). A member counts as live once it is still listed one
-    session timeout plus 1 s after it was first listed with the group ``Stable``: a member
-    that has been in a Stable group and that nobody heart-beats is removed within its
-    session timeout, whatever rebalances follow, and a successor heart-beats. Before that
-    a member may be held by a rebalance alone: the broker keeps a member whose
-    ``JoinGroup`` is pending (or, as leader, whose ``SyncGroup`` is awaited) up to its
-    rebalance timeout even when no client holds it (:class:`workers.admin.GroupView`).
-    Such a member is never counted: one this worker's own consumer left (``mine``), or
-    one that a ``JoinGroup`` of its own registered when the broker fenced it after a group
-    coordinator's failover ("Static consumer fenced by other consumer with same
-    group.instance.id"; docs/operations.md, "Fenced: a successor or a timeout").
+    :func:`workers.calls.awaiting`). A member counts as live once it is still listed twice
+    its session timeout plus 1 s after it was first listed with the group ``Stable``, every
+    answer in between from one group coordinator. A member that has been in a Stable group
+    and that nobody heart-beats is removed within its session timeout of the coordinator
+    loading it, and a successor heart-beats; the second session timeout is the margin for a
+    broker on a loaded machine whose timers fire late (one removed 1.5 s late was once
+    taken for live). The count starts again when another coordinator answers, or when an
+    ask fails (a coordinator loading the group answers ``COORDINATOR_LOAD_IN_PROGRESS``):
+    a coordinator that loads the group lists its static members again with a fresh session
+    timeout, heart-beaten or not. Before the group is Stable a member may be held by a
+    rebalance alone: the broker keeps a member whose ``JoinGroup`` is pending (or, as
+    leader, whose ``SyncGroup`` is awaited) up to its rebalance timeout even when no client
+    holds it (:class:`workers.admin.GroupView`). Such a member is never counted: one this
+    worker's own consumer left (``mine``), or one that a ``JoinGroup`` of its own
+    registered when the broker fenced it after a group coordinator's failover ("Static
+    consumer fenced by other consumer with same group.instance.id"; docs/operations.md,
+    "Fenced: a successor or a timeout").
 
     Args:
         wait_s: how long to look for a candidate, s (a candidate found late is
-            still given its session timeout to prove live).
+            still given its time to prove live).
 
     Returns:
         That member's id, or ``None`` when none proved live: none was listed within
         ``wait_s``; or, once ``wait_s`` has passed, the session timeout plus 5 s has
-        passed since the first was listed and the session timeout plus 2 s since any was
-        first listed in a Stable group; and always by ``wait_s`` plus twice the session
-        timeout plus 7 s (members listed under new ids, again and again, end the look too).
+        passed since the first was listed and the proof's time plus 1 s since any was
+        first listed in a Stable group; and always by ``wait_s`` plus three session
+        timeouts plus 7 s (members listed under new ids, again and again, end the look too).
     """
+    proof_s = 2 * session_s + 1.0
     began = time.monotonic()
     deadline = began + wait_s
-    hard_end = deadline + 2 * session_s + 7.0
+    hard_end = deadline + 3 * session_s + 7.0
     seen: dict[str, float] = {}  # first listed, in any state
-    stable: dict[str, float] = {}  # first listed with the group Stable
+    stable: dict[str, float] = {}  # first listed with the group Stable, on `coordinator`
+    coordinator: int | None = None
     while True:
         now = time.monotonic()
         try:
@@ -132,19 +140,22 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
             present = {m.member_id for m in view.members
                        if m.group_instance_id == instance and m.member_id != mine}
             seen = {m: seen.get(m, now) for m in present}
+            if view.coordinator != coordinator:
+                coordinator, stable = view.coordinator, {}
             stable = {m: t for m, t in stable.items() if m in present}
             if view.stable:
                 stable = {m: stable.get(m, now) for m in present}
             for member, since in stable.items():
-                if now - since >= session_s + 1.0:
+                if now - since >= proof_s:
                     return member
         except (KafkaException, TimeoutError, CallStalled) as exc:
             log.debug("describing group %s: %s", group, exc)
+            stable = {}  # perhaps a coordinator loading the group: count again
         if now >= hard_end or (now >= deadline and not seen):
             return None
         if seen:
             end = max(deadline, min(seen.values()) + session_s + 5.0,
-                      min(stable.values(), default=0.0) + session_s + 2.0)
+                      min(stable.values(), default=0.0) + proof_s + 1.0)
             if now >= end:
                 return None
         pause(0.5)  # the status keeps coming: the look can outlast stale_task_ms

@@ -12,7 +12,7 @@ successor, and the task stopped FATAL under ``--restart never``.
 Here the member is made on purpose: a static consumer in a child process joins a group
 whose other member (a consumer of this test that does not poll) holds the rebalance open,
 and the child is killed with its ``JoinGroup`` pending. Before the look required a Stable
-group it returned that member after the session timeout plus 1 s. The same look then finds
+group it returned that member once its session timeout had passed. The same look then finds
 a real successor: a live static consumer with the id, once the group is Stable.
 """
 

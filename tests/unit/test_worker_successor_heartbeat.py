@@ -52,7 +52,7 @@ def test_the_look_for_a_successor_serves_the_heartbeat_while_it_waits() -> None:
     finally:
         set_heartbeat(None)
     assert found == "other"
-    assert took >= 3.0, "the candidate is given its session timeout + 1 s to prove live"
+    assert took >= 5.0, "the candidate is given two session timeouts + 1 s to prove live"
     # Each wait between two describes serves the heartbeat (counted, not timed: a loaded
     # machine may stretch any gap); before, none did, and the whole look was silent.
     assert group.describes >= 4
