@@ -441,12 +441,31 @@ class EffectsBuilder:
         return effects
 
 
+_constructors: Any = None
+"""The native constructors (``parsley._native.Constructors``) when the native core runs."""
+
+
+def _native_constructors() -> Any:
+    """This process's native constructors: what a pickled ``Effects.send`` (a method of
+    them) is rebuilt from, in a spawned worker that imported this module.
+
+    Raises:
+        RuntimeError: this process runs without the native core (``PARSLEY_ENGINE``
+            differs from the process that pickled it).
+    """
+    if _constructors is None:
+        raise RuntimeError("Effects.send was pickled by a process running the native core "
+                           "and loaded by one running without it (PARSLEY_ENGINE)")
+    return _constructors
+
+
 if NATIVE is not None:
     # The native core builds the common Send and Effects itself and calls the Python
     # constructors above for everything else (parsley._native.Constructors; the same
     # values, checks and refusals: tests/unit/test_effects_native.py). Effects.send reads
     # as that native constructor on the class, with the same error on an instance.
-    _constructors = NATIVE.Constructors(Send, Effects, Channel, _python_send)
+    _constructors = NATIVE.Constructors(Send, Effects, Channel, _python_send,
+                                        _native_constructors)
     _make_send = _constructors.send
     type.__setattr__(Effects, "send",
                      NATIVE.ClassOnly(_constructors.one, "send", _NOT_ON_AN_INSTANCE))

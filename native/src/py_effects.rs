@@ -81,10 +81,11 @@ pub(crate) fn set_slots(
     Ok(())
 }
 
-/// `Constructors(Send, Effects, Channel, python_send)`: `send` and `one`, the native
-/// `parsley.effects._make_send` and `Effects.send`. `python_send(channel, key, value,
+/// `Constructors(Send, Effects, Channel, python_send, reduce_to)`: `send` and `one`, the
+/// native `parsley.effects._make_send` and `Effects.send`. `python_send(channel, key, value,
 /// headers, timestamp)` is the reference, called for every argument the native code does
-/// not build for.
+/// not build for. Pickled as `reduce_to()`, a function that returns the process's own
+/// instance: a handler that holds `Effects.send` is pickled into every spawned worker.
 ///
 /// Raises `TypeError` when `Send` or `Effects` is not a plain slotted class.
 #[pyclass(module = "parsley._native", frozen)]
@@ -93,6 +94,7 @@ pub struct Constructors {
     effects: Py<PyType>,
     channel: Py<PyType>,
     python_send: PyObject,
+    reduce_to: PyObject,
     send_fields: Vec<Py<PyString>>,
     effects_fields: Vec<Py<PyString>>,
     empty: Py<PyTuple>,
@@ -159,6 +161,7 @@ impl Constructors {
         effects: Bound<'_, PyType>,
         channel: Bound<'_, PyType>,
         python_send: PyObject,
+        reduce_to: PyObject,
     ) -> PyResult<Self> {
         check_allocatable(&send)?;
         check_allocatable(&effects)?;
@@ -168,10 +171,16 @@ impl Constructors {
             effects: effects.unbind(),
             channel: channel.unbind(),
             python_send,
+            reduce_to,
             send_fields: names(&["channel", "key", "value", "headers", "timestamp_ms"]),
             effects_fields: names(&["sends", "writes"]),
             empty: PyTuple::empty(py).unbind(),
         })
+    }
+
+    /// `(reduce_to, ())`: unpickled, the instance of the process that loads it.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, [self.reduce_to.bind(py).clone(), PyTuple::empty(py).into_any()])
     }
 
     /// `send(channel, key, value, headers=None, timestamp=None) -> Send`: the `Send`

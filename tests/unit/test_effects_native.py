@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parsley import Channel, Effects, _native, serdes
-from parsley.effects import Send, _python_send
+from parsley import effects as parsley_effects
+from parsley.effects import Send, _native_constructors, _python_send
 from parsley.refusals import ParsleyFailClosedError
 
 OUT = Channel("out", serdes.BYTES, serdes.BYTES)
@@ -58,7 +59,8 @@ def _fields(send: Send) -> tuple[Any, ...]:
     return (type(send), send.channel, send.key, send.value, send.headers, send.timestamp_ms)
 
 
-CONSTRUCTORS = _native.Constructors(Send, Effects, Channel, _python_send)
+CONSTRUCTORS = _native.Constructors(Send, Effects, Channel, _python_send,
+                                    _native_constructors)
 
 
 @given(channels, payloads, payloads, headers, timestamps)
@@ -118,4 +120,31 @@ def test_a_class_that_object_new_does_not_allocate_plainly_is_refused() -> None:
         pass
 
     with pytest.raises(TypeError, match="PyType_GenericAlloc"):
-        _native.Constructors(Raw, Effects, Channel, _python_send)
+        _native.Constructors(Raw, Effects, Channel, _python_send, _native_constructors)
+
+
+def _relay_of(out: Channel[Any, Any]) -> Any:
+    send = Effects.send  # a relay that holds the constructor, as perf.runs' relay does
+
+    def handle(delivery: Any, state: Any) -> Any:
+        return send(out, delivery.key, delivery.value)
+
+    return handle
+
+
+def test_a_handler_holding_effects_send_pickles_into_a_worker() -> None:
+    # Handlers reach each spawned worker pickled (multiprocess, dill): one that holds
+    # Effects.send, a method of the native constructors, must load as the same method of
+    # the loading process's constructors, not fail to pickle.
+    import pickle
+
+    import dill
+
+    for dumps, loads in ((pickle.dumps, pickle.loads), (dill.dumps, dill.loads)):
+        send = loads(dumps(Effects.send))
+        assert send(OUT, b"k", b"v") == Effects.send(OUT, b"k", b"v")
+        assert loads(dumps(parsley_effects._make_send))(OUT, b"k", b"v", None, 3) == Send(
+            OUT, b"k", b"v", (), 3)
+    relay = dill.loads(dill.dumps(_relay_of(OUT)))
+    delivered = type("D", (), {"key": b"k", "value": b"v"})()
+    assert relay(delivered, None) == Effects.send(OUT, b"k", b"v")

@@ -26,6 +26,10 @@ use crate::engine::fx::FxSet;
 use crate::engine::{encodable_position, CausesHeader, Config, Core, Delivered, Fault, Restore};
 use crate::wire::TopicId;
 
+/// The most entries `deliver_batch` reserves room for before it knows how many heads are
+/// deliverable (a worker asks for at most `workers.pacing.MAX_BATCH`).
+const DELIVER_BATCH_RESERVE: i64 = 1024;
+
 // SAFETY: Rust code reads and writes these fields (`Rc` counts, `Cell`s, maps) only
 // while it holds the GIL: every method takes `Python<'_>` or runs under a PyO3
 // borrow, nothing calls `allow_threads` (keep it so: with `Sync`, a closure over
@@ -462,7 +466,9 @@ impl EngineCore {
 
     /// Deliver up to `limit` heads: see `ProcessEngine.deliver_batch`.
     fn deliver_batch<'py>(&mut self, py: Python<'py>, limit: i64) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
+        // Collected first and made into a list of its exact size at the end: a list grown
+        // by appends is reallocated again and again (a few per cent of a relay's step).
+        let mut out = Vec::with_capacity(limit.clamp(0, DELIVER_BATCH_RESERVE) as usize);
         while (out.len() as i64) < limit {
             let (r, q, body) = match self.deliver_one(py)? {
                 Some(delivered) => delivered,
@@ -471,9 +477,9 @@ impl EngineCore {
             let header = self.header_bytes(py)?;
             let ch = self.py.py_by_rank[r].clone_ref(py);
             let p = body.payload;
-            out.append((ch, q, body.ts, p.key, p.value, p.headers, header))?;
+            out.push((ch, q, body.ts, p.key, p.value, p.headers, header).into_pyobject(py)?);
         }
-        Ok(out)
+        PyList::new(py, out)
     }
 
     /// The `parsley.causes` value every send of the current step carries.
