@@ -89,7 +89,8 @@ class FastFrame:
         outputs: ``{name: (topic, encode_key, encode_value)}`` for the declared outputs
             whose serdes are built in; ``None`` for a BYTES encoder.
         frame: the task's ``HandlerFrame`` (its latch is read); state: its ``State`` view.
-        classes: ``(Delivery, Effects, Send)``.
+        classes: ``(Delivery, Effects, Send, Channel)``; a send's output is found by its
+            channel object when that is exactly a ``Channel`` (up to 8 remembered).
         produce: the producer's ``produce``, called by position as confluent-kafka's
             ``Producer.produce(topic, value, key, partition, callback, on_delivery,
             timestamp, headers)``; on_delivery: the ledger's callback (passed as
@@ -98,7 +99,8 @@ class FastFrame:
 
     Raises:
         ValueError: a ``max_records`` below 1 (OverflowError: one past ``size_t``).
-        TypeError, IndexError: plans of another shape.
+        TypeError, IndexError: plans of another shape; TypeError: a ``Delivery`` that
+            ``object.__new__`` does not allocate with ``PyType_GenericAlloc``.
     """
 
     def __init__(
@@ -108,7 +110,7 @@ class FastFrame:
         outputs: dict[str, tuple[str, _Encoder | None, _Encoder | None]],
         frame: Any,
         state: Any,
-        classes: tuple[type[Any], type[Any], type[Any]],
+        classes: tuple[type[Any], type[Any], type[Any], type[Any]],
         produce: Callable[..., Any],
         on_delivery: Callable[[Any, Any], Any],
         causes_key: str,
@@ -137,3 +139,30 @@ class FastFrame:
     def partial(self) -> tuple[int, int, int]:
         """``(handled, sent, calls)`` of the current or last :meth:`run` so far: what a
         ``run`` that raised had done."""
+
+
+class Constructors:
+    """The native ``Send`` and ``Effects`` constructors (``parsley.effects._make_send`` and
+    ``Effects.send``): built in Rust when no check can fail, else
+    ``python_send(channel, key, value, headers, timestamp)`` is called, which checks,
+    refuses or builds (native/src/py_effects.rs). Pickled as ``reduce_to()``.
+
+    Raises:
+        TypeError: ``send`` or ``effects`` is not made by ``object.__new__`` with
+            ``PyType_GenericAlloc``.
+    """
+
+    def __init__(self, send: type[Any], effects: type[Any], channel: type[Any],
+                 python_send: Callable[..., Any], reduce_to: Callable[[], Any]) -> None: ...
+    def send(self, channel: Any, key: Any, value: Any, headers: Any = None,
+             timestamp: int | None = None) -> Any: ...
+    def one(self, channel: Any, key: Any, value: Any, headers: Any = None,
+            timestamp: int | None = None) -> Any: ...
+
+
+class ClassOnly:
+    """A descriptor: ``on_class`` when read on its class, ``AttributeError(message)`` (with
+    ``name`` and the instance) when read on an instance (``Effects.send``)."""
+
+    def __init__(self, on_class: Any, name: str, message: str) -> None: ...
+    def __get__(self, obj: Any, owner: Any = None) -> Any: ...
