@@ -468,7 +468,7 @@ if NATIVE is not None:
                                         _native_constructors)
     _make_send = _constructors.send
     type.__setattr__(Effects, "send",
-                     NATIVE.ClassOnly(_constructors.one, "send", _NOT_ON_AN_INSTANCE))
+                     NATIVE.ClassOnly(_constructors.effects_send, "send", _NOT_ON_AN_INSTANCE))
 
 
 Handler = Callable[[Delivery[Any, Any], State], Effects]

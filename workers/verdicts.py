@@ -121,17 +121,20 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
     Returns:
         That member's id, or ``None`` when none proved live: none was listed within
         ``wait_s``; or, once ``wait_s`` has passed, the session timeout plus 5 s has
-        passed since the first was listed and the proof's time plus 1 s since any was
-        first listed in a Stable group; and always by ``wait_s`` plus three session
-        timeouts plus 7 s (members listed under new ids, again and again, end the look too).
+        passed since the first was listed, and the proof's time plus 1 s both since any
+        was first listed in a Stable group and since the count last started again; and
+        always by ``wait_s`` plus twice the proof's time plus 7 s (members listed under
+        new ids, again and again, end the look too; so does a count started again and
+        again).
     """
     proof_s = 2 * session_s + 1.0
     began = time.monotonic()
     deadline = began + wait_s
-    hard_end = deadline + 3 * session_s + 7.0
+    hard_end = deadline + 2 * proof_s + 7.0
     seen: dict[str, float] = {}  # first listed, in any state
     stable: dict[str, float] = {}  # first listed with the group Stable, on `coordinator`
     coordinator: int | None = None
+    counting = began  # when the count last (re)started
     while True:
         now = time.monotonic()
         try:
@@ -141,6 +144,8 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
                        if m.group_instance_id == instance and m.member_id != mine}
             seen = {m: seen.get(m, now) for m in present}
             if view.coordinator != coordinator:
+                if coordinator is not None:
+                    counting = now
                 coordinator, stable = view.coordinator, {}
             stable = {m: t for m, t in stable.items() if m in present}
             if view.stable:
@@ -150,12 +155,15 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
                     return member
         except (KafkaException, TimeoutError, CallStalled) as exc:
             log.debug("describing group %s: %s", group, exc)
-            stable = {}  # perhaps a coordinator loading the group: count again
+            if stable:
+                counting = now  # perhaps a coordinator loading the group: count again
+            stable = {}
         if now >= hard_end or (now >= deadline and not seen):
             return None
         if seen:
             end = max(deadline, min(seen.values()) + session_s + 5.0,
-                      min(stable.values(), default=0.0) + proof_s + 1.0)
+                      min(stable.values(), default=0.0) + proof_s + 1.0,
+                      counting + proof_s + 1.0)
             if now >= end:
                 return None
         pause(0.5)  # the status keeps coming: the look can outlast stale_task_ms

@@ -81,8 +81,8 @@ pub(crate) fn set_slots(
     Ok(())
 }
 
-/// `Constructors(Send, Effects, Channel, python_send, reduce_to)`: `send` and `one`, the
-/// native `parsley.effects._make_send` and `Effects.send`. `python_send(channel, key, value,
+/// `Constructors(Send, Effects, Channel, python_send, reduce_to)`: `send` and
+/// `effects_send`, the native `parsley.effects._make_send` and `Effects.send`. `python_send(channel, key, value,
 /// headers, timestamp)` is the reference, called for every argument the native code does
 /// not build for. Pickled as `reduce_to()`, a function that returns the process's own
 /// instance: a handler that holds `Effects.send` is pickled into every spawned worker.
@@ -200,10 +200,19 @@ impl Constructors {
 
     /// `Effects.send(channel, key, value, headers=None, timestamp=None) -> Effects`: the
     /// effects of one send and nothing else, equal to
-    /// `Effects.builder().send(channel, key, value, headers, timestamp).build()`. Called
-    /// on the class only; for more than one send or a store write use
-    /// `Effects.builder()`. Raises what `EffectsBuilder.send` raises.
-    #[pyo3(signature = (channel, key, value, headers=None, timestamp=None))]
+    /// `Effects.builder().send(channel, key, value, headers, timestamp).build()` with
+    /// one object built instead of three. Called on the class only; for more than one
+    /// send or a store write use `Effects.builder()`.
+    ///
+    /// Args: channel, a declared `Channel` (matched by name); key and value (`None`: a
+    /// null key, a tombstone); headers, application headers (a mapping or
+    /// `(key, bytes | None)` pairs); timestamp, ms since the epoch (default: the
+    /// delivered message's).
+    ///
+    /// Raises: `ParsleyFailClosedError` RESERVED_HEADER_USED for a `parsley.*` header
+    /// (latched into the handler frame); `ValueError` a negative timestamp; `TypeError`
+    /// a `channel` that is not a `Channel`, a malformed header or timestamp.
+    #[pyo3(name = "effects_send", signature = (channel, key, value, headers=None, timestamp=None))]
     fn one<'py>(
         &self,
         py: Python<'py>,

@@ -113,8 +113,8 @@ struct Planned<'a, 'py> {
 unsafe impl Send for FastFrame {}
 unsafe impl Sync for FastFrame {}
 
-/// How many channel objects `FastFrame::output` remembers (a handler that makes a new
-/// `Channel` per send reads each one's name).
+/// How many channel objects `FastFrame::output` remembers, the oldest forgotten first (a
+/// handler that makes a new `Channel` per send reads each one's name).
 const OUT_CACHE: usize = 8;
 
 /// The common case of the handler frame and the step, per delivery batch.
@@ -126,7 +126,7 @@ struct FastFrame {
     by_name: HashMap<String, usize>,
     /// Channel objects of exactly the class `Channel` seen in sends, and the index of
     /// their output: a handler sends to the same few channel objects, and a `Channel` is
-    /// frozen, so its name is read once ([`OUT_CACHE`] at most).
+    /// frozen, so its name is read once ([`OUT_CACHE`] at most, the oldest forgotten).
     out_cache: RefCell<Vec<(PyObject, usize)>>,
     channel: Py<PyType>,
     frame: PyObject,
@@ -290,9 +290,15 @@ impl FastFrame {
             },
             Err(_) => return Ok(None),
         };
-        let mut cache = self.out_cache.borrow_mut();
-        if channel.get_type().is(self.channel.bind(py)) && cache.len() < OUT_CACHE {
-            cache.push((channel.clone().unbind(), i));
+        if channel.get_type().is(self.channel.bind(py)) {
+            let evicted = {
+                let mut cache = self.out_cache.borrow_mut();
+                let oldest = if cache.len() == OUT_CACHE { Some(cache.remove(0)) } else { None };
+                cache.push((channel.clone().unbind(), i));
+                oldest
+            };
+            // Dropped once the borrow has ended: a decref may run Python code.
+            drop(evicted);
         }
         Ok(Some(&self.outputs[i]))
     }
@@ -648,7 +654,7 @@ impl FastFrame {
             self.inputs.clear();
             self.outputs.clear();
             self.by_name.clear();
-            self.out_cache.borrow_mut().clear();
+            self.out_cache.get_mut().clear();
             self.frame = py.None();
             self.state = py.None();
             self.produce = py.None();

@@ -77,8 +77,11 @@ def _wait(pred: Any, timeout_s: float, what: str,
     deadline = time.monotonic() + timeout_s
     while not pred():
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}"
-                                 f"{explain()}")
+            try:
+                why = explain()
+            except Exception as exc:  # a sick broker: the timeout is still the failure
+                why = f"\n(what holds it could not be read: {type(exc).__name__}: {exc})"
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}{why}")
         time.sleep(0.2)
 
 
@@ -86,9 +89,9 @@ def _tool(bootstrap: str, *args: str) -> str:
     """One ``kafka-transactions`` command's output (the runbooks' tool), or why it failed."""
     argv = devbroker.tool_argv("kafka-transactions", ["--bootstrap-server", bootstrap, *args])
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        return "(timed out after 60 s)"
+        return "(timed out after 30 s)"
     return (out.stdout + out.stderr).strip() or f"(no output, exit {out.returncode})"
 
 

@@ -88,7 +88,7 @@ def _hashable(send: Send) -> bool:
 @given(channels, payloads, payloads, headers, timestamps)
 def test_the_native_one_send_effects_are_the_builders(channel: Any, key: Any, value: Any,
                                                       h: Any, ts: Any) -> None:
-    native = _outcome(lambda: CONSTRUCTORS.one(channel, key, value, h, ts))
+    native = _outcome(lambda: CONSTRUCTORS.effects_send(channel, key, value, h, ts))
     built = _outcome(lambda: Effects.builder().send(channel, key, value, h, ts).build())
     if isinstance(built, Effects):
         assert type(native) is Effects and native == built
