@@ -206,7 +206,7 @@ class Send:
     Raises:
         ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header
             key, latched into the handler frame (see :class:`RefusalLatch`).
-        ValueError: a negative timestamp.
+        ValueError: a negative timestamp, or one past Kafka's int64 (:data:`MAX_TIMESTAMP_MS`).
         TypeError: ``channel`` is not a Channel, or a malformed header.
     """
 
@@ -226,12 +226,21 @@ class Send:
     Send, "channel", "key", "value", "headers", "timestamp_ms")
 
 
+MAX_TIMESTAMP_MS: Final = 2**63 - 1
+"""The largest record timestamp Kafka holds: an int64 of ms since the epoch (the record
+batch format, KIP-32)."""
+
+
 def _check_timestamp(channel: Channel[Any, Any], timestamp_ms: Any) -> None:
-    """Raise unless ``timestamp_ms`` is an int (not a bool) of ms >= 0 (see :class:`Send`)."""
+    """Raise unless ``timestamp_ms`` is an int (not a bool) of ms in
+    0..:data:`MAX_TIMESTAMP_MS` (see :class:`Send`)."""
     if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
         raise TypeError(f"{channel.name}: timestamp must be an int of ms")
     if timestamp_ms < 0:
         raise ValueError(f"{channel.name}: timestamp must be >= 0 ms, got {timestamp_ms}")
+    if timestamp_ms > MAX_TIMESTAMP_MS:
+        raise ValueError(f"{channel.name}: timestamp must be <= {MAX_TIMESTAMP_MS} ms "
+                         f"(Kafka's int64), got {timestamp_ms}")
 
 
 def _fill_send(send: Send, channel: Channel[Any, Any], key: Any, value: Any,
@@ -242,7 +251,8 @@ def _fill_send(send: Send, channel: Channel[Any, Any], key: Any, value: Any,
     if channel.__class__ is not Channel and not isinstance(channel, Channel):
         raise TypeError(f"send needs a Channel, got {type(channel).__name__}")
     # A plain non-negative int passes on the first test; anything else gets the full one.
-    if timestamp_ms is not None and (timestamp_ms.__class__ is not int or timestamp_ms < 0):
+    if timestamp_ms is not None and (timestamp_ms.__class__ is not int or timestamp_ms < 0
+                                     or timestamp_ms > MAX_TIMESTAMP_MS):
         _check_timestamp(channel, timestamp_ms)
     _s_channel(send, channel)
     _s_key(send, key)
@@ -331,7 +341,7 @@ class _EffectsClass(type):
         Raises:
             ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*`` header,
                 latched into the handler frame (see :class:`RefusalLatch`).
-            ValueError: a negative timestamp.
+            ValueError: a negative timestamp, or one past Kafka's int64.
             TypeError: ``channel`` is not a Channel, a malformed header or timestamp.
         """
         one = _make_send(channel, key, value, headers, timestamp)
@@ -406,7 +416,7 @@ class EffectsBuilder:
         Raises:
             ParsleyFailClosedError: RESERVED_HEADER_USED for a ``parsley.*``
                 header, latched into the handler frame (see :class:`RefusalLatch`).
-            ValueError: negative timestamp.
+            ValueError: a negative timestamp, or one past Kafka's int64.
         """
         self._sends.append(_make_send(channel, key, value, headers, timestamp))
         return self

@@ -210,8 +210,9 @@ impl Constructors {
     /// delivered message's).
     ///
     /// Raises: `ParsleyFailClosedError` RESERVED_HEADER_USED for a `parsley.*` header
-    /// (latched into the handler frame); `ValueError` a negative timestamp; `TypeError`
-    /// a `channel` that is not a `Channel`, a malformed header or timestamp.
+    /// (latched into the handler frame); `ValueError` a negative timestamp or one past
+    /// Kafka's int64; `TypeError` a `channel` that is not a `Channel`, a malformed header
+    /// or timestamp.
     #[pyo3(name = "effects_send", signature = (channel, key, value, headers=None, timestamp=None))]
     fn one<'py>(
         &self,

@@ -191,7 +191,8 @@ def test_builder_and_constructor_check_a_send_alike() -> None:
         T = 5
 
     for bad, error in ((True, TypeError), (1.5, TypeError), ("7", TypeError),
-                       (-1, ValueError), (Ms.T, None), (0, None), (None, None)):
+                       (-1, ValueError), (2**63, ValueError), (2**70, ValueError),
+                       (Ms.T, None), (0, None), (None, None), (2**63 - 1, None)):
         for make in (lambda ts: Effects.builder().send(AUDIT, "k", 1, timestamp=ts).build()
                      .sends[0],
                      lambda ts: Effects.send(AUDIT, "k", 1, timestamp=ts).sends[0],
