@@ -121,9 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     """Print CPU µs per record for each loop (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m perf.bench_step", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--number", type=int, default=50_000, help="records per round")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--number", type=int, default=50_000,
+                    help="records per round (default 50000)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds per loop; the best is printed (default 5)")
+    ap.add_argument("--value-bytes", type=int, default=100,
+                    help="bytes of each record's value (default 100)")
     ap.add_argument("--no-fast", action="store_true",
                     help="every delivery through the Python frame (no native fast path)")
     ap.add_argument("--only", metavar="LOOP", choices=LOOPS,
