@@ -69,7 +69,9 @@ def _default_state_dir() -> str:
 @click.option("--bootstrap-servers",
               help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
                    "or as PARSLEY_BOOTSTRAP_SERVERS]")
-@click.option("--local-broker", is_flag=True, help="Use the parsley-devbroker on this machine.")
+@click.option("--local-broker", is_flag=True,
+              help="Use the parsley-devbroker on this machine, of $PARSLEY_DEVBROKER_DIR "
+                   "(default ~/.cache/parsley/devbroker).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML settings file (see docs/operations.md).")
 @click.option("--prefix", "prefix",

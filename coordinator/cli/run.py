@@ -41,7 +41,8 @@ log = logging.getLogger("parsley.coordinator")
               help="Kafka bootstrap.servers. [required: here, --local-broker, in --config, "
                    "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True,
-              help="Use the parsley-devbroker on this machine (started if not running).")
+              help="Use the parsley-devbroker on this machine (started if not running), "
+                   "of $PARSLEY_DEVBROKER_DIR (default ~/.cache/parsley/devbroker).")
 @CONFIG_OPTION
 @PREFIX_OPTION
 @STATE_DIR_OPTION
