@@ -42,7 +42,8 @@ def _fail(exc: DevBrokerError) -> None:
 
 _DIR_OPTION = click.option(
     "--dir", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help=f"Data directory (default ${ENV_DATA_DIR} or ~/.cache/parsley/devbroker).",
+    help=f"Data directory (default ${ENV_DATA_DIR} or "
+         f"${{XDG_CACHE_HOME:-~/.cache}}/parsley/devbroker).",
 )
 
 

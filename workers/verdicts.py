@@ -134,28 +134,33 @@ def live_successor(admin: AdminClient, group: str, instance: str, mine: str | No
     seen: dict[str, float] = {}  # first listed, in any state
     stable: dict[str, float] = {}  # first listed with the group Stable, on `coordinator`
     coordinator: int | None = None
+    answered = False  # any answer yet (`coordinator` may be None in one)
     counting = began  # when the count last (re)started
     while True:
-        now = time.monotonic()
+        # An answer shows the group at some moment of its ask: a listing counts from when
+        # its answer came (`now`) and is still there no earlier than its ask began
+        # (`asked`), so an ask's own time never shortens the proof.
+        asked = time.monotonic()
         try:
             with awaiting("describe_consumer_groups"):
                 view = group_view(admin, group, answer_s=5)
+            now = time.monotonic()
             present = {m.member_id for m in view.members
                        if m.group_instance_id == instance and m.member_id != mine}
             seen = {m: seen.get(m, now) for m in present}
-            if view.coordinator != coordinator:
-                if coordinator is not None:
-                    counting = now
-                coordinator, stable = view.coordinator, {}
+            if answered and view.coordinator != coordinator:
+                counting, stable = now, {}
+            coordinator, answered = view.coordinator, True
             stable = {m: t for m, t in stable.items() if m in present}
             if view.stable:
                 stable = {m: stable.get(m, now) for m in present}
             for member, since in stable.items():
-                if now - since >= proof_s:
+                if asked - since >= proof_s:
                     return member
         except (KafkaException, TimeoutError, CallStalled) as exc:
             log.debug("describing group %s: %s", group, exc)
-            if stable:
+            now = time.monotonic()
+            if seen:
                 counting = now  # perhaps a coordinator loading the group: count again
             stable = {}
         if now >= hard_end or (now >= deadline and not seen):

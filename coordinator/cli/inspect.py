@@ -120,7 +120,7 @@ def _warn_if_running(config: Any, process: str, members: list[str] | None) -> No
                    "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True,
               help="Use the parsley-devbroker on this machine, of $PARSLEY_DEVBROKER_DIR "
-                   "(default ~/.cache/parsley/devbroker).")
+                   "(default ${XDG_CACHE_HOME:-~/.cache}/parsley/devbroker).")
 @CONFIG_OPTION
 @PREFIX_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

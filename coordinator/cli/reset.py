@@ -71,7 +71,7 @@ def _default_state_dir() -> str:
                    "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True,
               help="Use the parsley-devbroker on this machine, of $PARSLEY_DEVBROKER_DIR "
-                   "(default ~/.cache/parsley/devbroker).")
+                   "(default ${XDG_CACHE_HOME:-~/.cache}/parsley/devbroker).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML settings file (see docs/operations.md).")
 @click.option("--prefix", "prefix",

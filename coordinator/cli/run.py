@@ -42,7 +42,8 @@ log = logging.getLogger("parsley.coordinator")
                    "or as PARSLEY_BOOTSTRAP_SERVERS]")
 @click.option("--local-broker", is_flag=True,
               help="Use the parsley-devbroker on this machine (started if not running), "
-                   "of $PARSLEY_DEVBROKER_DIR (default ~/.cache/parsley/devbroker).")
+                   "of $PARSLEY_DEVBROKER_DIR (default "
+                   "${XDG_CACHE_HOME:-~/.cache}/parsley/devbroker).")
 @CONFIG_OPTION
 @PREFIX_OPTION
 @STATE_DIR_OPTION

@@ -5,7 +5,7 @@
 //! `parsley/effects.py` is the reference and keeps every check and refusal. These
 //! constructors build an object themselves only for arguments whose checks cannot fail:
 //! a channel of exactly the class `Channel`, no headers (`None` or the empty tuple), and
-//! no timestamp or a non-negative `int` of exactly that class that fits in 64 bits. They
+//! no timestamp or a non-negative `int` of exactly that class that fits an `i64`. They
 //! set the same fields to the same values the Python code sets. For any other argument
 //! they call the Python constructor, which checks, refuses or builds.
 //! `tests/unit/test_effects_native.py` compares the two over generated arguments.
@@ -82,10 +82,11 @@ pub(crate) fn set_slots(
 }
 
 /// `Constructors(Send, Effects, Channel, python_send, reduce_to)`: `send` and
-/// `effects_send`, the native `parsley.effects._make_send` and `Effects.send`. `python_send(channel, key, value,
-/// headers, timestamp)` is the reference, called for every argument the native code does
-/// not build for. Pickled as `reduce_to()`, a function that returns the process's own
-/// instance: a handler that holds `Effects.send` is pickled into every spawned worker.
+/// `effects_send`, the native `parsley.effects._make_send` and `Effects.send`.
+/// `python_send(channel, key, value, headers, timestamp)` is the reference, called for
+/// every argument the native code does not build for. Pickled as `reduce_to()`, a
+/// function that returns the process's own instance: a handler that holds
+/// `Effects.send` is pickled into every spawned worker.
 ///
 /// Raises `TypeError` when `Send` or `Effects` is not a plain slotted class.
 #[pyclass(module = "parsley._native", frozen)]

@@ -152,6 +152,20 @@ def test_a_successor_past_one_failed_ask_is_still_found(
     assert 13.0 + PROOF_S <= took <= 13.0 + PROOF_S + 1.0
 
 
+def test_a_successor_past_a_long_run_of_failed_asks_is_still_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every ask fails from 12.5 s to 27 s (a coordinator loading the group for long), then
+    # the same coordinator answers: the count starts at the last failure, not the first.
+    def streak(t: float) -> Any:
+        if 12.5 <= t < 27.0:
+            return KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+        return (STABLE, ["successor"])
+
+    found, took = _look(monkeypatch, streak)
+    assert found == "successor"
+    assert 27.0 + PROOF_S <= took <= 27.0 + PROOF_S + 1.0
+
+
 def test_a_successor_past_a_late_coordinator_move_is_still_found(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The coordinator moves after the look's wait and first answers mid-rebalance.
