@@ -132,25 +132,6 @@ impl Constructors {
         }
         true
     }
-
-    fn new_send<'py>(
-        &self,
-        py: Python<'py>,
-        channel: &Bound<'py, PyAny>,
-        key: &Bound<'py, PyAny>,
-        value: &Bound<'py, PyAny>,
-        headers: Option<Bound<'py, PyAny>>,
-        timestamp: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        if !self.plain(py, channel, &headers, &timestamp) {
-            return self.python_send.bind(py).call1((channel, key, value, headers, timestamp));
-        }
-        let send = alloc(py, self.send.bind(py))?;
-        let ts = timestamp.unwrap_or_else(|| py.None().into_bound(py));
-        let empty = self.empty.bind(py).as_any();
-        set_slots(&send, &self.send_fields, &[channel, key, value, empty, &ts])?;
-        Ok(send)
-    }
 }
 
 #[pymethods]
@@ -196,7 +177,14 @@ impl Constructors {
         headers: Option<Bound<'py, PyAny>>,
         timestamp: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.new_send(py, channel, key, value, headers, timestamp)
+        if !self.plain(py, channel, &headers, &timestamp) {
+            return self.python_send.bind(py).call1((channel, key, value, headers, timestamp));
+        }
+        let send = alloc(py, self.send.bind(py))?;
+        let ts = timestamp.unwrap_or_else(|| py.None().into_bound(py));
+        let empty = self.empty.bind(py).as_any();
+        set_slots(&send, &self.send_fields, &[channel, key, value, empty, &ts])?;
+        Ok(send)
     }
 
     /// `Effects.send(channel, key, value, headers=None, timestamp=None) -> Effects`: the
@@ -224,7 +212,7 @@ impl Constructors {
         headers: Option<Bound<'py, PyAny>>,
         timestamp: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let send = self.new_send(py, channel, key, value, headers, timestamp)?;
+        let send = self.send(py, channel, key, value, headers, timestamp)?;
         let effects = alloc(py, self.effects.bind(py))?;
         let sends = PyTuple::new(py, [send])?;
         let empty = self.empty.bind(py).as_any();
