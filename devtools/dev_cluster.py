@@ -25,7 +25,14 @@ from devtools.devbroker import BOOTSTRAP_PREFIX, BrokerState
 from devtools.devbroker_security import PLAINTEXT, create_user, load_security
 from devtools.kafka_jars import DevBrokerError
 
-__all__ = ["DevCluster", "dev_cluster", "java_string_hash"]
+__all__ = ["RESTART_TIMEOUT_S", "DevCluster", "dev_cluster", "java_string_hash"]
+
+RESTART_TIMEOUT_S = 240.0
+"""How long :meth:`DevCluster.start` waits for a restarted broker, s. A broker killed and
+started again at once is refused ``DUPLICATE_BROKER_REGISTRATION`` until the controller
+expires its old registration, and retries; on a 2-core machine running two test suites
+(load 12-14) that, with KRaft elections slowed, was seen taking past 120 s. A test fault
+waits for the broker it restarts; only a broker that exited fails sooner."""
 
 ENV_KEEP = "PARSLEY_KEEP_BROKER"
 
@@ -74,9 +81,10 @@ class DevCluster:
         """SIGCONT broker ``broker_id``."""
         return devbroker_cluster.thaw_broker(self.data_dir, broker_id)
 
-    def start(self, broker_id: int) -> BrokerState:
-        """Start broker ``broker_id`` if down; return once it answers, registered."""
-        return devbroker_cluster.start_broker(self.data_dir, broker_id)
+    def start(self, broker_id: int, *, timeout_s: float = RESTART_TIMEOUT_S) -> BrokerState:
+        """Start broker ``broker_id`` if down; return once it answers, registered (within
+        ``timeout_s``, s: :data:`RESTART_TIMEOUT_S` by default)."""
+        return devbroker_cluster.start_broker(self.data_dir, broker_id, timeout_s=timeout_s)
 
     def heal(self, timeout_s: float = 180.0) -> None:
         """Thaw and start every broker that is not running, then wait until every partition

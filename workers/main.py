@@ -37,7 +37,8 @@ from workers.fetched import split_errors
 from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
 from workers.hold_figures import HoldFigures, consumer_positions
 from workers.identity import Backoff, apply_received_verdicts
-from workers.kafka_config import TRANSACTION_TIMEOUT_MS
+from workers.join_watch import JoinStalled, JoinWatch, join_bound_s
+from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import ErrorKind, SubstrateError, classify
 from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
@@ -146,6 +147,9 @@ class Worker:
         self.came_back_after: float | None = None
         """How long the cluster had not answered, once it answers again (s), until the
         clients are renewed."""
+        self.join_watch = JoinWatch(join_bound_s(int(self.clients.consumer_conf.get(
+            "session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))))
+        """How long the consumer has been without an assignment (workers.join_watch)."""
 
     @property
     def consumer(self) -> Consumer | None:
@@ -236,6 +240,7 @@ class Worker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is not self.clients.consumer:
             return  # a retired consumer closing on its own thread (workers.clients.retire)
+        self.join_watch.assigned()
         self.rebalance.on_assign(consumer, partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -247,6 +252,7 @@ class Worker:
         if self.opened.stores is not None:
             self.opened.stores.discard()
         self.rebalance.revoked()
+        self.join_watch.revoked(time.monotonic())
         self.state = TaskState.REBALANCING
 
     def _handle_assignment(self) -> None:
@@ -324,8 +330,14 @@ class Worker:
         group = self.consumer is not None and self.group_guard.due(now, status_s)
         deletion = step is not None and self.engine is not None and self.deletion_guard.due(now)
         identity = running and bool(self.pending_identity) and self.backoff.due(now)
-        if (shape or group or deletion or identity) and not self._cluster_answers():
-            shape = group = deletion = identity = False
+        rejoin = (self.state is TaskState.REBALANCING
+                  and self.join_watch.overdue(now) is not None)
+        if (shape or group or deletion or identity or rejoin) and not self._cluster_answers():
+            shape = group = deletion = identity = rejoin = False
+        if rejoin:
+            # No assignment for the join bound while the cluster answers: the consumer
+            # does not rejoin by itself (workers.join_watch); a fresh one does.
+            raise self.join_watch.stalled(now)
         if shape:
             self._before_blocking("shape check")
             self.shape_guard.check(clients.admin)
@@ -381,6 +393,7 @@ class Worker:
             if self.unreachable_since is not None:
                 self.came_back_after = time.monotonic() - self.unreachable_since
                 self.unreachable_since = None
+                self.join_watch.cluster_back(time.monotonic())
             return True
         if self.unreachable_since is None:
             self.unreachable_since = time.monotonic()
@@ -528,7 +541,8 @@ class Worker:
             self._pause(delay)
             try:
                 renew_consumer = self.member_fenced or self.task_timeout.renews_consumer or (
-                    isinstance(exc, CallStalled) and exc.call in _CONSUMER_CALLS)
+                    isinstance(exc, CallStalled) and exc.call in _CONSUMER_CALLS) or isinstance(
+                    exc, JoinStalled)
                 exc = None  # type: ignore[assignment]  # its traceback holds the old clients
                 self._renew(consumer=renew_consumer)
                 self.task_timeout.recovered()
@@ -595,6 +609,7 @@ class Worker:
         consumer = self.clients.consumer = Consumer(self.clients.consumer_conf)
         consumer.subscribe(self.received, on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        self.join_watch.subscribed(time.monotonic())
 
     def run(self) -> None:
         """Initialise and loop until a stop; raises :class:`Stop` or the error that ended it."""
