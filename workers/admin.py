@@ -114,11 +114,14 @@ class GroupView:
             ``__consumer_offsets`` (a failover, or its broker back) lists the group's static
             members again, each with a fresh session timeout, whether anyone still
             heart-beats them or not.
+        rebalancing: whether a rebalance was under way (``PreparingRebalance`` or
+            ``CompletingRebalance``).
     """
 
     stable: bool
     members: list[GroupMember]
     coordinator: int | None = None
+    rebalancing: bool = False
 
 
 def group_view(admin: AdminClient, group: str, *, answer_s: float,
@@ -145,7 +148,9 @@ def group_view(admin: AdminClient, group: str, *, answer_s: float,
                for m in (desc.members or [])]
     node = getattr(desc, "coordinator", None)
     return GroupView(desc.state == ConsumerGroupState.STABLE, members,
-                     None if node is None else int(node.id))
+                     None if node is None else int(node.id),
+                     desc.state in (ConsumerGroupState.PREPARING_REBALANCING,
+                                    ConsumerGroupState.COMPLETING_REBALANCING))
 
 
 def group_members(admin: AdminClient, group: str, *, answer_s: float,

@@ -1,4 +1,4 @@
-"""The join watch: a consumer that lost its assignment and is never handed another (pure).
+"""The join bound: a consumer that lost its assignment and is never handed another (pure).
 
 A task's consumer loses its assignment at every rebalance (a revoke), when its session
 times out on its side (a lost assignment, e.g. while a broker restarts) and before its
@@ -6,12 +6,15 @@ first join; it normally rejoins and is assigned within one rebalance. After a br
 restart under load, librdkafka's consumer was seen never rejoining: revoked, then nothing
 for minutes while the cluster answered every other client, the task ``REBALANCING`` with
 nothing failing, so no recovery began and the task timeout never ran (a fresh consumer
-joined at once). The watch bounds that wait: past :func:`join_bound_s` without an
-assignment of any kind, while the cluster answers, the worker recovers in place with a
-fresh consumer (docs/operations.md, "The task timeout").
+joined at once).
 
-An assignment of any kind ends the wait, an inexact or empty one too: the consumer is a
-member then, and a wait for siblings is not a wedged consumer (workers.assignment).
+The watch bounds that wait (docs/operations.md, "The join bound"). Past :func:`join_bound_s`
+without an assignment of any kind, while the cluster answers, the worker looks at the group
+(:func:`left_out`): once the group has settled without this task's member, the consumer is
+renewed in place; while a rebalance is under way, or a member holds the task's
+``group.instance.id``, it waits and looks again. An assignment of any kind ends the wait,
+an inexact or empty one too: the consumer is a member then, and a wait for siblings is not
+a wedged consumer (workers.assignment).
 """
 
 from __future__ import annotations
@@ -19,26 +22,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from workers.admin import GroupView
 from workers.kafka_errors import ErrorKind, SubstrateError
 
-__all__ = ["JOIN_BOUND_MIN_S", "JoinStalled", "JoinWatch", "join_bound_s"]
+__all__ = ["JOIN_BOUND_MIN_S", "LOOK_INTERVAL_S", "JoinStalled", "JoinWatch", "join_bound_s",
+           "left_out"]
 
 JOIN_BOUND_MIN_S: Final = 45.0
-"""The shortest join bound, s. A rebalance waits for every member to rejoin; a member
-that crashed holds it up to its session timeout, and a sibling inside a handler until its
-handler returns. 45 s is well past both at the defaults (6 s sessions)."""
+"""The shortest join bound, s. A rebalance that waits for a crashed member waits up to its
+session timeout (6 s by default); one that waits for a member that does not poll (a
+sibling restoring its state or inside a slow handler) shows as a rebalance under way, and
+:func:`left_out` keeps waiting through it however long it lasts."""
+
+LOOK_INTERVAL_S: Final = 2.0
+"""How often an overdue wait looks at the group again, s (as the group check:
+workers.guards.GROUP_CHECK_INTERVAL_S)."""
 
 
 def join_bound_s(session_timeout_ms: int) -> float:
     """The join bound for a consumer with ``session.timeout.ms = session_timeout_ms``, s:
-    :data:`JOIN_BOUND_MIN_S`, or three session timeouts when that is longer (a crashed
-    member holds a rebalance up to one)."""
+    :data:`JOIN_BOUND_MIN_S`, or three session timeouts when that is longer (the members
+    the coordinator relists when it loads the group expire one session timeout later:
+    workers.admin.GroupView)."""
     return max(JOIN_BOUND_MIN_S, 3 * session_timeout_ms / 1000.0)
+
+
+def left_out(view: GroupView, instance_id: str) -> bool:
+    """Whether the group, as ``view`` shows it, has settled without the member of
+    ``group.instance.id = instance_id``: no rebalance under way (``Stable``, ``Empty`` or
+    ``Dead``) and no member listed with that instance id. A member listed with it is this
+    task's consumer as the coordinator still counts it, or a successor (another worker of
+    the task); neither is cured by a fresh consumer."""
+    if view.rebalancing:
+        return False
+    return all(m.group_instance_id != instance_id for m in view.members)
 
 
 class JoinStalled(SubstrateError):
     """The task's consumer has had no assignment for the join bound while the cluster
-    answered: recovered in place with a fresh consumer (``SUBSTRATE_TRANSIENT``)."""
+    answered and its group settled without it: recovered in place with a fresh consumer
+    (``SUBSTRATE_TRANSIENT``)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(ErrorKind.SUBSTRATE_TRANSIENT, detail)
@@ -49,7 +72,8 @@ class JoinStalled(SubstrateError):
 
 @dataclass(slots=True)
 class JoinWatch:
-    """How long the task's consumer has been without an assignment.
+    """How long the task's consumer has been without an assignment, and when to look at its
+    group.
 
     Args:
         bound_s: the join bound, s (:func:`join_bound_s`).
@@ -60,6 +84,8 @@ class JoinWatch:
     """Monotonic s since when the consumer has had no assignment, or ``None``."""
     why: str = ""
     """What began the wait: ``"subscribed"``, ``"was revoked"``."""
+    next_look: float = 0.0
+    """Monotonic s before which an overdue wait does not look at the group again."""
 
     def subscribed(self, now: float) -> None:
         """A new consumer subscribed at ``now`` (monotonic s): a wait begins afresh."""
@@ -71,9 +97,10 @@ class JoinWatch:
         if self.since is None:
             self.since, self.why = now, "was revoked"
 
-    def cluster_back(self, now: float) -> None:
-        """The cluster answers again at ``now`` (monotonic s) after it did not: a wait under
-        way counts from here (no consumer rejoins a cluster that does not answer)."""
+    def restart(self, now: float) -> None:
+        """A wait under way counts from ``now`` (monotonic s): the cluster answers again after
+        it did not, or a recovery that kept the consumer ended (it was not polled meanwhile,
+        so it could not be handed an assignment)."""
         if self.since is not None:
             self.since = now
 
@@ -87,10 +114,19 @@ class JoinWatch:
             return None
         return now - self.since
 
+    def look_due(self, now: float) -> bool:
+        """Whether the wait is overdue and a look at the group is due at ``now``."""
+        return self.overdue(now) is not None and now >= self.next_look
+
+    def looked(self, now: float) -> None:
+        """A look at ``now`` found nothing to renew (or no answer): the next in
+        :data:`LOOK_INTERVAL_S`."""
+        self.next_look = now + LOOK_INTERVAL_S
+
     def stalled(self, now: float) -> JoinStalled:
         """The error that renews the consumer, naming how long it waited and why."""
-        waited = 0.0 if self.since is None else now - self.since
+        waited = 0.0 if self.since is None else max(0.0, now - self.since)
         return JoinStalled(
             f"the task's consumer has had no assignment for {waited:.0f} s since it "
-            f"{self.why or 'subscribed'}, while the cluster answers (join bound "
-            f"{self.bound_s:g} s): renewing it")
+            f"{self.why or 'subscribed'}, while the cluster answers and its group settled "
+            f"without it (join bound {self.bound_s:g} s): renewing it")

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from parsley.declarations import group_instance_id, ordering_changelog, store_changelog
 from parsley.engine.channel import ChannelId
 from parsley.engine.engine import ProcessEngine
 from parsley.frame import HandlerFrame
-from workers.admin import cluster_answers
+from workers.admin import ADMIN_CALL_BOUND_S, cluster_answers, group_view
 from workers.calls import CallStalled, awaiting, set_heartbeat
 from workers.changelog import RestoreProgress
 from workers.client_log import serve_client_logs
@@ -37,7 +37,7 @@ from workers.fetched import split_errors
 from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
 from workers.hold_figures import HoldFigures, consumer_positions
 from workers.identity import Backoff, apply_received_verdicts
-from workers.join_watch import JoinStalled, JoinWatch, join_bound_s
+from workers.join_watch import JoinStalled, JoinWatch, join_bound_s, left_out
 from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import ErrorKind, SubstrateError, classify
 from workers.offsets import Reads, committed_positions, positions_past_markers
@@ -150,6 +150,8 @@ class Worker:
         self.join_watch = JoinWatch(join_bound_s(int(self.clients.consumer_conf.get(
             "session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))))
         """How long the consumer has been without an assignment (workers.join_watch)."""
+        self.instance_id = str(self.clients.consumer_conf["group.instance.id"])
+        """The ``group.instance.id`` of the task's consumer."""
 
     @property
     def consumer(self) -> Consumer | None:
@@ -330,14 +332,11 @@ class Worker:
         group = self.consumer is not None and self.group_guard.due(now, status_s)
         deletion = step is not None and self.engine is not None and self.deletion_guard.due(now)
         identity = running and bool(self.pending_identity) and self.backoff.due(now)
-        rejoin = (self.state is TaskState.REBALANCING
-                  and self.join_watch.overdue(now) is not None)
+        rejoin = self.state is TaskState.REBALANCING and self.join_watch.look_due(now)
         if (shape or group or deletion or identity or rejoin) and not self._cluster_answers():
             shape = group = deletion = identity = rejoin = False
-        if rejoin:
-            # No assignment for the join bound while the cluster answers: the consumer
-            # does not rejoin by itself (workers.join_watch); a fresh one does.
-            raise self.join_watch.stalled(now)
+        if rejoin and self.join_watch.look_due(now):  # the cluster back restarts the count
+            self._check_rejoin(now)
         if shape:
             self._before_blocking("shape check")
             self.shape_guard.check(clients.admin)
@@ -393,13 +392,33 @@ class Worker:
             if self.unreachable_since is not None:
                 self.came_back_after = time.monotonic() - self.unreachable_since
                 self.unreachable_since = None
-                self.join_watch.cluster_back(time.monotonic())
+                self.join_watch.restart(time.monotonic())
             return True
         if self.unreachable_since is None:
             self.unreachable_since = time.monotonic()
             log.info("%s task %d: %s; the periodic checks wait until it answers", self.app_id,
                      self.task, why)
         return False
+
+    def _check_rejoin(self, now: float) -> None:
+        """The consumer has had no assignment for the join bound: look at the group, and
+        renew the consumer once the group settled without this task's member
+        (:func:`workers.join_watch.left_out`); a describe that fails or is not answered in
+        time judges nothing (the next look is in :data:`workers.join_watch.LOOK_INTERVAL_S`).
+
+        Raises:
+            JoinStalled: the group settled without the task's member (recovered in place).
+        """
+        try:
+            with awaiting("describe_consumer_groups"):
+                view = group_view(self.clients.admin, self.app_id,
+                                  answer_s=ADMIN_CALL_BOUND_S + 1)
+        except (KafkaException, TimeoutError, CallStalled) as exc:
+            log.debug("describing group %s for the join bound failed: %s", self.app_id, exc)
+            view = None
+        if view is not None and left_out(view, self.instance_id):
+            raise self.join_watch.stalled(now)
+        self.join_watch.looked(now)
 
     def _check_received(self) -> None:
         """The running task's identity check of its received topics
@@ -595,6 +614,10 @@ class Worker:
         self._rebuild_and_rewind()
         if self.clients.consumer is None:
             self._open_consumer()
+        # The renewal is the one a cluster answering again asked for, and a kept consumer,
+        # not polled meanwhile, could not be handed an assignment: its wait counts from now.
+        self.came_back_after = None
+        self.join_watch.restart(time.monotonic())
 
     def _rebuild_and_rewind(self) -> None:
         """Rebuild the state from the changelogs; with the exact assignment, start the engine
