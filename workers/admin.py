@@ -116,12 +116,15 @@ class GroupView:
             heart-beats them or not.
         rebalancing: whether a rebalance was under way (``PreparingRebalance`` or
             ``CompletingRebalance``).
+        settled: whether the group was ``Stable``, ``Empty`` or ``Dead`` (not rebalancing,
+            and its state known).
     """
 
     stable: bool
     members: list[GroupMember]
     coordinator: int | None = None
     rebalancing: bool = False
+    settled: bool = False
 
 
 def group_view(admin: AdminClient, group: str, *, answer_s: float,
@@ -150,7 +153,9 @@ def group_view(admin: AdminClient, group: str, *, answer_s: float,
     return GroupView(desc.state == ConsumerGroupState.STABLE, members,
                      None if node is None else int(node.id),
                      desc.state in (ConsumerGroupState.PREPARING_REBALANCING,
-                                    ConsumerGroupState.COMPLETING_REBALANCING))
+                                    ConsumerGroupState.COMPLETING_REBALANCING),
+                     desc.state in (ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY,
+                                    ConsumerGroupState.DEAD))
 
 
 def group_members(admin: AdminClient, group: str, *, answer_s: float,

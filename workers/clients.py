@@ -51,6 +51,9 @@ def retire(clients: list[Any]) -> threading.Thread:
     clients.clear()
 
     def close_all() -> None:
+        for client in doomed:
+            if isinstance(client, Producer):
+                _purge(client)
         while doomed:
             client = doomed.pop()  # the clients first, the objects holding them last
             if isinstance(client, Consumer):
@@ -63,6 +66,20 @@ def retire(clients: list[Any]) -> threading.Thread:
     thread = threading.Thread(target=close_all, name="parsley-retire-clients", daemon=True)
     thread.start()
     return thread
+
+
+def _purge(producer: Producer) -> None:
+    """Drop what a retired producer still holds to send, queued or in flight, without
+    waiting (``rd_kafka_purge``): its transaction is abandoned (the fresh producer's
+    ``init_transactions`` fences it and aborts what the coordinator knows of it), and a
+    produce request of its left queued through a broker outage and sent once the broker is
+    back would land after that abort, opening a transaction on the partition that no
+    coordinator ends (a hanging transaction: its last stable offset never moves again,
+    KAFKA-12671)."""
+    try:
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+    except Exception:  # already destroyed or unusable: nothing of it is sent
+        log.debug("purging a retired producer failed", exc_info=True)
 
 
 def _await_close(closing: threading.Thread, bound_s: float) -> None:

@@ -25,8 +25,8 @@ from typing import Any, Final
 from workers.admin import GroupView
 from workers.kafka_errors import ErrorKind, SubstrateError
 
-__all__ = ["JOIN_BOUND_MIN_S", "LOOK_INTERVAL_S", "JoinStalled", "JoinWatch", "join_bound_s",
-           "left_out"]
+__all__ = ["BLIND_LOOKS", "JOIN_BOUND_MIN_S", "LOOK_INTERVAL_S", "JoinStalled", "JoinWatch",
+           "join_bound_s", "left_out"]
 
 JOIN_BOUND_MIN_S: Final = 45.0
 """The shortest join bound, s. A rebalance that waits for a crashed member waits up to its
@@ -35,8 +35,13 @@ sibling restoring its state or inside a slow handler) shows as a rebalance under
 :func:`left_out` keeps waiting through it however long it lasts."""
 
 LOOK_INTERVAL_S: Final = 2.0
-"""How often an overdue wait looks at the group again, s (as the group check:
-workers.guards.GROUP_CHECK_INTERVAL_S)."""
+"""How often an overdue wait looks at the group again, s, from the end of the last look (as
+the group check: workers.guards.GROUP_CHECK_INTERVAL_S)."""
+
+BLIND_LOOKS: Final = 5
+"""Looks in a row that got no answer (a describe failed or timed out) after which the
+consumer is renewed anyway, with the admin client: a wait must not outlast every look
+unbounded (a stale admin client after a broker restart answers nothing)."""
 
 
 def join_bound_s(session_timeout_ms: int) -> float:
@@ -49,11 +54,11 @@ def join_bound_s(session_timeout_ms: int) -> float:
 
 def left_out(view: GroupView, instance_id: str) -> bool:
     """Whether the group, as ``view`` shows it, has settled without the member of
-    ``group.instance.id = instance_id``: no rebalance under way (``Stable``, ``Empty`` or
-    ``Dead``) and no member listed with that instance id. A member listed with it is this
-    task's consumer as the coordinator still counts it, or a successor (another worker of
-    the task); neither is cured by a fresh consumer."""
-    if view.rebalancing:
+    ``group.instance.id = instance_id``: ``Stable``, ``Empty`` or ``Dead`` (no rebalance
+    under way, its state known) and no member listed with that instance id. A member listed
+    with it is this task's consumer as the coordinator still counts it, or a successor
+    (another worker of the task); neither is cured by a fresh consumer."""
+    if not view.settled:
         return False
     return all(m.group_instance_id != instance_id for m in view.members)
 
@@ -86,6 +91,8 @@ class JoinWatch:
     """What began the wait: ``"subscribed"``, ``"was revoked"``."""
     next_look: float = 0.0
     """Monotonic s before which an overdue wait does not look at the group again."""
+    blind: int = 0
+    """Looks in a row that got no answer."""
 
     def subscribed(self, now: float) -> None:
         """A new consumer subscribed at ``now`` (monotonic s): a wait begins afresh."""
@@ -107,6 +114,7 @@ class JoinWatch:
     def assigned(self) -> None:
         """The consumer was handed an assignment (of any kind): the wait ends."""
         self.since = None
+        self.blind = 0
 
     def overdue(self, now: float) -> float | None:
         """Seconds without an assignment, once they reach :attr:`bound_s`; else ``None``."""
@@ -118,15 +126,22 @@ class JoinWatch:
         """Whether the wait is overdue and a look at the group is due at ``now``."""
         return self.overdue(now) is not None and now >= self.next_look
 
-    def looked(self, now: float) -> None:
-        """A look at ``now`` found nothing to renew (or no answer): the next in
-        :data:`LOOK_INTERVAL_S`."""
+    def looked(self, now: float, *, answered: bool) -> bool:
+        """A look that ended at ``now`` found nothing to renew (``answered``) or got no
+        answer; the next is due :data:`LOOK_INTERVAL_S` later. Returns whether the looks
+        without an answer reached :data:`BLIND_LOOKS` in a row (then renew anyway)."""
         self.next_look = now + LOOK_INTERVAL_S
+        self.blind = 0 if answered else self.blind + 1
+        return self.blind >= BLIND_LOOKS
 
     def stalled(self, now: float) -> JoinStalled:
-        """The error that renews the consumer, naming how long it waited and why."""
+        """The error that renews the consumer, naming how long it waited and why (the group
+        settled without it, or :data:`BLIND_LOOKS` looks got no answer)."""
         waited = 0.0 if self.since is None else max(0.0, now - self.since)
+        group = (f"{self.blind} looks at its group got no answer" if self.blind
+                 else "its group settled without it")
+        self.blind = 0
         return JoinStalled(
             f"the task's consumer has had no assignment for {waited:.0f} s since it "
-            f"{self.why or 'subscribed'}, while the cluster answers and its group settled "
-            f"without it (join bound {self.bound_s:g} s): renewing it")
+            f"{self.why or 'subscribed'}, while the cluster answers and {group} "
+            f"(join bound {self.bound_s:g} s): renewing it")

@@ -403,22 +403,28 @@ class Worker:
     def _check_rejoin(self, now: float) -> None:
         """The consumer has had no assignment for the join bound: look at the group, and
         renew the consumer once the group settled without this task's member
-        (:func:`workers.join_watch.left_out`); a describe that fails or is not answered in
-        time judges nothing (the next look is in :data:`workers.join_watch.LOOK_INTERVAL_S`).
+        (:func:`workers.join_watch.left_out`). A describe that fails or is not answered in
+        time (bounded at :data:`workers.admin.ADMIN_CALL_BOUND_S` + 1 s) judges nothing and
+        is logged at WARNING; the next look is :data:`workers.join_watch.LOOK_INTERVAL_S`
+        after this one ends, and :data:`workers.join_watch.BLIND_LOOKS` in a row without an
+        answer renew the consumer (and the admin client) anyway.
 
         Raises:
-            JoinStalled: the group settled without the task's member (recovered in place).
+            JoinStalled: the group settled without the task's member, or the looks got no
+                answer (recovered in place).
         """
         try:
             with awaiting("describe_consumer_groups"):
                 view = group_view(self.clients.admin, self.app_id,
                                   answer_s=ADMIN_CALL_BOUND_S + 1)
         except (KafkaException, TimeoutError, CallStalled) as exc:
-            log.debug("describing group %s for the join bound failed: %s", self.app_id, exc)
+            log.warning("%s task %d: describing group %s for the join bound got no answer: "
+                        "%s", self.app_id, self.task, self.app_id, exc)
             view = None
         if view is not None and left_out(view, self.instance_id):
             raise self.join_watch.stalled(now)
-        self.join_watch.looked(now)
+        if self.join_watch.looked(time.monotonic(), answered=view is not None):
+            raise self.join_watch.stalled(time.monotonic())  # renews the admin client too
 
     def _check_received(self) -> None:
         """The running task's identity check of its received topics

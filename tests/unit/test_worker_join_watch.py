@@ -7,6 +7,7 @@ import pickle
 
 from workers.admin import GroupView
 from workers.join_watch import (
+    BLIND_LOOKS,
     JOIN_BOUND_MIN_S,
     LOOK_INTERVAL_S,
     JoinStalled,
@@ -69,7 +70,7 @@ def test_a_look_that_renews_nothing_waits_the_look_interval() -> None:
     watch = JoinWatch(bound_s=45.0)
     watch.revoked(0.0)
     assert watch.look_due(50.0)
-    watch.looked(50.0)
+    assert not watch.looked(50.0, answered=True)
     assert not watch.look_due(50.0 + LOOK_INTERVAL_S - 0.1)
     assert watch.look_due(50.0 + LOOK_INTERVAL_S)
 
@@ -79,15 +80,16 @@ def _member(instance: str | None) -> GroupMember:
 
 
 def test_a_group_settled_without_the_task_s_member_leaves_it_out() -> None:
-    assert left_out(GroupView(False, []), ME)  # Empty (or Dead)
-    assert left_out(GroupView(True, [_member("app-relay-task-001")]), ME)  # Stable, siblings
+    assert left_out(GroupView(False, [], settled=True), ME)  # Empty (or Dead)
+    assert left_out(GroupView(True, [_member("app-relay-task-001")], settled=True),
+                    ME)  # Stable, siblings
 
 
 def test_a_rebalance_under_way_or_a_member_with_the_instance_id_is_waited_for() -> None:
     # A rebalance waits for members that do not poll (a sibling restoring, a slow handler).
     assert not left_out(GroupView(False, [_member("app-relay-task-001")], rebalancing=True), ME)
     # The coordinator still counts this task's member, or a successor holds the id.
-    assert not left_out(GroupView(True, [_member(ME)]), ME)
+    assert not left_out(GroupView(True, [_member(ME)], settled=True), ME)
 
 
 def test_the_stall_is_a_transient_substrate_error_that_pickles_and_never_says_minus_0() -> None:
@@ -96,3 +98,21 @@ def test_the_stall_is_a_transient_substrate_error_that_pickles_and_never_says_mi
     again = pickle.loads(pickle.dumps(err))
     assert isinstance(again, JoinStalled) and again.detail == err.detail
     assert "for 0 s" in JoinWatch(bound_s=3.0, since=5.0).stalled(4.0).detail
+
+
+def test_only_a_known_settled_state_leaves_the_member_out() -> None:
+    # An UNKNOWN state (neither settled nor rebalancing) judges nothing.
+    assert not left_out(GroupView(False, [], rebalancing=False, settled=False), ME)
+
+
+def test_looks_without_an_answer_renew_after_the_blind_limit() -> None:
+    watch = JoinWatch(bound_s=45.0)
+    watch.revoked(0.0)
+    for i in range(BLIND_LOOKS - 1):
+        assert not watch.looked(50.0 + i, answered=False)
+    assert not watch.looked(60.0, answered=True)  # an answer resets the count
+    for i in range(BLIND_LOOKS - 1):
+        assert not watch.looked(70.0 + i, answered=False)
+    assert watch.looked(80.0, answered=False)
+    assert f"{BLIND_LOOKS} looks at its group got no answer" in watch.stalled(80.0).detail
+    assert watch.blind == 0
