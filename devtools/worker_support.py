@@ -159,6 +159,21 @@ def make_spec(
         kafka_properties=props, **kwargs)
 
 
+def run_to_clean_stop(worker: Any) -> None:
+    """Run an in-process ``workers.main.Worker`` until its ``should_stop`` asks; assert the
+    stop was clean (what a refusal or failure raises propagates) and close its clients."""
+    from workers.protocol import StopKind
+    from workers.verdicts import Stop
+
+    try:
+        try:
+            worker.run()
+        except Stop as stop:
+            assert stop.kind is StopKind.CLEAN, f"the worker stopped {stop.kind}"
+    finally:
+        worker.close(True)
+
+
 def spawn(spec: TaskSpec) -> Any:
     """Start ``workers.main.run(spec)`` in a new spawn-context process; returns the Process."""
     from workers.main import run

@@ -20,10 +20,10 @@ a wedged consumer (workers.assignment).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from workers.admin import GroupView
-from workers.kafka_errors import ErrorKind, SubstrateError
+from workers.kafka_errors import TransientSubstrateError
 
 __all__ = ["BLIND_LOOKS", "JOIN_BOUND_MIN_S", "LOOK_INTERVAL_S", "JoinStalled", "JoinWatch",
            "join_bound_s", "left_out"]
@@ -63,16 +63,10 @@ def left_out(view: GroupView, instance_id: str) -> bool:
     return all(m.group_instance_id != instance_id for m in view.members)
 
 
-class JoinStalled(SubstrateError):
+class JoinStalled(TransientSubstrateError):
     """The task's consumer has had no assignment for the join bound while the cluster
     answered and its group settled without it: recovered in place with a fresh consumer
     (``SUBSTRATE_TRANSIENT``)."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(ErrorKind.SUBSTRATE_TRANSIENT, detail)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.detail,))
 
 
 @dataclass(slots=True)

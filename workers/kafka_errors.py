@@ -23,7 +23,7 @@ import contextlib
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -41,6 +41,7 @@ __all__ = [
     "Classification",
     "ErrorKind",
     "SubstrateError",
+    "TransientSubstrateError",
     "authorization_failed",
     "classify",
     "fatal",
@@ -170,6 +171,17 @@ class SubstrateError(Exception):
 
     def __reduce__(self) -> tuple[type[SubstrateError], tuple[ErrorKind, str, int | None]]:
         return (type(self), (self.kind, self.detail, self.code))
+
+
+class TransientSubstrateError(SubstrateError):
+    """A ``SUBSTRATE_TRANSIENT`` condition the worker detects itself, given by its detail
+    alone (:class:`workers.task_timeout.TaskTimedOut`, :class:`workers.join_watch.JoinStalled`)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorKind.SUBSTRATE_TRANSIENT, detail)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.detail,))
 
 
 def kafka_error_of(exc_or_err: BaseException | KafkaError | None) -> KafkaError | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from workers.kafka_errors import ErrorKind, SubstrateError
+from workers.kafka_errors import TransientSubstrateError
 from workers.protocol import DEFAULT_TASK_TIMEOUT_MS
 
 __all__ = ["DEFAULT_TASK_TIMEOUT_MS", "FIRST_BACKOFF_S", "MAX_BACKOFF_S", "TaskTimedOut",
@@ -28,15 +28,9 @@ MAX_BACKOFF_S: Final = 15.0
 """The longest wait between two attempts, s."""
 
 
-class TaskTimedOut(SubstrateError):
+class TaskTimedOut(TransientSubstrateError):
     """The task made no progress for the task timeout: the stop the restart policy sees
     (``SUBSTRATE_TRANSIENT``)."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(ErrorKind.SUBSTRATE_TRANSIENT, detail)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.detail,))
 
 
 @dataclass(slots=True)

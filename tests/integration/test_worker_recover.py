@@ -19,11 +19,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
-from devtools.worker_support import make_spec, read_committed, relay_setup
+from devtools.worker_support import make_spec, read_committed, relay_setup, run_to_clean_stop
 from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.main import Worker
-from workers.protocol import StopKind
-from workers.verdicts import Stop
 
 N = 30
 
@@ -71,13 +69,7 @@ def test_an_aborted_transaction_s_deliveries_are_not_counted_after_the_rebuild(
         return True
 
     worker = Worker(spec, None, should_stop)
-    try:
-        try:
-            worker.run()
-        except Stop as stop:
-            assert stop.kind is StopKind.CLEAN
-    finally:
-        worker.close(True)
+    run_to_clean_stop(worker)
 
     assert recovered
     assert worker.status_fields()["delivered"] == N

@@ -22,10 +22,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from devtools.kafka_support import QUIET, CreateTopic, UniqueNames
-from devtools.worker_support import make_spec, read_committed, relay_setup
+from devtools.worker_support import make_spec, read_committed, relay_setup, run_to_clean_stop
 from workers.main import Worker
-from workers.protocol import StopKind, TaskState
-from workers.verdicts import Stop
+from workers.protocol import TaskState
 
 BOUND_S = 3.0
 """The join bound of this test, s (the default is workers.join_watch.JOIN_BOUND_MIN_S)."""
@@ -75,13 +74,7 @@ def test_a_consumer_that_never_rejoins_is_renewed_and_the_task_runs_on(
                 and worker.txn.commits >= 2)
 
     worker = Worker(spec, None, should_stop)
-    try:
-        try:
-            worker.run()
-        except Stop as stop:
-            assert stop.kind is StopKind.CLEAN
-    finally:
-        worker.close(True)
+    run_to_clean_stop(worker)
 
     assert wedged_at is not None, "the worker never committed the first record"
     assert renewed_after is not None, (
