@@ -4,9 +4,11 @@ The ``sh`` blocks of the runbooks are extracted, their placeholders filled in
 for a relay process that ``parsley-coordinator run`` is running, and each
 command is run: the Kafka tools through ``parsley-devbroker tool`` (the same
 jars as the broker), ``parsley-coordinator`` through its module, ``rm -rf``
-on the state directory. Each must exit 0. The run ends with the reset: the
-``parsley-coordinator reset`` commands (a dry run that changes nothing, then the
-reset, which records its boundary), then the same steps by hand, after which the
+on the state directory. Each must exit 0. A transaction is left open on the
+source partition first, for the runbook that finds and aborts one at its start
+offset. The run ends with the reset: the ``parsley-coordinator reset`` commands
+(a dry run that changes nothing, then the reset, which records its boundary),
+then the same steps by hand, after which the
 process's group and changelogs are gone. A meta-check: every
 refusal reason has a runbook on the page.
 """
@@ -87,7 +89,7 @@ def test_every_runbook_command_runs_against_the_broker(
     values = {"<servers>": kafka_bootstrap, "<prefix>": prefix, "<process>": "shipper",
               "<app-id>": app_id, "<state.dir>": str(state_dir), "<topic>": src.name,
               "<partition>": "0", "<position>": "0", "<bytes>": "2097152",
-              "<longer>": "604800000", "<app>": "rbapp:processes"}
+              "<longer>": "604800000", "<app>": "rbapp:processes", "<start-offset>": "1"}
     run = subprocess.Popen([*CLI, "run", "rbapp:processes", "--bootstrap-servers",
                             kafka_bootstrap, "--prefix", prefix, "--state-dir", str(state_dir)],
                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
@@ -106,6 +108,15 @@ def test_every_runbook_command_runs_against_the_broker(
             assert run.poll() is None, f"run exited: {run.communicate()[1]}"
             assert time.monotonic() < deadline, "the process never reported RUNNING"
             time.sleep(0.5)
+        # A transaction left open on the source partition, for the runbook that finds and
+        # aborts one at its start offset (offset 1, after the record at 0).
+        hanging = Producer({"bootstrap.servers": kafka_bootstrap,
+                            "transactional.id": f"{prefix}-open", **QUIET,
+                            "transaction.timeout.ms": 600_000})
+        hanging.init_transactions(30)
+        hanging.begin_transaction()
+        hanging.produce(src.name, key=b"k", value=b"open", partition=0)
+        assert hanging.flush(30) == 0
         commands = runbook_commands(RUNBOOKS.read_text())
         assert len(commands) >= 20, commands
         for command in commands:
