@@ -52,15 +52,22 @@ def join_bound_s(session_timeout_ms: int) -> float:
     return max(JOIN_BOUND_MIN_S, 3 * session_timeout_ms / 1000.0)
 
 
-def left_out(view: GroupView, instance_id: str) -> bool:
+def left_out(view: GroupView, instance_id: str, mine: str | None = None) -> bool:
     """Whether the group, as ``view`` shows it, has settled without the member of
-    ``group.instance.id = instance_id``: ``Stable``, ``Empty`` or ``Dead`` (no rebalance
-    under way, its state known) and no member listed with that instance id. A member listed
-    with it is this task's consumer as the coordinator still counts it, or a successor
-    (another worker of the task); neither is cured by a fresh consumer."""
+    ``group.instance.id = instance_id`` that the consumer could still be handed an
+    assignment as: ``Stable``, ``Empty`` or ``Dead`` (no rebalance under way, its state
+    known), and either no member listed with that instance id, or, in a ``Stable`` group,
+    the one listed is the consumer's own member id ``mine`` (its join and sync are done, yet
+    no assignment reached it: wedged, as a consumer revoked but still heart-beating). Any
+    other member listed with the instance id is an earlier member of this task the
+    coordinator still counts (it expires within a session timeout) or a successor (another
+    worker of the task, whose fence ends this one); a fresh consumer cures neither."""
     if not view.settled:
         return False
-    return all(m.group_instance_id != instance_id for m in view.members)
+    listed = [m for m in view.members if m.group_instance_id == instance_id]
+    if not listed:
+        return True
+    return view.stable and mine is not None and all(m.member_id == mine for m in listed)
 
 
 class JoinStalled(TransientSubstrateError):

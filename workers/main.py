@@ -421,10 +421,18 @@ class Worker:
             log.warning("%s task %d: describing group %s for the join bound got no answer: "
                         "%s", self.app_id, self.task, self.app_id, exc)
             view = None
-        if view is not None and left_out(view, self.instance_id):
+        if view is not None and left_out(view, self.instance_id, self._member_id()):
             raise self.join_watch.stalled(now)
         if self.join_watch.looked(time.monotonic(), answered=view is not None):
             raise self.join_watch.stalled(time.monotonic())  # renews the admin client too
+
+    def _member_id(self) -> str | None:
+        """The consumer's member id now, or ``None`` (none yet, or no consumer)."""
+        consumer = self.clients.consumer
+        try:
+            return (consumer.memberid() or None) if consumer is not None else None
+        except (KafkaException, RuntimeError):
+            return None
 
     def _check_received(self) -> None:
         """The running task's identity check of its received topics

@@ -116,3 +116,14 @@ def test_looks_without_an_answer_renew_after_the_blind_limit() -> None:
     assert watch.looked(80.0, answered=False)
     assert f"{BLIND_LOOKS} looks at its group got no answer" in watch.stalled(80.0).detail
     assert watch.blind == 0
+
+
+def test_the_consumer_s_own_member_listed_in_a_stable_group_without_an_assignment_is_wedged(
+) -> None:
+    own = GroupMember("m-1", "client", "/127.0.0.1", ME)
+    stable = GroupView(True, [own], settled=True)
+    assert left_out(stable, ME, mine="m-1")  # joined and synced, yet never assigned
+    assert not left_out(stable, ME, mine="m-2")  # an earlier member, or a successor
+    assert not left_out(stable, ME, mine=None)  # no member id of its own to compare
+    # Empty or Dead with the member listed is no Stable group: wait.
+    assert not left_out(GroupView(False, [own], settled=True), ME, mine="m-1")
