@@ -179,20 +179,33 @@ class TaskClients:
         Returns:
             That member's id, or ``None`` when none proved live.
         """
-        instance = self.consumer_conf["group.instance.id"]
-        session_s = int(self.consumer_conf.get("session.timeout.ms",
-                                               DEFAULT_SESSION_TIMEOUT_MS)) / 1000.0
-        mine: str | None = None
-        if self.consumer is not None:
-            try:
-                mine = self.consumer.memberid()
-            except (KafkaException, RuntimeError):
-                mine = None
-            if drop_consumer:
-                fenced, self.consumer = self.consumer, None  # before its close can revoke
-                closing = retire([fenced])
-                _await_close(closing, session_s)
-        return live_successor(self.new_admin(), self.app_id, instance, mine, session_s, wait_s)
+        session_s = self.session_timeout_ms / 1000.0
+        mine = self.member_id()
+        if self.consumer is not None and drop_consumer:
+            fenced, self.consumer = self.consumer, None  # before its close can revoke
+            closing = retire([fenced])
+            _await_close(closing, session_s)
+        return live_successor(self.new_admin(), self.app_id, self.instance_id, mine, session_s,
+                              wait_s)
+
+    @property
+    def instance_id(self) -> str:
+        """The main consumer's ``group.instance.id``."""
+        return str(self.consumer_conf["group.instance.id"])
+
+    @property
+    def session_timeout_ms(self) -> int:
+        """The main consumer's ``session.timeout.ms``, ms."""
+        return int(self.consumer_conf.get("session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+
+    def member_id(self) -> str | None:
+        """The main consumer's member id now, or ``None`` (no consumer, or not joined)."""
+        if self.consumer is None:
+            return None
+        try:
+            return self.consumer.memberid() or None
+        except (KafkaException, RuntimeError):
+            return None
 
     def close(self, clean: bool) -> None:
         """Close the consumer (static: it stays a member until its session times out), the

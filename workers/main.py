@@ -38,7 +38,7 @@ from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
 from workers.hold_figures import HoldFigures, consumer_positions
 from workers.identity import Backoff, apply_received_verdicts
 from workers.join_watch import JoinStalled, JoinWatch, join_bound_s, left_out
-from workers.kafka_config import DEFAULT_SESSION_TIMEOUT_MS, TRANSACTION_TIMEOUT_MS
+from workers.kafka_config import TRANSACTION_TIMEOUT_MS
 from workers.kafka_errors import ErrorKind, SubstrateError, classify
 from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
@@ -147,11 +147,8 @@ class Worker:
         self.came_back_after: float | None = None
         """How long the cluster had not answered, once it answers again (s), until the
         clients are renewed."""
-        self.join_watch = JoinWatch(join_bound_s(int(self.clients.consumer_conf.get(
-            "session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))))
+        self.join_watch = JoinWatch(join_bound_s(self.clients.session_timeout_ms))
         """How long the consumer has been without an assignment (workers.join_watch)."""
-        self.instance_id = str(self.clients.consumer_conf["group.instance.id"])
-        """The ``group.instance.id`` of the task's consumer."""
 
     @property
     def consumer(self) -> Consumer | None:
@@ -421,18 +418,11 @@ class Worker:
             log.warning("%s task %d: describing group %s for the join bound got no answer: "
                         "%s", self.app_id, self.task, self.app_id, exc)
             view = None
-        if view is not None and left_out(view, self.instance_id, self._member_id()):
+        if view is not None and left_out(view, self.clients.instance_id,
+                                         self.clients.member_id()):
             raise self.join_watch.stalled(now)
         if self.join_watch.looked(time.monotonic(), answered=view is not None):
             raise self.join_watch.stalled(time.monotonic())  # renews the admin client too
-
-    def _member_id(self) -> str | None:
-        """The consumer's member id now, or ``None`` (none yet, or no consumer)."""
-        consumer = self.clients.consumer
-        try:
-            return (consumer.memberid() or None) if consumer is not None else None
-        except (KafkaException, RuntimeError):
-            return None
 
     def _check_received(self) -> None:
         """The running task's identity check of its received topics
