@@ -5,7 +5,8 @@ inside the spawned worker process (``python -m perf --worker-patch NAME``), so t
 before/after figures come from the same invocation before ``workers/`` changes.
 A fix taken into ``workers/`` is deleted from here (``shape-check-admin``:
 ``workers.guards.ShapeGuard`` asks the AdminClient; ``sqlite-rowid``: the ordering
-store is an ordinary rowid table), so none is pending now.
+store is an ordinary rowid table; ``gc-tune``:
+``workers.process_setup.tune_collector``), so none is pending now.
 """
 
 from __future__ import annotations

@@ -44,7 +44,12 @@ from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
 from workers.positions import engine_start_positions
-from workers.process_setup import configure_logging, in_spawned_child, start_watchdog
+from workers.process_setup import (
+    configure_logging,
+    in_spawned_child,
+    start_watchdog,
+    tune_collector,
+)
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.rebalance import Assignment
 from workers.restore import OpenState, Restorer
@@ -748,6 +753,8 @@ def run(spec: TaskSpec) -> int:
         that code instead (``SystemExit``), so ``Process.exitcode`` carries it.
     """
     configure_logging(spec)
+    if in_spawned_child():
+        tune_collector()
     stop_asked = False
 
     def on_term(signum: int, frame: object) -> None:

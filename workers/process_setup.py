@@ -8,6 +8,7 @@ call and exits; on the coordinator's death it exits at once without committing
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -17,7 +18,8 @@ from workers.protocol import StopKind, TaskSpec, exit_code_for
 from workers.status import final_message, push_final
 from workers.watchdog import Action, ActionKind, Watchdog, install
 
-__all__ = ["configure_logging", "in_spawned_child", "start_watchdog"]
+__all__ = ["GC_YOUNG_THRESHOLD", "configure_logging", "in_spawned_child", "start_watchdog",
+           "tune_collector"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -31,6 +33,27 @@ def configure_logging(spec: TaskSpec) -> None:
             level=logging.INFO, stream=sys.stderr,
             format=f"%(asctime)s %(levelname)s [{spec.prefix}-{spec.process.name} "
                    f"task {spec.task} pid %(process)d] %(name)s: %(message)s")
+
+
+GC_YOUNG_THRESHOLD = 20_000
+"""Net container allocations between two young-generation collections of the worker process
+(CPython's default is 700). A fetched batch of 500 records holds a few thousand short-lived
+objects at once; at 700 the collector ran several times per batch, traversing them, and its
+older generations reached the whole imported heap: 9% of the worker's main thread on the
+relay benchmark (docs/performance.md, "The collector")."""
+
+
+def tune_collector() -> None:
+    """Set the worker process's cyclic garbage collector up for a record loop: everything
+    allocated so far (the imported modules, mostly) is moved out of its reach
+    (``gc.freeze``), and a young collection runs every :data:`GC_YOUNG_THRESHOLD` net
+    allocations. Garbage without cycles is freed as before, by reference counting; a cycle
+    waits at most that many allocations longer. Only in a spawned worker process: a host
+    process running a worker in-process keeps its own settings."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def in_spawned_child() -> bool:
