@@ -362,6 +362,17 @@ def log_errors(path: Path, lines: int = 12) -> str:
     return "\n".join(picked[-lines:]) or "(none)"
 
 
+def log_matching(path: Path, needle: str, lines: int = 12) -> str:
+    """The last ``lines`` lines of a broker log that contain ``needle``, or ``(none)``
+    (``(no log)`` when the file is missing): an INFO line that explains a failure, such as
+    the transaction coordinator skipping a partition's marker."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join([line for line in text if needle in line][-lines:]) or "(none)"
+
+
 _SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
 """JVM flags for one-shot commands: C1 only and the serial GC start faster (not for the
 broker or the perf-test tools, which run long enough for C2 to pay off)."""

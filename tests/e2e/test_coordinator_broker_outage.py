@@ -112,7 +112,12 @@ def _open_transactions(bootstrap: str, prefix: str, log: Path, status: Any) -> s
             lines += [f"describe-producers {name}[{p}]:",
                       _tool(bootstrap, "describe-producers", "--topic", name,
                             "--partition", str(p))]
-    lines += ["broker log errors:", devbroker.log_errors(log)]
+    # Kafka's transaction coordinator completes a transaction without writing its marker
+    # to a partition that has no leader at that moment ("likely deleted already", its
+    # TransactionMarkerChannelManager), which leaves that partition's transaction open.
+    lines += ["broker log errors:", devbroker.log_errors(log),
+              "broker log, transaction markers skipped for a partition without a leader:",
+              devbroker.log_matching(log, "likely deleted already")]
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.devbroker import log_errors
+from devtools.devbroker import log_errors, log_matching
 
 LOG = """\
 [2026-12-06 19:09:40,000] INFO [KafkaRaftServer nodeId=1] starting (kafka.server.KafkaRaftServer)
@@ -37,6 +37,17 @@ def test_a_log_without_errors_or_without_a_file_says_so(tmp_path: Path) -> None:
     log.write_text("[2026-12-06 19:09:40,000] INFO fine (x)\n")
     assert log_errors(log) == "(none)"
     assert log_errors(tmp_path / "missing.log") == "(no log)"
+
+
+def test_log_matching_picks_the_last_lines_with_the_needle(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+    assert log_matching(log, "shutting down part", lines=2).splitlines() == [
+        "[2026-12-06 19:09:44,038] INFO shutting down part 38 (p)",
+        "[2026-12-06 19:09:44,039] INFO shutting down part 39 (p)",
+    ]
+    assert log_matching(log, "likely deleted already") == "(none)"
+    assert log_matching(tmp_path / "missing.log", "x") == "(no log)"
 
 
 def test_dev_broker_ports_are_picked_below_the_ephemeral_range() -> None:
