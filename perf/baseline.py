@@ -6,8 +6,11 @@ commit interval (default 100 ms, as the worker's) ``send_offsets_to_transaction`
 and ``commit_transaction``. One transaction per interval, none while idle, the
 same producer settings as the worker (idempotent, ``acks=all``,
 ``transaction.timeout.ms=10000``, ``partitioner=murmur2_random``) and the same
-consumer settings (``read_committed``, no auto commit). No ordering, no causal
-metadata, no changelog.
+consumer settings (``read_committed``, no auto commit, and the worker's prefetch: 16 MiB
+fetched again within 10 ms, ``workers.kafka_config.PREFETCH_KIB`` and
+``FETCH_QUEUE_BACKOFF_MS``; with librdkafka's defaults, 64 MiB and a one-second backoff, a
+backlog of 1 KiB records filled the queue, and the relay then sat idle for most of a second,
+which halved its msg/s in some rounds). No ordering, no causal metadata, no changelog.
 
 Run: ``python -m perf.baseline --bootstrap-servers HOST:PORT --input IN --output OUT
 --group G --transactional-id T [--commit-interval-ms 100] [--batch 500]``.
@@ -24,7 +27,25 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-__all__ = ["main", "relay"]
+from workers.kafka_config import FETCH_QUEUE_BACKOFF_MS, PREFETCH_KIB
+
+__all__ = ["consumer_settings", "main", "relay"]
+
+
+def consumer_settings(bootstrap: str, group: str) -> dict[str, object]:
+    """The baseline consumer's librdkafka settings: ``read_committed``, no auto commit, and
+    the worker's prefetch (``workers.kafka_config.consumer_config``'s
+    ``queued.max.messages.kbytes`` and ``fetch.queue.backoff.ms``)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "queued.max.messages.kbytes": PREFETCH_KIB,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+    }
 
 
 def relay(bootstrap: str, input_topic: str, output_topic: str, group: str,
@@ -40,14 +61,7 @@ def relay(bootstrap: str, input_topic: str, output_topic: str, group: str,
     Raises:
         KafkaException: any client error (the benchmark treats it as a failed run).
     """
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": False,
-    })
+    consumer = Consumer(consumer_settings(bootstrap, group))
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "transactional.id": transactional_id,

@@ -28,3 +28,4 @@ def patched_run(spec: Any, names: tuple[str, ...]) -> int:
     for name in names:
         PATCHES[name]()
     return run(spec)
+

@@ -22,7 +22,9 @@ from parsley.declarations import application_id, group_instance_id, transactiona
 
 __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
+    "FETCH_QUEUE_BACKOFF_MS",
     "OWNED_PROPERTIES",
+    "PREFETCH_KIB",
     "TRANSACTION_TIMEOUT_MS",
     "WorkerOwner",
     "admin_config",
@@ -46,6 +48,12 @@ seconds (docs/operations.md, "The consumer group at a start"). 6 s is the broker
 PREFETCH_KIB: Final = 16_384
 """The ``queued.max.messages.kbytes`` (KiB) of the main and the restore consumer unless the
 user sets one (``consumer.queued.max.messages.kbytes``)."""
+
+FETCH_QUEUE_BACKOFF_MS: Final = 10
+"""The ``fetch.queue.backoff.ms`` of the main and the restore consumer: once its prefetch
+queue has room again a consumer fetches within this many ms. librdkafka's default waits a
+whole second (since librdkafka 2.4), so a consumer that drains a full queue faster than that
+sits idle for the rest of the second."""
 
 RESTORE_FETCH_WAIT_MS: Final = 10
 """``fetch.wait.max.ms`` of the restore consumer: how long the broker may hold a fetch that
@@ -207,7 +215,7 @@ def consumer_config(
         # third of a second of 1 KiB records at this worker's fastest.
         "queued.max.messages.kbytes": PREFETCH_KIB,
         # ...and fetch again within 10 ms once it has room (librdkafka's default waits 1 s).
-        "fetch.queue.backoff.ms": 10,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     config.update(user)
     config.update(
@@ -311,7 +319,7 @@ def restore_consumer_config(
         "queued.max.messages.kbytes": PREFETCH_KIB,
         # ...and fetch again within 10 ms once it has room (librdkafka waits a whole
         # second by default, which made a 16 MiB restore three times slower).
-        "fetch.queue.backoff.ms": 10,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         # A transactional changelog ends in a commit marker, so a read learns it is done
         # from the partition-EOF event, which comes with a fetch that found nothing new:
         # the broker holds that fetch for fetch.wait.max.ms (500 ms by default) on every

@@ -260,6 +260,19 @@ def test_replace_section_keeps_other_sections() -> None:
     assert "## Codec" in twice and "## Later" in twice and "last `python -m perf` run" not in twice
 
 
+def test_the_baseline_consumer_prefetches_as_the_worker_does() -> None:
+    # librdkafka's defaults (64 MiB, then a one-second backoff once the queue is full) left
+    # the baseline idle for most of a second in some 1 KiB rounds, flattering every ratio.
+    from perf.baseline import consumer_settings
+    from workers.kafka_config import consumer_config
+
+    worker = consumer_config("127.0.0.1:9092", "p", "relay", 0)
+    base = consumer_settings("127.0.0.1:9092", "g")
+    for key in ("queued.max.messages.kbytes", "fetch.queue.backoff.ms", "isolation.level",
+                "enable.auto.commit", "enable.partition.eof"):
+        assert base[key] == worker[key], key
+
+
 def test_baseline_and_parsley_run_under_the_same_conditions() -> None:
     from perf.runs import QUICK, BaselineRelay, conditions
     from workers.main import BATCH
