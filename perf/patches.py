@@ -28,4 +28,3 @@ def patched_run(spec: Any, names: tuple[str, ...]) -> int:
     for name in names:
         PATCHES[name]()
     return run(spec)
-
