@@ -1,4 +1,5 @@
-"""What a worker process sets up around its :class:`workers.main.Worker`: logging and the watchdog.
+"""What a worker process sets up around its :class:`workers.main.Worker`: logging, the
+watchdog and the garbage collector's settings (:func:`tune_collector`).
 
 :func:`start_watchdog` installs the task's :class:`workers.watchdog.Watchdog`: past a
 client call's bound, or still blocked 5 s after SIGTERM, it reports SUBSTRATE naming the
@@ -12,6 +13,7 @@ import gc
 import logging
 import os
 import sys
+from typing import Final
 
 from parsley.refusals import Reason
 from workers.protocol import StopKind, TaskSpec, exit_code_for
@@ -35,7 +37,7 @@ def configure_logging(spec: TaskSpec) -> None:
                    f"task {spec.task} pid %(process)d] %(name)s: %(message)s")
 
 
-GC_YOUNG_THRESHOLD = 20_000
+GC_YOUNG_THRESHOLD: Final = 20_000
 """Net container allocations between two young-generation collections of the worker process
 (CPython's default is 700). A fetched batch of 500 records holds a few thousand short-lived
 objects at once; at 700 the collector ran several times per batch, traversing them, and its
@@ -47,8 +49,9 @@ def tune_collector() -> None:
     """Set the worker process's cyclic garbage collector up for a record loop: everything
     allocated so far (the imported modules, mostly) is moved out of its reach
     (``gc.freeze``), and a young collection runs every :data:`GC_YOUNG_THRESHOLD` net
-    allocations. Garbage without cycles is freed as before, by reference counting; a cycle
-    waits at most that many allocations longer. Only in a spawned worker process: a host
+    allocations. Garbage without cycles is freed as before, by reference counting; garbage in
+    cycles is found by the collector's next pass over its generation, which now comes less
+    often. Only in a spawned worker process: a host
     process running a worker in-process keeps its own settings."""
     gc.collect()
     gc.freeze()
