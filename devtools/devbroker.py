@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from devtools.broker_log import log_errors
 from devtools.devbroker_security import (
     PLAINTEXT,
     SASL_SSL,
@@ -345,32 +346,6 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
         return "(no log)"
-
-
-def log_errors(path: Path, lines: int = 12) -> str:
-    """The last ``lines`` ERROR and FATAL lines of a broker log, each with the line after
-    it (an exception's first line), or ``(none)``: why a broker exited is logged before
-    the shutdown's own lines, which fill a tail."""
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return "(no log)"
-    picked: list[str] = []
-    for line, after in zip(text, [*text[1:], "["], strict=True):
-        if "] ERROR " in line or "] FATAL " in line:
-            picked.append(line if after.startswith("[") else f"{line}\n{after}")
-    return "\n".join(picked[-lines:]) or "(none)"
-
-
-def log_matching(path: Path, needle: str, lines: int = 12) -> str:
-    """The last ``lines`` lines of a broker log that contain ``needle``, or ``(none)``
-    (``(no log)`` when the file is missing): an INFO line that explains a failure, such as
-    the transaction coordinator skipping a partition's marker."""
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return "(no log)"
-    return "\n".join([line for line in text if needle in line][-lines:]) or "(none)"
 
 
 _SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")

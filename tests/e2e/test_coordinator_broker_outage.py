@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from coordinator import Parsley, ParsleyConfig
 from coordinator.control.status import ProcessState
-from devtools import devbroker
+from devtools import broker_log, devbroker
 from devtools.kafka_support import QUIET, create_topic, unique_name
 from devtools.private_broker import PrivateBroker
 from devtools.worker_support import read_committed
@@ -115,9 +115,9 @@ def _open_transactions(bootstrap: str, prefix: str, log: Path, status: Any) -> s
     # Kafka's transaction coordinator completes a transaction without writing its marker
     # to a partition that has no leader at that moment ("likely deleted already", its
     # TransactionMarkerChannelManager), which leaves that partition's transaction open.
-    lines += ["broker log errors:", devbroker.log_errors(log),
+    lines += ["broker log errors:", broker_log.log_errors(log),
               "broker log, transaction markers skipped for a partition without a leader:",
-              devbroker.log_matching(log, "likely deleted already")]
+              broker_log.log_matching(log, "likely deleted already")]
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.devbroker import log_errors, log_matching
+from devtools.broker_log import log_errors, log_matching
 
 LOG = """\
 [2026-12-06 19:09:40,000] INFO [KafkaRaftServer nodeId=1] starting (kafka.server.KafkaRaftServer)
