@@ -27,8 +27,6 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from workers.kafka_config import FETCH_QUEUE_BACKOFF_MS, PREFETCH_KIB
-
 __all__ = ["consumer_settings", "main", "relay"]
 
 
@@ -43,8 +41,11 @@ def consumer_settings(bootstrap: str, group: str) -> dict[str, object]:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
-        "queued.max.messages.kbytes": PREFETCH_KIB,
-        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        # The worker's values (workers.kafka_config.PREFETCH_KIB, FETCH_QUEUE_BACKOFF_MS),
+        # written out so that the plain relay imports nothing of Parsley;
+        # tests/unit/test_perf_report.py keeps the two consumers alike.
+        "queued.max.messages.kbytes": 16_384,
+        "fetch.queue.backoff.ms": 10,
     }
 
 

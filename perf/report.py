@@ -244,8 +244,12 @@ def plot(report: Mapping[str, Any], path: str) -> None:
             tput.append(run.get("msgs_per_s") or 0)
             p50.append(_get(run, "latency", "p50_ms") or 0)
             p99.append(_get(run, "latency", "p99_ms") or 0)
+            # The median over the rounds, as the table gives it (not the CPU of the round
+            # whose throughput was the median).
+            median_cpu = run.get("cpu_us_per_record")
             per_cpu_s = run.get("msgs_per_worker_cpu_s")
-            cpu_us.append(1e6 / per_cpu_s if per_cpu_s else 0)
+            cpu_us.append(median_cpu if median_cpu is not None
+                          else 1e6 / per_cpu_s if per_cpu_s else 0)
         ax1.bar(xs, tput, width, label=f"{size} B")
         ax3.bar(xs, cpu_us, width, label=f"{size} B")
         ax2.bar(xs, p99, width, label=f"p99 {size} B", alpha=0.5)

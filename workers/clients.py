@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -34,38 +35,64 @@ from workers.protocol import TaskSpec
 from workers.verdicts import live_successor
 from workers.watchdog import bounded
 
-__all__ = ["TaskClients", "retire"]
+__all__ = ["RETIRE_WAIT_S", "TaskClients", "retire"]
 
 log = logging.getLogger("parsley.worker")
 
 
-def retire(clients: list[Any]) -> threading.Thread:
+RETIRE_WAIT_S = 5.0
+"""How long the retiring thread waits, s, for the worker's thread to let go of a retired
+object before it drops its own reference anyway (:func:`retire`)."""
+
+
+def retire(clients: list[Any], holders: list[Any] | None = None) -> threading.Thread:
     """Close and drop ``clients`` on a daemon thread of their own: a consumer's ``close`` or
     a client's destruction may block on the same wedge that made the worker replace it.
-    The list is emptied, so the caller holds no reference to them afterwards.
+
+    ``holders`` are objects that hold the clients (the old transaction account and step):
+    they are dropped first, then the clients. Before dropping each object the thread waits,
+    up to :data:`RETIRE_WAIT_S`, until its own reference is the last one, so that the
+    object (a librdkafka client is destroyed with its last reference) is destroyed on this
+    thread rather than on the worker's, which still holds the old ones for a moment. Both
+    lists are emptied, so the caller holds no reference to them afterwards.
 
     Returns:
         The thread (started), for a caller that must know when the clients are closed.
     """
-    doomed = list(clients)
+    doomed_clients = list(clients)
+    doomed_holders = list(holders or ())
     clients.clear()
+    if holders is not None:
+        holders.clear()
 
     def close_all() -> None:
-        for client in doomed:
+        for client in doomed_clients:
             if isinstance(client, Producer):
                 _purge(client)
-        while doomed:
-            client = doomed.pop()  # the clients first, the objects holding them last
-            if isinstance(client, Consumer):
+            elif isinstance(client, Consumer):
                 try:
                     client.close()
                 except Exception:  # already closed or unusable: dropping it is enough
                     log.debug("closing a retired consumer failed", exc_info=True)
-            del client
+        client = None  # the loop's name must not keep the last one
+        for doomed in (doomed_holders, doomed_clients):
+            while doomed:
+                obj = doomed.pop()
+                _await_sole_reference(obj)
+                del obj
 
     thread = threading.Thread(target=close_all, name="parsley-retire-clients", daemon=True)
     thread.start()
     return thread
+
+
+def _await_sole_reference(obj: object) -> None:
+    """Wait up to :data:`RETIRE_WAIT_S` until the caller's reference to ``obj`` is its last
+    (``sys.getrefcount`` then counts 3: the caller's name, this function's parameter and its
+    own argument)."""
+    deadline = time.monotonic() + RETIRE_WAIT_S
+    while sys.getrefcount(obj) > 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _purge(producer: Producer) -> None:
@@ -133,16 +160,17 @@ class TaskClients:
         builds and subscribes a new one: :attr:`consumer` is ``None``).
 
         The old clients are closed and dropped off the main thread (:func:`retire`), with
-        ``also`` (objects that hold them, e.g. the old transaction account and step): one
-        may be wedged in a call that never returns (docs/operations.md, "The task timeout").
+        ``also`` (objects that hold them, e.g. the old transaction account and step; the list
+        is emptied): one may be wedged in a call that never returns (docs/operations.md,
+        "The task timeout").
         The caller renews the transaction over the new producer and initialises it, which
         fences the old one.
         """
-        old: list[Any] = [*(also or ()), self.producer, self.restore_consumer, self.admin]
+        old: list[Any] = [self.producer, self.restore_consumer, self.admin]
         if consumer and self.consumer is not None:
             old.append(self.consumer)
             self.consumer = None
-        retire(old)
+        retire(old, also)
         self.producer = self.new_producer()
         self.restore_consumer = self.new_restore_consumer()
         self.renew_admin()

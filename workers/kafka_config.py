@@ -50,10 +50,10 @@ PREFETCH_KIB: Final = 16_384
 user sets one (``consumer.queued.max.messages.kbytes``)."""
 
 FETCH_QUEUE_BACKOFF_MS: Final = 10
-"""The ``fetch.queue.backoff.ms`` of the main and the restore consumer: once its prefetch
-queue has room again a consumer fetches within this many ms. librdkafka's default waits a
-whole second (since librdkafka 2.4), so a consumer that drains a full queue faster than that
-sits idle for the rest of the second."""
+"""The ``fetch.queue.backoff.ms`` of the main and the restore consumer unless the user sets
+one (``consumer.fetch.queue.backoff.ms``): once its prefetch queue has room again a
+consumer fetches within this many ms. librdkafka's default is 1,000 ms, so a consumer that
+drains a full queue faster than that sits idle for the rest of the second."""
 
 RESTORE_FETCH_WAIT_MS: Final = 10
 """``fetch.wait.max.ms`` of the restore consumer: how long the broker may hold a fetch that
@@ -214,7 +214,7 @@ def consumer_config(
         # keeps that high-water mark (docs/performance.md, "Memory"). 16 MiB is still a
         # third of a second of 1 KiB records at this worker's fastest.
         "queued.max.messages.kbytes": PREFETCH_KIB,
-        # ...and fetch again within 10 ms once it has room (librdkafka's default waits 1 s).
+        # ...and fetch again soon once it has room (librdkafka's default waits a second).
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     config.update(user)
@@ -317,8 +317,8 @@ def restore_consumer_config(
         # as it decodes, and a worker keeps this consumer (and its high-water mark of
         # memory) for its life (docs/performance.md, "Restore, what limits it").
         "queued.max.messages.kbytes": PREFETCH_KIB,
-        # ...and fetch again within 10 ms once it has room (librdkafka waits a whole
-        # second by default, which made a 16 MiB restore three times slower).
+        # ...and fetch again soon once it has room (librdkafka waits a whole second by
+        # default, which made a 16 MiB restore three times slower).
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         # A transactional changelog ends in a commit marker, so a read learns it is done
         # from the partition-EOF event, which comes with a fetch that found nothing new:

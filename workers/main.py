@@ -753,7 +753,8 @@ def run(spec: TaskSpec) -> int:
         that code instead (``SystemExit``), so ``Process.exitcode`` carries it.
     """
     configure_logging(spec)
-    if in_spawned_child():
+    spawned = in_spawned_child()
+    if spawned:
         tune_collector()
     stop_asked = False
 
@@ -787,7 +788,7 @@ def run(spec: TaskSpec) -> int:
                    metrics=None if worker is None else worker.metric_fields())
     reporter.close()
     code = exit_code_for(outcome.kind, outcome.reason)
-    if in_spawned_child():
+    if spawned:
         logging.shutdown()
         raise SystemExit(code)
     return code

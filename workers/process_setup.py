@@ -51,7 +51,7 @@ def tune_collector() -> None:
     (``gc.freeze``), and a young collection runs every :data:`GC_YOUNG_THRESHOLD` net
     allocations. Garbage without cycles is freed as before, by reference counting; garbage in
     cycles is found by the collector's next pass over its generation, which now comes less
-    often. Only in a spawned worker process: a host
+    often. :func:`workers.main.run` calls it in a spawned worker process only: a host
     process running a worker in-process keeps its own settings."""
     gc.collect()
     gc.freeze()

@@ -18,6 +18,7 @@ A call past its bound raises :class:`workers.calls.CallStalled` (:mod:`workers.c
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -71,7 +72,17 @@ class TaskTransaction:
         self.producer = producer
         self.timeout_s = timeout_s
         self.init_timeout_s = init_timeout_s
-        self.ledger = DeliveryLedger(self._transaction_error)
+        # The ledger asks this account for the transaction's error through a weak
+        # reference: a bound method would make a cycle, and a retired account (with its
+        # producer) would then wait for the cyclic collector instead of going with its last
+        # reference (workers.clients.retire).
+        account = weakref.ref(self)
+
+        def cause() -> KafkaError | None:
+            txn = account()
+            return None if txn is None else txn._transaction_error()
+
+        self.ledger = DeliveryLedger(cause)
         self._produce = producer.produce
         self._on_delivery = self.ledger.on_delivery
         self.open = False

@@ -8,11 +8,13 @@ unsubscribed from under it (revoked, never to rejoin: the same state, made on pu
 Past the join bound (shortened to 3 s), once the group shows no member of the task's
 ``group.instance.id`` (its static member expires one session timeout, 3 s, after the
 unsubscribe), the worker renews its consumer in place: a fresh one joins, the next record is
-relayed, and the output holds each input once.
+relayed, and the output holds each input once. The clients it replaced are destroyed (off
+its thread, workers.clients.retire): as many librdkafka clients live afterwards as before.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -28,6 +30,18 @@ from workers.protocol import TaskState
 
 BOUND_S = 3.0
 """The join bound of this test, s (the default is workers.join_watch.JOIN_BOUND_MIN_S)."""
+
+
+def live_clients() -> int:
+    """librdkafka clients alive in this process: each has one thread named ``rdk:main``."""
+    count = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                count += f.read().strip() == "rdk:main"
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return count
 
 
 @pytest.mark.slow
@@ -51,9 +65,12 @@ def test_a_consumer_that_never_rejoins_is_renewed_and_the_task_runs_on(
     renewed_after: float | None = None
     worker: Worker
     wedged_consumer: object = None
+    clients_before = clients_after = 0
+    settled_by: float | None = None
 
     def should_stop() -> bool:
-        nonlocal wedged_at, renewed_after, wedged_consumer
+        nonlocal wedged_at, renewed_after, wedged_consumer, clients_before, clients_after
+        nonlocal settled_by
         if time.monotonic() > deadline:
             return True
         worker.join_watch.bound_s = BOUND_S
@@ -62,6 +79,7 @@ def test_a_consumer_that_never_rejoins_is_renewed_and_the_task_runs_on(
                 # The first record is committed: take the consumer out of its group for
                 # good, as the wedged one was (revoked, never assigned again).
                 wedged_consumer = worker.consumer
+                clients_before = live_clients()
                 assert worker.consumer is not None
                 worker.consumer.unsubscribe()
                 wedged_at = time.monotonic()
@@ -70,8 +88,13 @@ def test_a_consumer_that_never_rejoins_is_renewed_and_the_task_runs_on(
         consumer = worker.consumer
         if renewed_after is None and consumer is not None and consumer is not wedged_consumer:
             renewed_after = time.monotonic() - wedged_at
-        return (renewed_after is not None and worker.state is TaskState.RUNNING
-                and worker.txn.commits >= 2)
+        if not (renewed_after is not None and worker.state is TaskState.RUNNING
+                and worker.txn.commits >= 2):
+            return False
+        # The replaced clients go on a thread of their own, once the worker lets go of them.
+        settled_by = settled_by or time.monotonic() + 15.0
+        clients_after = live_clients()
+        return clients_after <= clients_before or time.monotonic() > settled_by
 
     worker = Worker(spec, None, should_stop)
     run_to_clean_stop(worker)
@@ -82,6 +105,9 @@ def test_a_consumer_that_never_rejoins_is_renewed_and_the_task_runs_on(
         f"group (state {worker.state.value})")
     assert renewed_after >= BOUND_S, "renewed before the join bound"
     assert worker.task_timeout.recoveries >= 1
+    assert clients_after <= clients_before, (
+        f"{clients_after} librdkafka clients live after the renewal, {clients_before} before: "
+        "a replaced client was not destroyed")
     print(f"renewed {renewed_after:.1f} s after the consumer left its group "
           f"(bound {BOUND_S:g} s)")
     # The commit's markers reach the partition a moment after commit_transaction returns.
