@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -35,7 +36,7 @@ from workers.protocol import TaskSpec
 from workers.verdicts import live_successor
 from workers.watchdog import bounded
 
-__all__ = ["RETIRE_WAIT_S", "TaskClients", "retire"]
+__all__ = ["RETIRE_WAIT_S", "TaskClients", "drop_frame_locals", "retire"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -49,36 +50,43 @@ def retire(clients: list[Any], holders: list[Any] | None = None) -> threading.Th
     """Close and drop ``clients`` on a daemon thread of their own: a consumer's ``close`` or
     a client's destruction may block on the same wedge that made the worker replace it.
 
-    ``holders`` are objects that hold the clients (the old transaction account and step):
-    they are dropped first, then the clients. Before dropping each object the thread waits,
-    up to :data:`RETIRE_WAIT_S`, until its own reference is the last one, so that the
-    object (a librdkafka client is destroyed with its last reference) is destroyed on this
-    thread rather than on the worker's, which still holds the old ones for a moment. Both
-    lists are emptied, so the caller holds no reference to them afterwards.
+    A consumer is closed (which destroys its librdkafka handle) and a producer purged
+    first. ``holders`` are objects that hold the clients (the old transaction account and
+    step): they are dropped next, then the clients not yet closed. Before dropping each the
+    thread waits, up to :data:`RETIRE_WAIT_S` in all, until its own reference is the last,
+    so that the object (a librdkafka client is destroyed with its last reference) is
+    destroyed on this thread rather than on the worker's, which still holds the old ones
+    for a moment. Both lists are emptied, so the caller holds no reference to them
+    afterwards.
 
     Returns:
         The thread (started), for a caller that must know when the clients are closed.
     """
-    doomed_clients = list(clients)
-    doomed_holders = list(holders or ())
+    doomed_clients = [c for c in clients if c is not None]
+    doomed_holders = [h for h in holders or () if h is not None]
     clients.clear()
     if holders is not None:
         holders.clear()
 
     def close_all() -> None:
-        for client in doomed_clients:
-            if isinstance(client, Producer):
-                _purge(client)
-            elif isinstance(client, Consumer):
+        open_clients: list[Any] = []
+        while doomed_clients:
+            client = doomed_clients.pop()
+            if isinstance(client, Consumer):
                 try:
                     client.close()
+                    continue  # its handle is gone: the object may go anywhere
                 except Exception:  # already closed or unusable: dropping it is enough
                     log.debug("closing a retired consumer failed", exc_info=True)
+            elif isinstance(client, Producer):
+                _purge(client)
+            open_clients.append(client)
         client = None  # the loop's name must not keep the last one
-        for doomed in (doomed_holders, doomed_clients):
+        deadline = time.monotonic() + RETIRE_WAIT_S
+        for doomed in (doomed_holders, open_clients):
             while doomed:
                 obj = doomed.pop()
-                _await_sole_reference(obj)
+                _await_sole_reference(obj, deadline)
                 del obj
 
     thread = threading.Thread(target=close_all, name="parsley-retire-clients", daemon=True)
@@ -86,13 +94,47 @@ def retire(clients: list[Any], holders: list[Any] | None = None) -> threading.Th
     return thread
 
 
-def _await_sole_reference(obj: object) -> None:
-    """Wait up to :data:`RETIRE_WAIT_S` until the caller's reference to ``obj`` is its last
-    (``sys.getrefcount`` then counts 3: the caller's name, this function's parameter and its
-    own argument)."""
-    deadline = time.monotonic() + RETIRE_WAIT_S
-    while sys.getrefcount(obj) > 3 and time.monotonic() < deadline:
+def _references(obj: object) -> int:
+    return sys.getrefcount(obj)
+
+
+def _await_sole_reference(obj: object, deadline: float) -> None:
+    """Wait until ``deadline`` (``time.monotonic``) at most for the caller's reference to
+    ``obj`` to be its last."""
+    while _references(obj) > _SOLE and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def _sole_probe() -> int:
+    probe = object()  # held by this name only, passed as close_all passes a retired object
+    return _probe_count(probe)
+
+
+def _probe_count(obj: object) -> int:
+    return _references(obj)
+
+
+_SOLE = _sole_probe()
+"""``sys.getrefcount`` of an object held by one name of its caller, measured through the
+same calls as :func:`_await_sole_reference` makes (the count differs between Python
+versions)."""
+
+
+def drop_frame_locals(exc: BaseException) -> None:
+    """Clear the local variables of the finished frames in the tracebacks of ``exc`` and of
+    the exceptions it chains (``traceback.clear_frames``): a fault's traceback keeps every
+    frame it unwound, and their locals would keep the clients being replaced alive (file
+    names and line numbers stay for the log)."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
 
 
 def _purge(producer: Producer) -> None:
@@ -212,6 +254,7 @@ class TaskClients:
         if self.consumer is not None and drop_consumer:
             fenced, self.consumer = self.consumer, None  # before its close can revoke
             closing = retire([fenced])
+            del fenced
             _await_close(closing, session_s)
         return live_successor(self.new_admin(), self.app_id, self.instance_id, mine, session_s,
                               wait_s)

@@ -31,7 +31,7 @@ from workers.admin import ADMIN_CALL_BOUND_S, cluster_answers, group_view
 from workers.calls import CallStalled, awaiting, set_heartbeat
 from workers.changelog import RestoreProgress
 from workers.client_log import serve_client_logs
-from workers.clients import TaskClients
+from workers.clients import TaskClients, drop_frame_locals
 from workers.consumer_errors import consumer_error
 from workers.fetched import split_errors
 from workers.guards import DeletionGuard, GroupGuard, ShapeGuard
@@ -44,12 +44,7 @@ from workers.offsets import Reads, committed_positions, positions_past_markers
 from workers.ordering_store import task_state_dir
 from workers.pacing import BATCH_TARGET_FRACTION, MAX_BATCH, BatchSizer, close_after_s
 from workers.positions import engine_start_positions
-from workers.process_setup import (
-    configure_logging,
-    in_spawned_child,
-    start_watchdog,
-    tune_collector,
-)
+from workers.process_setup import set_up_process, start_watchdog
 from workers.protocol import StopKind, TaskSpec, TaskState, exit_code_for
 from workers.rebalance import Assignment
 from workers.restore import OpenState, Restorer
@@ -376,11 +371,12 @@ class Worker:
             # its next send_offsets_to_transaction blocks past any timeout (librdkafka issues
             # 5456, 5511): renew the clients now, while nothing is open, rather than wait for
             # the next commit to stall on its bound.
+            # Raised for _guarded to recover: these frames hold the old clients.
             away, self.came_back_after = self.came_back_after, None
-            self._recover(SubstrateError(
+            raise SubstrateError(
                 ErrorKind.SUBSTRATE_TRANSIENT,
                 f"the cluster answers again after {away:.1f} s without: renewing the task's "
-                "clients before its next transaction"))
+                "clients before its next transaction")
         self._maybe_status()
 
     def _cluster_answers(self) -> bool:
@@ -515,11 +511,16 @@ class Worker:
             self._open_consumer()
 
     def _guarded(self, step: Callable[[], None]) -> None:
-        """Run ``step``; on a fault a restart would cure, recover in place (:meth:`_recover`)."""
+        """Run ``step``; on a fault a restart would cure, recover in place (:meth:`_recover`),
+        outside the ``except`` and with the fault's frames cleared: their locals would keep
+        the clients being replaced (:func:`workers.clients.retire`)."""
         try:
             step()
+            return
         except Exception as exc:
-            self._recover(exc)
+            failed = exc
+        drop_frame_locals(failed)
+        self._recover(failed)
 
     def _recover(self, exc: Exception) -> None:
         """Recover in place from ``exc``, retrying with backoff until the task timeout.
@@ -609,6 +610,7 @@ class Worker:
         if self.opened.stores is not None:
             self.opened.stores.discard()
         old = [self.txn, self.step]  # they hold the old producer: dropped off this thread
+        self.counters.new_step(self.step)  # what the old step committed still counts
         self.step = None
         self.clients.renew(consumer=consumer, also=old)
         self.txn = self.txn.renewed(self.clients.producer)
@@ -752,10 +754,7 @@ def run(spec: TaskSpec) -> int:
         by :func:`workers.protocol.exit_verdict`); in a ``multiprocess`` child it exits with
         that code instead (``SystemExit``), so ``Process.exitcode`` carries it.
     """
-    configure_logging(spec)
-    spawned = in_spawned_child()
-    if spawned:
-        tune_collector()
+    spawned = set_up_process(spec)
     stop_asked = False
 
     def on_term(signum: int, frame: object) -> None:

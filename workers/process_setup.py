@@ -20,8 +20,8 @@ from workers.protocol import StopKind, TaskSpec, exit_code_for
 from workers.status import final_message, push_final
 from workers.watchdog import Action, ActionKind, Watchdog, install
 
-__all__ = ["GC_YOUNG_THRESHOLD", "configure_logging", "in_spawned_child", "start_watchdog",
-           "tune_collector"]
+__all__ = ["GC_YOUNG_THRESHOLD", "configure_logging", "in_spawned_child", "set_up_process",
+           "start_watchdog", "tune_collector"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -51,12 +51,23 @@ def tune_collector() -> None:
     (``gc.freeze``), and a young collection runs every :data:`GC_YOUNG_THRESHOLD` net
     allocations. Garbage without cycles is freed as before, by reference counting; garbage in
     cycles is found by the collector's next pass over its generation, which now comes less
-    often. :func:`workers.main.run` calls it in a spawned worker process only: a host
+    often. :func:`set_up_process` calls it in a spawned worker process only: a host
     process running a worker in-process keeps its own settings."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
+def set_up_process(spec: TaskSpec) -> bool:
+    """Logging (:func:`configure_logging`), and in a process the coordinator spawned the
+    collector's settings (:func:`tune_collector`). Returns whether it was so spawned
+    (:func:`in_spawned_child`)."""
+    configure_logging(spec)
+    spawned = in_spawned_child()
+    if spawned:
+        tune_collector()
+    return spawned
 
 
 def in_spawned_child() -> bool:

@@ -81,3 +81,43 @@ def test_a_transaction_account_frees_its_producer_without_the_cyclic_collector()
     finally:
         if enabled:
             gc.enable()
+
+
+def test_a_missing_holder_and_a_closed_consumer_are_not_waited_for() -> None:
+    from confluent_kafka import Consumer
+
+    died_on: list[str] = []
+    holder = _Noted(died_on)
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "log_level": 0})
+    began = time.monotonic()
+    retiring = retire([consumer], [None, holder])  # the test keeps its consumer
+    del holder
+    retiring.join(10.0)
+    assert not retiring.is_alive()
+    assert time.monotonic() - began < 3.0, "it waited for the None or the closed consumer"
+    assert died_on == ["parsley-retire-clients"]
+
+
+def test_drop_frame_locals_frees_what_a_fault_s_frames_held() -> None:
+    from workers.clients import drop_frame_locals
+
+    died_on: list[str] = []
+
+    def inner() -> None:
+        held = _Noted(died_on)  # noqa: F841  # a local of the frame the fault unwinds
+        raise ValueError("fault")
+
+    def outer() -> None:
+        try:
+            inner()
+        except ValueError as first:
+            raise RuntimeError("while recovering") from first
+
+    try:
+        outer()
+    except RuntimeError as exc:
+        failed = exc
+    assert died_on == [], "the traceback keeps the frame's locals"
+    drop_frame_locals(failed)
+    assert died_on == [threading.current_thread().name]
+    assert failed.__cause__ is not None and failed.__cause__.__traceback__ is not None
