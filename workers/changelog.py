@@ -241,9 +241,9 @@ def read_partition(
                     f"restoring {where} made no progress for {stall_timeout_s:g} s: position "
                     f"{position} of end {end} (start {start}), {records} records read; "
                     "an open transaction on the changelog or an unavailable leader holds it "
-                    f"(kafka-transactions describe-producers --topic {topic} --partition "
-                    f"{partition}; docs/runbooks.md, \"A changelog restore made no "
-                    "progress\")",
+                    "(kafka-transactions --bootstrap-server <servers> describe-producers "
+                    f"--topic {topic} --partition {partition}; docs/runbooks.md, \"A "
+                    "changelog restore made no progress\")",
                 )
             else:
                 report(False)  # no advance: still report, so the task's status stays fresh

@@ -303,6 +303,9 @@ def test_stall_deadline_on_an_open_transaction(
     assert seen == [(b"a", b"1")]
     assert info.value.kind is ErrorKind.SUBSTRATE_TRANSIENT
     assert "made no progress for 2 s" in info.value.detail and topic in info.value.detail
+    # The command it names runs as printed once the servers are filled in.
+    assert (f"kafka-transactions --bootstrap-server <servers> describe-producers --topic {topic}"
+            in info.value.detail)
     assert 2 <= elapsed < 10, f"stall deadline of 2 s fired after {elapsed:.1f} s"
     producer.abort_transaction(30)
 
