@@ -511,15 +511,13 @@ class Worker:
             self._open_consumer()
 
     def _guarded(self, step: Callable[[], None]) -> None:
-        """Run ``step``; on a fault a restart would cure, recover in place (:meth:`_recover`),
-        outside the ``except`` and with the fault's frames cleared: their locals would keep
-        the clients being replaced (:func:`workers.clients.retire`)."""
+        """Run ``step``; on a fault a restart would cure, recover in place (:meth:`_recover`,
+        outside the ``except``, which would hold the fault's frames)."""
         try:
             step()
             return
         except Exception as exc:
             failed = exc
-        drop_frame_locals(failed)
         self._recover(failed)
 
     def _recover(self, exc: Exception) -> None:
@@ -539,6 +537,9 @@ class Worker:
         """
         light = True
         while True:
+            # The fault's frames' locals (the step, the transaction, the consumer) would keep
+            # the clients being replaced alive (workers.clients.retire).
+            drop_frame_locals(exc)
             verdict = in_place_verdict(exc, self)
             if verdict is not None:
                 if verdict is exc or verdict.kind in (StopKind.REFUSAL, StopKind.APPLICATION):
