@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from devtools.broker_log import log_errors
+from devtools.broker_log import log_errors, log_matching
 from devtools.devbroker_security import (
     PLAINTEXT,
     SASL_SSL,
@@ -561,14 +561,17 @@ def spawn_node(java: str, lib: Path, data_dir: Path, heap: str = DEFAULT_HEAP
 
 
 def start_failure(state: BrokerState, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
-    """Why the node ``state`` did not open its port: its exit status, its log's errors and
-    its logs' tails."""
+    """Why the node ``state`` did not open its port: its exit status, its log's errors, its
+    KRaft quorum state transitions (which node it saw as leader, in which epoch) and its
+    logs' tails."""
     exited = proc.poll()
     return (
         f"broker {state.node_id} "
         f"{'exited with ' + str(exited) if exited is not None else 'did not open'}"
         f" its port {state.port} within {timeout_s:.0f} s; its errors "
-        f"({state.log_path}):\n{log_errors(state.log_path)}\nlog tail:\n"
+        f"({state.log_path}):\n{log_errors(state.log_path)}\n"
+        f"its controller quorum's last transitions:\n"
+        f"{log_matching(state.log_path, 'Completed transition to', 6)}\nlog tail:\n"
         f"{log_tail(state.log_path)}\n"
         f"stdout ({state.data_dir / 'logs' / 'stdout.log'}):\n"
         f"{log_tail(state.data_dir / 'logs' / 'stdout.log', 10)}"

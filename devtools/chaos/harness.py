@@ -527,15 +527,23 @@ class ChaosRun:
         cluster = self.cluster
         if cluster is None:
             raise ChaosFailure(f"fault {fault.describe()} needs a cluster: run with brokers=3")
+        retried: list[str] = []  # a broker start the harness had to repeat (START_ATTEMPTS)
+
+        def start(broker: int) -> None:
+            cluster.start(broker, say=lambda line: (self._log(line), retried.append(line)))
+
+        def noted(note: str) -> str:
+            return "; ".join([note, *retried])
+
         if fault.kind == "rolling_restart":
             took = []
             for broker in range(1, cluster.brokers + 1):
                 began = time.monotonic()
                 cluster.stop(broker)
-                cluster.start(broker)
+                start(broker)
                 devbroker_cluster.wait_in_sync(cluster.bootstrap, cluster.client, 180.0)
                 took.append(f"{broker}: {time.monotonic() - began:.1f} s")
-            return "restarted brokers in turn (" + ", ".join(took) + ")"
+            return noted("restarted brokers in turn (" + ", ".join(took) + ")")
         if fault.kind == "txn_coordinator_kill":
             tid = f"{self.prefix}-{app.PROCESS_NAME}-task-{fault.task}"
             victim = bounded(lambda: cluster.transaction_coordinator_of(tid), 60.0,
@@ -553,8 +561,8 @@ class ChaosRun:
             return f"froze broker {victim}, {what}"
         cluster.stop(victim, kill=True)
         time.sleep(fault.duration_s)
-        cluster.start(victim)
-        return f"killed broker {victim}, {what}, and started it again"
+        start(victim)
+        return noted(f"killed broker {victim}, {what}, and started it again")
 
     # -------------------------------------------------------------- phases
 
