@@ -257,6 +257,40 @@ pub fn decode_causes(data: &[u8]) -> Result<Vec<(Channel, i64)>, String> {
     Ok(out)
 }
 
+/// Where each entry's 8-byte position starts in `data`, a value `decode_causes` accepted,
+/// in entry order, written to `out` (cleared first); false if `data` is not well formed.
+/// The engine uses it to patch a header that differs from the previous one only in
+/// positions (`engine::receipt`).
+pub fn position_slots(data: &[u8], out: &mut Vec<u32>) -> bool {
+    out.clear();
+    if data.len() < 2 || data[0] != FORMAT_VERSION {
+        return false;
+    }
+    let (topics, mut i) = match varint_at(data, 1, "topic count") {
+        Ok(v) => v,
+        Err(_) => return false,
+    };
+    for _ in 0..topics {
+        let (count, next) = match varint_at(data, i + 16, "partition count") {
+            Ok(v) => v,
+            Err(_) => return false,
+        };
+        i = next;
+        for _ in 0..count {
+            let next = match varint_at(data, i, "partition") {
+                Ok((_, next)) => next,
+                Err(_) => return false,
+            };
+            if next + 8 > data.len() {
+                return false;
+            }
+            out.push(next as u32);
+            i = next + 8;
+        }
+    }
+    i == data.len()
+}
+
 /// Width in bytes of `value` as a minimal unsigned varint (1..5).
 #[inline]
 pub fn varint_size(value: u32) -> usize {

@@ -3,14 +3,15 @@
 Both engines (:class:`parsley.engine.engine.ProcessEngine`, the pure-Python reference,
 and :class:`parsley.engine.native_engine.NativeProcessEngine`) are driven side by side
 by one random host: records with random causes across a few channels (received, another
-partition of a received topic, an upstream topic; absent, null, malformed and duplicate
-``parsley.causes`` headers), one at a time and in ``feed_records`` batches, deliveries
-one at a time and in ``deliver_batch`` calls, headers, commits (``take_deltas``), name
-bindings, identity verdicts, and restarts from the store rebuilt from the committed
-rows. After every step the two must agree on every outcome and refusal (reason and
-detail text), every delivery, every ``parsley.causes`` header, every changelog row, the
-warnings, and every query (coverage, settled, session floor, holds, frontier, delivered
-past, diagnosis).
+partition of a received topic, an upstream topic; a relay's same-shaped headers whose
+positions move, which the native engine patches rather than decodes; absent, null,
+malformed and duplicate ``parsley.causes`` headers), one at a time and in
+``feed_records`` batches, deliveries one at a time and in ``deliver_batch`` calls,
+headers, commits (``take_deltas``), name bindings, identity verdicts, and restarts from
+the store rebuilt from the committed rows. After every step the two must agree on every
+outcome and refusal (reason and detail text), every delivery, every ``parsley.causes``
+header, every changelog row, the warnings, and every query (coverage, settled, session
+floor, holds, frontier, delivered past, diagnosis).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ X = ChannelId(UUID(int=0xEE), 0)   # upstream, never received
 Y = ChannelId(UUID(int=0xEF), 3)
 RECEIVED = (A, A1, B, C)
 ALL = (*RECEIVED, A5, X, Y)
+RELAY_FRONTIER = (B, C, X, Y)
+"""The channels of the "relay" headers: every such header has the same shape."""
 TOPIC_NAMES = {"a": A.topic_id, "b": B.topic_id, "c": C.topic_id, "x": X.topic_id}
 TOPIC_OF = {A: "a", A1: "a", B: "b", C: "c"}
 
@@ -105,8 +108,9 @@ def state(e: Any) -> dict[str, Any]:
 
 @st.composite
 def message(draw: st.DrawFn, ch: ChannelId, position: int) -> ReceivedMessage:
-    kind = draw(st.sampled_from(["causes"] * 8 + ["none", "empty", "null", "junk", "dup",
-                                                   "reserved"]))
+    kind = draw(st.sampled_from(["causes"] * 8 + ["relay"] * 6 + ["none", "empty", "null",
+                                                                   "junk", "dup", "reserved",
+                                                                   "relay_refused"]))
     headers: tuple[tuple[str, bytes | None], ...] = ()
     if draw(st.booleans()):
         headers += (("app", b"h%d" % position),)
@@ -114,6 +118,16 @@ def message(draw: st.DrawFn, ch: ChannelId, position: int) -> ReceivedMessage:
         named = draw(st.lists(st.sampled_from(ALL), max_size=4, unique=True))
         causes = {c: draw(st.integers(0, 12)) for c in named}
         headers += (("parsley.causes", encode_causes(causes)),)
+    elif kind == "relay":
+        # A relay's frontier: the same channels, positions moving up and down, so the
+        # native engine patches the previous header of the channel instead of decoding.
+        causes = {c: draw(st.integers(0, 2**40)) for c in RELAY_FRONTIER}
+        headers += (("parsley.causes", encode_causes(causes)),)
+    elif kind == "relay_refused":
+        # The same shape with a position no header can carry: both must refuse alike.
+        raw = bytearray(encode_causes({c: 1 for c in RELAY_FRONTIER}))
+        raw[-8:] = draw(st.sampled_from([-1, 2**63 - 1])).to_bytes(8, "big", signed=True)
+        headers += (("parsley.causes", bytes(raw)),)
     elif kind == "empty":
         headers += (("parsley.causes", b"\x01\x00"),)
     elif kind == "null":

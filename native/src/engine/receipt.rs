@@ -6,15 +6,19 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use super::fx::{FxMap, FxSet};
 use super::host::{Fault, Host, Refusal};
-use super::state::{Causes, Core, Decoded, Held, SABOTAGE_IGNORE_CROSS_PARTITION};
-use crate::wire::{decode_causes, Channel, FED_TO_END};
+use super::state::{Causes, Core, Decoded, Held, LastHeader, SABOTAGE_IGNORE_CROSS_PARTITION};
+use crate::wire::{decode_causes, position_slots, Channel, TopicId, FED_TO_END};
 
 /// The header carrying a message's causes (docs/wire-format.md).
 pub const CAUSES_HEADER: &str = "parsley.causes";
 /// Headers under this prefix are Parsley's: never handed to the application.
 pub const RESERVED_PREFIX: &str = "parsley.";
 const DECODE_CACHE_ENTRIES: usize = 64;
+/// Headers up to this size (bytes) are kept per rank to patch the next one (a relay's
+/// 16-entry header is 180 bytes); a larger one is decoded whole every time.
+const PATCH_MAX_BYTES: usize = 4096;
 
 /// What a message's headers say about its causes.
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +55,20 @@ pub fn header_role(key: &str) -> HeaderRole {
 /// `parsley.wire.encode_causes`): receipt takes no other.
 pub fn encodable_position(position: i64) -> bool {
     position >= 0 && position != FED_TO_END
+}
+
+/// The causes on channels of a received topic that are not received (`rank`): another
+/// task's partitions.
+fn foreign_of(
+    received_topics: &FxSet<TopicId>,
+    rank: &FxMap<Channel, usize>,
+    causes: &[(Channel, i64)],
+) -> Vec<(Channel, i64)> {
+    causes
+        .iter()
+        .filter(|(c, _)| received_topics.contains(&c.topic) && !rank.contains_key(c))
+        .copied()
+        .collect()
 }
 
 impl<P> Core<P> {
@@ -98,10 +116,7 @@ impl<P> Core<P> {
                     budget: self.config.budget,
                 }));
             }
-            entry = Some(match self.decoded.get(data) {
-                Some(e) => e.clone(),
-                None => self.decode(&ch, q, data)?,
-            });
+            entry = Some(self.header_decoding(r, &ch, q, data)?);
         }
         let causes: Causes = match &entry {
             Some(e) => e.causes.clone(),
@@ -123,9 +138,20 @@ impl<P> Core<P> {
         // -- receipt merges every cause into the frontier, before the duplicate check
         if let Some(e) = &entry {
             let epoch = self.epoch;
-            // Merged once per epoch: a header seen again adds nothing until a prune.
+            // Merged once per epoch: a header seen again adds nothing until a prune. A
+            // patch of a header merged in this epoch merges only the entries it changed
+            // (the frontier only rises within an epoch, so the others add nothing).
             if !e.causes.is_empty() && e.merged_epoch.get() != epoch {
-                self.merge_causes(host, &e.causes)?;
+                if self.partial_merge {
+                    let changed = std::mem::take(&mut self.changed);
+                    let merged = changed
+                        .iter()
+                        .try_for_each(|&k| self.merge_one(host, e.causes[k].0, e.causes[k].1));
+                    self.changed = changed;
+                    merged?;
+                } else {
+                    self.merge_causes(host, &e.causes)?;
+                }
                 e.merged_epoch.set(epoch);
             }
         }
@@ -165,6 +191,103 @@ impl<P> Core<P> {
         Ok(true)
     }
 
+    /// The decoding of causes header value `data`, fed at position `q` of rank `r`.
+    ///
+    /// A relay's headers on one channel differ from one message to the next only in
+    /// positions (its own frontier moved), so a value the length of the rank's previous
+    /// one that differs from it only inside position fields is patched: the previous
+    /// decoding with those positions replaced, each checked as the decoder checks it (a
+    /// position it refuses sends the value to the decoder, for the refusal's diagnosis).
+    /// Any other value comes from the cache or the decoder, as before. Sets
+    /// `partial_merge` (and `changed`) when only the patched entries need merging.
+    fn header_decoding<E>(
+        &mut self,
+        r: usize,
+        ch: &Channel,
+        q: i64,
+        data: &[u8],
+    ) -> Result<Rc<Decoded>, Fault<E>> {
+        self.partial_merge = false;
+        if let Some(last) = &self.last_header[r] {
+            if last.bytes.len() == data.len() {
+                if last.bytes[..] == *data {
+                    return Ok(last.decoded.clone());
+                }
+                if let Some(e) = self.patched(r, data) {
+                    return Ok(e);
+                }
+            }
+        }
+        let e = match self.decoded.get(data) {
+            Some(e) => e.clone(),
+            None => self.decode(ch, q, data)?,
+        };
+        if data.len() <= PATCH_MAX_BYTES {
+            let last = self.last_header[r].get_or_insert_with(|| LastHeader {
+                bytes: Vec::new(),
+                decoded: e.clone(),
+                slots: Vec::new(),
+            });
+            last.bytes.clear();
+            last.bytes.extend_from_slice(data);
+            last.decoded = e.clone();
+            if !position_slots(data, &mut last.slots) {
+                self.last_header[r] = None; // accepted by the decoder, so never here
+            }
+        }
+        Ok(e)
+    }
+
+    /// `data` as rank `r`'s previous header with changed positions, or `None` when it
+    /// differs elsewhere or a changed position is one the decoder refuses.
+    fn patched(&mut self, r: usize, data: &[u8]) -> Option<Rc<Decoded>> {
+        let last = self.last_header[r].as_mut()?;
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.clear();
+        let mut start = 0;
+        let mut same = true;
+        for (k, &slot) in last.slots.iter().enumerate() {
+            let slot = slot as usize;
+            if last.bytes[start..slot] != data[start..slot] {
+                same = false;
+                break;
+            }
+            start = slot + 8;
+            if last.bytes[slot..start] != data[slot..start] {
+                let position = i64::from_be_bytes(data[slot..start].try_into().expect("8 bytes"));
+                if !encodable_position(position) {
+                    same = false;
+                    break;
+                }
+                changed.push(k);
+            }
+        }
+        if !same || last.bytes[start..] != data[start..] {
+            self.changed = changed;
+            return None;
+        }
+        let mut causes = last.decoded.causes.to_vec();
+        for &k in &changed {
+            let slot = last.slots[k] as usize;
+            causes[k].1 = i64::from_be_bytes(data[slot..slot + 8].try_into().expect("8 bytes"));
+        }
+        let foreign: Causes = if last.decoded.foreign.is_empty() {
+            last.decoded.foreign.clone() // the same channels: still none foreign
+        } else {
+            foreign_of(&self.received_topics, &self.rank, &causes).into()
+        };
+        self.partial_merge = last.decoded.merged_epoch.get() == self.epoch;
+        let e = Rc::new(Decoded {
+            causes: causes.into(),
+            foreign,
+            merged_epoch: Cell::new(-1),
+        });
+        last.bytes.copy_from_slice(data);
+        last.decoded = e.clone();
+        self.changed = changed;
+        Some(e)
+    }
+
     /// Decode a header value not in the cache, and cache it.
     fn decode<E>(&mut self, ch: &Channel, q: i64, data: &[u8]) -> Result<Rc<Decoded>, Fault<E>> {
         let decoded = match decode_causes(data) {
@@ -174,11 +297,7 @@ impl<P> Core<P> {
         if self.decoded.len() >= DECODE_CACHE_ENTRIES {
             self.decoded.clear();
         }
-        let foreign: Vec<(Channel, i64)> = decoded
-            .iter()
-            .filter(|(c, _)| self.received_topics.contains(&c.topic) && !self.rank.contains_key(c))
-            .copied()
-            .collect();
+        let foreign = foreign_of(&self.received_topics, &self.rank, &decoded);
         let e = Rc::new(Decoded {
             causes: decoded.into(),
             foreign: foreign.into(),

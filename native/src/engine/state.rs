@@ -74,6 +74,14 @@ pub(super) struct Decoded {
     pub merged_epoch: Cell<i64>,
 }
 
+/// The last causes header decoded on one rank: its bytes, its decoding, and where each
+/// entry's position sits in the bytes (`crate::wire::position_slots`).
+pub(super) struct LastHeader {
+    pub bytes: Vec<u8>,
+    pub decoded: Rc<Decoded>,
+    pub slots: Vec<u32>,
+}
+
 /// One task's ordering state and delivery decisions; see the module docs.
 pub struct Core<P> {
     pub(super) config: Config,
@@ -114,6 +122,13 @@ pub struct Core<P> {
     pub(super) dirty_h: Vec<(usize, i64)>,
 
     pub(super) decoded: FxMap<Box<[u8]>, Rc<Decoded>>,
+    /// Per rank, the last header decoded on it: a relay's next header differs from it only
+    /// in positions, and is patched rather than decoded (`Core::header_decoding`).
+    pub(super) last_header: Vec<Option<LastHeader>>,
+    /// The entries the last patch changed, when only they need merging (`partial_merge`:
+    /// the header it patched was merged in this epoch).
+    pub(super) changed: Vec<usize>,
+    pub(super) partial_merge: bool,
     pub(super) epoch: i64,
     pub(super) last_past: Option<Causes>,
     pub(super) warned: bool,
@@ -164,6 +179,9 @@ impl<P> Core<P> {
             dirty_p: OrderedSet::default(),
             dirty_h: Vec::new(),
             decoded: FxMap::default(),
+            last_header: (0..n).map(|_| None).collect(),
+            changed: Vec::new(),
+            partial_merge: false,
             epoch: 0,
             last_past: None,
             warned: false,

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::state_codec::{self, HeldRef};
-use crate::wire::{encode_causes, Channel};
+use super::fx::FxSet;
+use crate::wire::{decode_causes, encode_causes, Channel};
 
 /// A payload: key, value, application headers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -415,4 +416,102 @@ fn a_frontier_near_the_budget_warns_once() {
     feed(&mut core, &mut host, 0, 2, &[(ch(2, 2), 1)]);
     assert_eq!(host.warnings.len(), 1);
     assert!(host.warnings[0].starts_with("the causal frontier reached"));
+}
+
+/// A small deterministic generator for the patch tests (no dependency).
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn patched_headers_decode_and_merge_as_fresh_decodes() {
+    // Per rank a relay-like stream: mostly one or two positions move (up or down, across
+    // varint-free 8-byte fields), sometimes the header repeats, sometimes its channels
+    // change (same length or not), sometimes a topic is pruned between feeds.
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let mut host = TestHost::default();
+    let mut core = started(&mut host);
+    let mut expected: BTreeMap<Channel, i64> = BTreeMap::new();
+    let mut causes: [Vec<(Channel, i64)>; 2] = [
+        (0..16).map(|j| (ch(2 + j / 8, i32::from(j % 8)), 1_000)).collect(),
+        vec![(ch(2, 0), 5), (ch(9, 300), 7)],
+    ];
+    let mut patched = 0;
+    for q in 0..3_000i64 {
+        let r = rng.below(2) as usize;
+        let list = &mut causes[r];
+        match rng.below(20) {
+            0 => {
+                // new channels, same count: same length unless a varint's width moves
+                let k = rng.below(list.len() as u64) as usize;
+                let partition = [0, 5, 127, 128, 300][rng.below(5) as usize];
+                let topic = 10 + rng.below(3) as u8;
+                list[k] = (ch(topic, partition), 10);
+                list.sort();
+                list.dedup_by(|a, b| a.0 == b.0);
+            }
+            1 => {
+                let dead: FxSet<_> = [ch(10 + rng.below(3) as u8, 0).topic].into_iter().collect();
+                if core.prune(&dead) {
+                    expected.retain(|c, _| !dead.contains(&c.topic));
+                }
+            }
+            2 => {} // the same header again
+            _ => {
+                for _ in 0..1 + rng.below(2) {
+                    let k = rng.below(list.len() as u64) as usize;
+                    let step = rng.below(1 << 20) as i64 - (1 << 18);
+                    list[k].1 = (list[k].1 + step).max(0);
+                }
+            }
+        }
+        let header = encode_causes(list);
+        let before = core.last_header[r].as_ref().map(|l| l.bytes.clone());
+        core.feed(&mut host, r, q, q, CausesHeader::Value(&header), msg("x"))
+            .unwrap();
+        for &(c, p) in list.iter() {
+            let e = expected.entry(c).or_insert(p);
+            *e = (*e).max(p);
+        }
+        let last = core.last_header[r].as_ref().expect("a 16-entry header is kept");
+        assert_eq!(last.bytes, header);
+        assert_eq!(&last.decoded.causes[..], &decode_causes(&header).unwrap()[..]);
+        if before.map_or(false, |b| b.len() == header.len() && b != header) {
+            patched += 1;
+        }
+        let frontier: BTreeMap<Channel, i64> = core.frontier.iter().map(|(c, p)| (*c, p)).collect();
+        assert_eq!(frontier, expected, "after feed {q}");
+    }
+    assert!(patched > 2_000, "only {patched} feeds took the patch path");
+}
+
+#[test]
+fn a_patched_position_the_decoder_refuses_gets_the_decoders_diagnosis() {
+    let mut host = TestHost::default();
+    let mut core = started(&mut host);
+    let mut fresh = started(&mut TestHost::default());
+    let good = encode_causes(&[(ch(2, 0), 5), (ch(2, 1), 6)]);
+    core.feed(&mut host, 0, 0, 0, CausesHeader::Value(&good), msg("x"))
+        .unwrap();
+    for bad_position in [-1i64, i64::MAX] {
+        let mut bad = good.clone();
+        let slot = bad.len() - 8; // the last entry's position
+        bad[slot..].copy_from_slice(&bad_position.to_be_bytes());
+        let diagnosis = |core: &mut Core<Msg>, host: &mut TestHost| {
+            match core.feed(host, 0, 1, 1, CausesHeader::Value(&bad), msg("y")) {
+                Err(Fault::Refused(r)) => format!("{r:?}"),
+                other => panic!("not refused: {:?}", other.map_err(|_| ())),
+            }
+        };
+        let patched = diagnosis(&mut core, &mut host);
+        assert_eq!(patched, diagnosis(&mut fresh, &mut TestHost::default()));
+        assert!(patched.contains("position"), "{patched}");
+    }
 }
