@@ -28,20 +28,22 @@ from devtools.kafka_jars import DevBrokerError
 
 __all__ = ["RESTART_TIMEOUT_S", "START_ATTEMPTS", "DevCluster", "dev_cluster", "java_string_hash"]
 
-RESTART_TIMEOUT_S = 240.0
-"""How long :meth:`DevCluster.start` waits for a restarted broker, s. A broker killed and
-started again at once is refused ``DUPLICATE_BROKER_REGISTRATION`` until the controller
-expires its old registration, and retries; on a 2-core machine running two test suites
-(load 12-14) that, with KRaft elections slowed, was seen taking past 120 s. A test fault
-waits for the broker it restarts; only a broker that exited fails sooner."""
+RESTART_TIMEOUT_S = 360.0
+"""How long :meth:`DevCluster.start` waits for a restarted broker over all its attempts, s
+(:data:`START_ATTEMPTS`: 180 s each). A broker killed and started again at once is refused
+``DUPLICATE_BROKER_REGISTRATION`` until the controller expires its old registration, and
+retries; on a 2-core machine running two test suites (load 12-14) that, with KRaft
+elections slowed, was seen taking past 120 s. A test fault waits for the broker it
+restarts; only a broker that exited fails sooner."""
 
 START_ATTEMPTS = 2
-"""How many times :meth:`DevCluster.start` starts a broker within its deadline. A KRaft
-node killed and started again on two loaded cores has been seen alive but never opening
-its client port in 240 s (unregistered, its controller quorum without an active
-controller), and, before registration waited that long, exiting after 60 s; an operator's
-cure, a second start, is the harness's: the first attempt gets its share of the deadline,
-the node is then killed and started once more, and the retry is reported."""
+"""How many times :meth:`DevCluster.start` starts a broker within its deadline, each attempt
+getting an even share of what is left (180 s of the default 360 s). A KRaft node killed
+and started again on two loaded cores has been seen alive but never opening its client
+port in 240 s (unregistered, its controller quorum without an active controller), and,
+before registration waited that long, exiting after 60 s; an operator's cure, a second
+start, is the harness's: after a failed attempt the node is stopped (SIGKILL at the
+latest) and started once more, and the failure is reported in full."""
 
 ENV_KEEP = "PARSLEY_KEEP_BROKER"
 
@@ -97,29 +99,35 @@ class DevCluster:
         Args:
             broker_id: the node to start.
             timeout_s: the deadline over every attempt, s (:data:`RESTART_TIMEOUT_S`).
-            say: told, in one line, of each attempt that failed and was retried.
+            say: told of each attempt that failed and was retried: a first line, then the
+                failure in full (the node's errors and quorum transitions); by default
+                printed to stderr.
 
         Raises:
             DevBrokerError: the last of :data:`START_ATTEMPTS` attempts failed; its
-                message is that attempt's failure (the node's errors and quorum state).
+                message is that attempt's failure, then the first line of each earlier one.
         """
+        tell = say if say is not None else (lambda text: print(text, file=sys.stderr))
         deadline = time.monotonic() + timeout_s
+        earlier: list[str] = []
         for attempt in range(1, START_ATTEMPTS + 1):
             left = deadline - time.monotonic()
-            share = left if attempt == START_ATTEMPTS else left / (START_ATTEMPTS - attempt + 1)
             began = time.monotonic()
             try:
-                return devbroker_cluster.start_broker(self.data_dir, broker_id,
-                                                      timeout_s=max(share, 1.0))
+                return devbroker_cluster.start_broker(
+                    self.data_dir, broker_id,
+                    timeout_s=max(left / (START_ATTEMPTS - attempt + 1), 1.0))
             except DevBrokerError as exc:
                 if attempt == START_ATTEMPTS:
-                    raise
+                    if not earlier:
+                        raise
+                    raise DevBrokerError("\n".join([str(exc), *earlier])) from exc
                 # The failed start stopped the node (SIGTERM, SIGKILL after 10 s); make sure.
                 devbroker_cluster.stop_broker(self.data_dir, broker_id, kill=True)
-                if say is not None:
-                    say(f"broker {broker_id}'s start {attempt} failed after "
-                        f"{time.monotonic() - began:.0f} s ({str(exc).splitlines()[0]}); "
-                        "killed it and started it again")
+                first = f"broker {broker_id}'s start {attempt} failed after " \
+                        f"{time.monotonic() - began:.0f} s: {str(exc).splitlines()[0]}"
+                earlier.append(f"(earlier: {first})")
+                tell(f"{first}; stopped it and started it again\n{exc}")
         raise AssertionError("unreachable")
 
     def heal(self, timeout_s: float = 180.0) -> None:

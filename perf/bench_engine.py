@@ -18,7 +18,9 @@ feed-to-deliver
 
     * ``distinct, 1 entry moves``: every header differs in one position (an
       upstream relay's frontier moves with each of its deliveries), so each
-      header is decoded; the realistic case;
+      header misses the decode cache (the Python engine decodes it; the native
+      one patches its predecessor's decoding, docs/performance.md item 9); the
+      realistic case;
     * ``distinct, all 15 move``: every upstream position advances with every
       message, the worst case for merging and for the delivered past;
     * ``repeated``: the same header bytes every time (a gateway stamping one

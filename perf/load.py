@@ -139,8 +139,10 @@ def frontier_header(
 
     The shape of an upstream relay's frontier: the entry of the channel it relays
     from moves with every message, the other entries (its own upstream) stay put
-    between messages. So every header is distinct and is decoded and merged in full,
-    the case ``perf.bench_engine`` calls realistic ("distinct, 1 entry moves").
+    between messages. So every header is distinct, but has its predecessor's shape: the
+    Python engine decodes and merges each in full, the native engine patches the
+    predecessor's decoding (docs/performance.md, item 9); the case ``perf.bench_engine``
+    calls realistic ("distinct, 1 entry moves").
 
     Args:
         seq: the message's sequence number; entry 0 is at ``1_000_000 + seq``, entry

@@ -530,7 +530,8 @@ class ChaosRun:
         retried: list[str] = []  # a broker start the harness had to repeat (START_ATTEMPTS)
 
         def start(broker: int) -> None:
-            cluster.start(broker, say=lambda line: (self._log(line), retried.append(line)))
+            cluster.start(broker, say=lambda text: (self._log(text),
+                                                    retried.append(text.splitlines()[0])))
 
         def noted(note: str) -> str:
             return "; ".join([note, *retried])

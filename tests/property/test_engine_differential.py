@@ -42,8 +42,9 @@ X = ChannelId(UUID(int=0xEE), 0)   # upstream, never received
 Y = ChannelId(UUID(int=0xEF), 3)
 RECEIVED = (A, A1, B, C)
 ALL = (*RECEIVED, A5, X, Y)
-RELAY_FRONTIER = (B, C, X, Y)
-"""The channels of the "relay" headers: every such header has the same shape."""
+RELAY_FRONTIERS = ((B, C, X, Y), (B, A5, X))
+"""The channels of the "relay" headers: each tuple one shape (the second with a cause on
+another task's partition: a cross-partition cause, warned with its position or refused)."""
 TOPIC_NAMES = {"a": A.topic_id, "b": B.topic_id, "c": C.topic_id, "x": X.topic_id}
 TOPIC_OF = {A: "a", A1: "a", B: "b", C: "c"}
 
@@ -121,11 +122,12 @@ def message(draw: st.DrawFn, ch: ChannelId, position: int) -> ReceivedMessage:
     elif kind == "relay":
         # A relay's frontier: the same channels, positions moving up and down, so the
         # native engine patches the previous header of the channel instead of decoding.
-        causes = {c: draw(st.integers(0, 2**40)) for c in RELAY_FRONTIER}
+        shape = draw(st.sampled_from(RELAY_FRONTIERS))
+        causes = {c: draw(st.integers(0, 2**40)) for c in shape}
         headers += (("parsley.causes", encode_causes(causes)),)
     elif kind == "relay_refused":
         # The same shape with a position no header can carry: both must refuse alike.
-        raw = bytearray(encode_causes({c: 1 for c in RELAY_FRONTIER}))
+        raw = bytearray(encode_causes({c: 1 for c in RELAY_FRONTIERS[0]}))
         raw[-8:] = draw(st.sampled_from([-1, 2**63 - 1])).to_bytes(8, "big", signed=True)
         headers += (("parsley.causes", bytes(raw)),)
     elif kind == "empty":

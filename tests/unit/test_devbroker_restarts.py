@@ -108,13 +108,20 @@ def test_a_broker_start_that_fails_is_killed_and_retried_within_the_deadline(
     # One deadline: the last attempt gets what is left of it (all, as the first failed at once).
     assert 199.0 <= shares[-1] <= 200.0
     assert len(told) == START_ATTEMPTS - 1
-    assert told[0].startswith("broker 2's start 1 failed after ")
-    assert "did not open its port 1" in told[0] and told[0].endswith("started it again")
+    first, *rest = told[0].splitlines()
+    assert first.startswith("broker 2's start 1 failed after ")
+    assert "did not open its port 1" in first and first.endswith("started it again")
+    assert rest == ["broker 2 did not open its port 1 within 100 s; its errors (log):",
+                    "(none)"]  # the failure in full
 
 
 def test_a_broker_that_never_starts_raises_the_last_attempts_failure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     starts = _Starts(failures=START_ATTEMPTS)
-    with pytest.raises(DevBrokerError, match="broker 3 did not open its port"):
-        _cluster(tmp_path, monkeypatch, starts).start(3, timeout_s=10.0)
+    told: list[str] = []
+    with pytest.raises(DevBrokerError, match="broker 3 did not open its port") as raised:
+        _cluster(tmp_path, monkeypatch, starts).start(3, timeout_s=10.0, say=told.append)
     assert [c[0] for c in starts.calls].count("start") == START_ATTEMPTS
+    assert len(told) == START_ATTEMPTS - 1
+    # The last failure in full, then a line for each earlier one.
+    assert str(raised.value).splitlines()[-1].startswith("(earlier: broker 3's start 1 failed")

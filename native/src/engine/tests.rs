@@ -434,14 +434,16 @@ impl XorShift {
 fn patched_headers_decode_and_merge_as_fresh_decodes() {
     // Per rank a relay-like stream: mostly one or two positions move (up or down, across
     // varint-free 8-byte fields), sometimes the header repeats, sometimes its channels
-    // change (same length or not), sometimes a topic is pruned between feeds.
+    // change (same length or not), sometimes a topic is pruned between feeds. Rank 1's
+    // headers start with a cross-partition cause (warned, not refused, by default).
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     let mut host = TestHost::default();
     let mut core = started(&mut host);
     let mut expected: BTreeMap<Channel, i64> = BTreeMap::new();
     let mut causes: [Vec<(Channel, i64)>; 2] = [
         (0..16).map(|j| (ch(2 + j / 8, i32::from(j % 8)), 1_000)).collect(),
-        vec![(ch(2, 0), 5), (ch(9, 300), 7)],
+        // a cause on partition 5 of the received topic 1, which another task reads
+        vec![(ch(1, 5), 3), (ch(2, 0), 5), (ch(9, 300), 7)],
     ];
     let mut patched = 0;
     for q in 0..3_000i64 {
@@ -483,6 +485,8 @@ fn patched_headers_decode_and_merge_as_fresh_decodes() {
         let last = core.last_header[r].as_ref().expect("a 16-entry header is kept");
         assert_eq!(last.bytes, header);
         assert_eq!(&last.decoded.causes[..], &decode_causes(&header).unwrap()[..]);
+        let foreign: Vec<_> = list.iter().filter(|(c, _)| *c == ch(1, 5)).copied().collect();
+        assert_eq!(&last.decoded.foreign[..], &foreign[..], "after feed {q}");
         if before.map_or(false, |b| b.len() == header.len() && b != header) {
             patched += 1;
         }
