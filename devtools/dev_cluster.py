@@ -122,10 +122,10 @@ class DevCluster:
                     if not earlier:
                         raise
                     raise DevBrokerError("\n".join([str(exc), *earlier])) from exc
-                # The failed start stopped the node (SIGTERM, SIGKILL after 10 s); make sure.
-                devbroker_cluster.stop_broker(self.data_dir, broker_id, kill=True)
                 first = f"broker {broker_id}'s start {attempt} failed after " \
                         f"{time.monotonic() - began:.0f} s: {str(exc).splitlines()[0]}"
+                # The failed start stopped the node (SIGTERM, SIGKILL after 10 s); make sure.
+                devbroker_cluster.stop_broker(self.data_dir, broker_id, kill=True)
                 earlier.append(f"(earlier: {first})")
                 tell(f"{first}; stopped it and started it again\n{exc}")
         raise AssertionError("unreachable")

@@ -328,9 +328,9 @@ def server_properties(
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
         # A node restarted while its cluster's controllers elect a new leader (a chaos test
-        # kills the active one) keeps trying to register for as long as a restart may take
-        # (devtools.dev_cluster.RESTART_TIMEOUT_S), not Kafka's 60 s, after which it exits:
-        # on two loaded cores a three-node quorum has taken longer than that.
+        # kills the active one) keeps trying to register for longer than one start attempt
+        # waits (devtools.dev_cluster: RESTART_TIMEOUT_S / START_ATTEMPTS), not Kafka's 60 s,
+        # after which it exits: on two loaded cores a three-node quorum has taken longer.
         "initial.broker.registration.timeout.ms": "240000",
     }
     if security is not None:
