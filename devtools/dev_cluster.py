@@ -110,25 +110,26 @@ class DevCluster:
         tell = say if say is not None else (lambda text: print(text, file=sys.stderr))
         deadline = time.monotonic() + timeout_s
         earlier: list[str] = []
-        for attempt in range(1, START_ATTEMPTS + 1):
-            left = deadline - time.monotonic()
+        for attempt in range(1, START_ATTEMPTS):
             began = time.monotonic()
             try:
                 return devbroker_cluster.start_broker(
                     self.data_dir, broker_id,
-                    timeout_s=max(left / (START_ATTEMPTS - attempt + 1), 1.0))
+                    timeout_s=max((deadline - began) / (START_ATTEMPTS - attempt + 1), 1.0))
             except DevBrokerError as exc:
-                if attempt == START_ATTEMPTS:
-                    if not earlier:
-                        raise
-                    raise DevBrokerError("\n".join([str(exc), *earlier])) from exc
                 first = f"broker {broker_id}'s start {attempt} failed after " \
                         f"{time.monotonic() - began:.0f} s: {str(exc).splitlines()[0]}"
                 # The failed start stopped the node (SIGTERM, SIGKILL after 10 s); make sure.
                 devbroker_cluster.stop_broker(self.data_dir, broker_id, kill=True)
                 earlier.append(f"(earlier: {first})")
                 tell(f"{first}; stopped it and started it again\n{exc}")
-        raise AssertionError("unreachable")
+        try:
+            return devbroker_cluster.start_broker(
+                self.data_dir, broker_id, timeout_s=max(deadline - time.monotonic(), 1.0))
+        except DevBrokerError as exc:
+            if not earlier:
+                raise
+            raise DevBrokerError("\n".join([str(exc), *earlier])) from exc
 
     def heal(self, timeout_s: float = 180.0) -> None:
         """Thaw and start every broker that is not running, then wait until every partition

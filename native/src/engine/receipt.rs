@@ -142,7 +142,7 @@ impl<P> Core<P> {
             // patch of a header merged in this epoch merges only the entries it changed
             // (the frontier only rises within an epoch, so the others add nothing).
             if !e.causes.is_empty() && e.merged_epoch.get() != epoch {
-                if self.partial_merge {
+                if !self.changed.is_empty() {
                     let changed = std::mem::take(&mut self.changed);
                     let merged = changed
                         .iter()
@@ -198,8 +198,8 @@ impl<P> Core<P> {
     /// one that differs from it only inside position fields is patched: the previous
     /// decoding with those positions replaced, each checked as the decoder checks it (a
     /// position it refuses sends the value to the decoder, for the refusal's diagnosis).
-    /// Any other value comes from the cache or the decoder, as before. Sets
-    /// `partial_merge` (and `changed`) when only the patched entries need merging.
+    /// Any other value comes from the cache or the decoder, as before. Leaves in `changed`
+    /// the entries a patch changed when only they need merging, else clears it.
     fn header_decoding<E>(
         &mut self,
         r: usize,
@@ -207,7 +207,7 @@ impl<P> Core<P> {
         q: i64,
         data: &[u8],
     ) -> Result<Rc<Decoded>, Fault<E>> {
-        self.partial_merge = false;
+        self.changed.clear();
         if let Some(last) = &self.last_header[r] {
             if last.bytes.len() == data.len() {
                 if last.bytes[..] == *data {
@@ -238,36 +238,37 @@ impl<P> Core<P> {
         Ok(e)
     }
 
-    /// `data` as rank `r`'s previous header with changed positions, or `None` when it
-    /// differs elsewhere or a changed position is one the decoder refuses.
+    /// `data` as rank `r`'s previous header with changed positions (listed in `changed`
+    /// when the previous one was merged in this epoch), or `None` when it differs
+    /// elsewhere or a changed position is one the decoder refuses (`changed` cleared).
     fn patched(&mut self, r: usize, data: &[u8]) -> Option<Rc<Decoded>> {
         let last = self.last_header[r].as_mut()?;
-        let mut changed = std::mem::take(&mut self.changed);
-        changed.clear();
+        let changed = &mut self.changed;
         let mut start = 0;
-        let mut same = true;
         for (k, &slot) in last.slots.iter().enumerate() {
             let slot = slot as usize;
-            if last.bytes[start..slot] != data[start..slot] {
-                same = false;
-                break;
+            let end = slot + 8;
+            let differs = last.bytes[slot..end] != data[slot..end];
+            if last.bytes[start..slot] != data[start..slot]
+                || (differs
+                    && !encodable_position(i64::from_be_bytes(
+                        data[slot..end].try_into().expect("8 bytes"),
+                    )))
+            {
+                changed.clear();
+                return None;
             }
-            start = slot + 8;
-            if last.bytes[slot..start] != data[slot..start] {
-                let position = i64::from_be_bytes(data[slot..start].try_into().expect("8 bytes"));
-                if !encodable_position(position) {
-                    same = false;
-                    break;
-                }
+            if differs {
                 changed.push(k);
             }
+            start = end;
         }
-        if !same || last.bytes[start..] != data[start..] {
-            self.changed = changed;
+        if last.bytes[start..] != data[start..] {
+            changed.clear();
             return None;
         }
         let mut causes = last.decoded.causes.to_vec();
-        for &k in &changed {
+        for &k in changed.iter() {
             let slot = last.slots[k] as usize;
             causes[k].1 = i64::from_be_bytes(data[slot..slot + 8].try_into().expect("8 bytes"));
         }
@@ -276,7 +277,9 @@ impl<P> Core<P> {
         } else {
             foreign_of(&self.received_topics, &self.rank, &causes).into()
         };
-        self.partial_merge = last.decoded.merged_epoch.get() == self.epoch;
+        if last.decoded.merged_epoch.get() != self.epoch {
+            changed.clear(); // the previous one was not merged in this epoch: merge all
+        }
         let e = Rc::new(Decoded {
             causes: causes.into(),
             foreign,
@@ -284,7 +287,6 @@ impl<P> Core<P> {
         });
         last.bytes.copy_from_slice(data);
         last.decoded = e.clone();
-        self.changed = changed;
         Some(e)
     }
 

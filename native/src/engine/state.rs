@@ -125,10 +125,9 @@ pub struct Core<P> {
     /// Per rank, the last header decoded on it: a relay's next header differs from it only
     /// in positions, and is patched rather than decoded (`Core::header_decoding`).
     pub(super) last_header: Vec<Option<LastHeader>>,
-    /// The entries the last patch changed, when only they need merging (`partial_merge`:
-    /// the header it patched was merged in this epoch).
+    /// The entries the last patch changed when only they need merging (the header it
+    /// patched was merged in this epoch); empty when the whole header needs merging.
     pub(super) changed: Vec<usize>,
-    pub(super) partial_merge: bool,
     pub(super) epoch: i64,
     pub(super) last_past: Option<Causes>,
     pub(super) warned: bool,
@@ -181,7 +180,6 @@ impl<P> Core<P> {
             decoded: FxMap::default(),
             last_header: (0..n).map(|_| None).collect(),
             changed: Vec::new(),
-            partial_merge: false,
             epoch: 0,
             last_past: None,
             warned: false,
