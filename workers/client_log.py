@@ -88,6 +88,17 @@ class _TaskAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
         return f"{extra['parsley_application_id']} task {extra['parsley_task']}: {msg}", kwargs
 
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        """``LoggerAdapter.log``, defined on this class itself: confluent-kafka looks it up
+        with a Python exception pending after a client's fatal error, and a lookup that
+        misses this class's own attributes clears that exception and raises
+        ``AttributeError: '_TaskAdapter' object has no attribute 'log'`` in its place
+        (seen out of a fenced producer's ``flush``). Found here, the call goes on and the
+        fatal error stays on the chain of what the client raises
+        (:meth:`workers.transaction.TaskTransaction.held_error` asks the producer either way).
+        """
+        super().log(level, msg, *args, **kwargs)
+
 
 def task_client_logger(application_id: str, task: int) -> logging.LoggerAdapter:  # type: ignore[type-arg]
     """The ``logger`` for task ``task``'s clients (a ``LoggerAdapter`` over

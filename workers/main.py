@@ -53,7 +53,7 @@ from workers.step import TaskStep
 from workers.task_status import Counters, StatusClock
 from workers.task_timeout import TaskTimedOut, TaskTimeout
 from workers.transaction import TaskTransaction
-from workers.verdicts import Stop, abort_and_log, ending, in_place_verdict
+from workers.verdicts import Stop, abort_and_log, ending, in_place_verdict, unmasked
 from workers.watchdog import bounded
 
 __all__ = ["Worker", "run"]
@@ -540,6 +540,7 @@ class Worker:
             # The fault's frames' locals (the step, the transaction, the consumer) would keep
             # the clients being replaced alive (workers.clients.retire).
             drop_frame_locals(exc)
+            exc = unmasked(exc, self)  # a client error it masks is judged instead
             verdict = in_place_verdict(exc, self)
             if verdict is not None:
                 if verdict is exc or verdict.kind in (StopKind.REFUSAL, StopKind.APPLICATION):

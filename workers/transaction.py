@@ -25,6 +25,7 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from parsley.engine.channel import Header
+from parsley.refusals import ParsleyFailClosedError
 from workers.authorization import NotAuthorized
 from workers.calls import call
 from workers.changelog import write_records
@@ -38,6 +39,9 @@ __all__ = ["TaskTransaction"]
 _QUEUE_FULL_TIMEOUT_S = 30.0
 _CAUSE_WAIT_S = 5.0
 """How long a failed transaction waits for its records' missing delivery reports, s."""
+HELD_ERROR_BOUND_S = 5.0
+"""The bound on :meth:`TaskTransaction.held_error`'s call, s: the client answers it from
+its own state, without a request to the broker."""
 
 
 _UNJOINED = "Failed to add partition"
@@ -91,6 +95,7 @@ class TaskTransaction:
         self.last_commit_ms: float | None = None
         self.durations = BucketCounts(TRANSACTION_BUCKETS_S)
         self.opened_at = 0.0
+        self.initialised = False
 
     def renewed(self, producer: Producer) -> TaskTransaction:
         """An account over ``producer``, a fresh client with the same ``transactional.id``,
@@ -113,6 +118,44 @@ class TaskTransaction:
         """
         with map_kafka_errors("initialising the task's transactions"):
             call("init_transactions", self.producer.init_transactions, self.init_timeout_s)
+        self.initialised = True
+
+    def held_error(self) -> ParsleyFailClosedError | SubstrateError | None:
+        """The fatal or abortable error the producer holds, asked without changing anything.
+
+        After a fatal error (``_FENCED``: a newer producer of the task), confluent-kafka's
+        error callback raises it by leaving a Python exception pending while the call goes
+        on serving callbacks, and the next one can replace it: a log line through a
+        ``LoggerAdapter`` subclass turned a fence into ``AttributeError: '_TaskAdapter'
+        object has no attribute 'log'`` out of a ``flush`` (its ``error_cb``,
+        ``src/confluent_kafka/src/confluent_kafka.c``). What a call raised is then not
+        what happened; the producer still knows. On a producer whose ``init_transactions``
+        completed, another ``init_transactions`` refuses without acting: with the held
+        error itself (fatal, or abortable) in those states, ``_STATE`` in any other
+        (librdkafka ``rdkafka_txnmgr.c``, ``rd_kafka_txn_require_states0``).
+
+        Returns:
+            The held error as the worker raises it (:func:`workers.kafka_errors.to_exception`:
+            a :class:`SubstrateError` of kind ``FENCED``, ``FATAL`` or ``ABORTABLE``, or the
+            refusal an abortable error names), or ``None``: the producer holds none, was
+            never initialised (a first ``init_transactions`` would fence the task's other
+            producers), or did not answer within :data:`HELD_ERROR_BOUND_S`.
+        """
+        if not self.initialised:
+            return None
+        try:
+            call("init_transactions", self.producer.init_transactions, self.timeout_s,
+                 bound_s=HELD_ERROR_BOUND_S)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is not None and (err.fatal() or err.txn_requires_abort()):
+                held = to_exception(exc, "the task's producer holds an error")
+                if isinstance(held, ParsleyFailClosedError | SubstrateError):
+                    held.__cause__ = exc
+                    return held
+        except Exception:  # a probe that fails (CallStalled, a conflict) tells nothing
+            return None
+        return None
 
     def begin(self) -> None:
         """Open a transaction unless one is open (lazy: none while idle)."""

@@ -36,7 +36,8 @@ from workers.task_timeout import TaskTimedOut
 from workers.transaction import TaskTransaction
 
 __all__ = ["RECOVERABLE", "SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending",
-           "in_place_verdict", "live_successor", "stop_of", "successor_stop", "timed_out"]
+           "in_place_verdict", "live_successor", "names_nothing", "stop_of", "successor_stop",
+           "timed_out", "unmasked"]
 
 log = logging.getLogger("parsley.worker")
 
@@ -79,6 +80,36 @@ def stop_of(exc: BaseException) -> Stop:
     if isinstance(exc, SubstrateError):
         return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
     return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
+
+
+def names_nothing(exc: BaseException) -> bool:
+    """Whether ``exc`` is one :func:`stop_of` calls a worker error: no stop, refusal,
+    application failure or Kafka error on its cause chain (pure)."""
+    return not isinstance(exc, Stop | HandlerFailure | SubstrateError) \
+        and ParsleyFailClosedError.find_in(exc) is None and kafka_error_of(exc) is None
+
+
+def unmasked(exc: Exception, worker: Fenced) -> Exception:
+    """``exc``, or the error the task's producer holds when ``exc`` names nothing.
+
+    confluent-kafka can raise an unrelated exception for a producer's fatal error (a fence
+    once came out of a ``flush`` as ``AttributeError: '_TaskAdapter' object has no
+    attribute 'log'``: :meth:`workers.transaction.TaskTransaction.held_error`), and a
+    fenced worker judged a worker bug stops its process where its task only moved
+    (docs/operations.md, "Fenced: a successor or a timeout"). So before an exception
+    that :func:`names_nothing` is judged, the producer is asked; the error it holds is
+    judged instead, with ``exc`` as its context. A producer that holds none leaves
+    ``exc`` as it is: a worker bug.
+    """
+    if not names_nothing(exc):
+        return exc
+    held = worker.txn.held_error()
+    if held is None:
+        return exc
+    held.__context__ = exc
+    log.warning("%s: a client call raised %s: %s; the task's producer holds %s, which is "
+                "judged instead", worker.app_id, type(exc).__name__, exc, held)
+    return held
 
 
 class Fenced(Protocol):
@@ -275,6 +306,8 @@ def ending(exc: BaseException, worker: Fenced | None) -> Stop:
     refusal of the cluster's ACLs completed with the task's names (:func:`not_authorized`)."""
     if isinstance(exc, Stop):
         return exc  # already weighed (the worker's own verdict, or a clean stop)
+    if worker is not None and isinstance(exc, Exception):
+        exc = unmasked(exc, worker)
     outcome = stop_of(exc)
     if outcome.kind is StopKind.FATAL and worker is not None:
         outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)
