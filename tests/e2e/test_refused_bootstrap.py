@@ -1,9 +1,10 @@
 """A bootstrap address that refuses the connection fails the start within seconds.
 
 ``parsley-coordinator run`` against ``127.0.0.1:<a closed port>`` exits FAILURE with the
-message naming the address, well inside the 10 s the first metadata request may take
-(docs/operations.md, "Broker outage"); an address that accepts the connection but does
-not answer keeps that wait (tests/unit/test_bootstrap_probe.py).
+message naming the address and the TCP probe's "connection refused", which ends the start
+at once instead of the 10 s the first metadata request may take (docs/operations.md,
+"Broker outage"); an address that accepts the connection but does not answer keeps that
+wait (tests/unit/test_bootstrap_probe.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def test_run_against_a_closed_port_fails_fast_naming_the_address(tmp_path: Path)
     print(f"run against a closed port exited after {took:.2f} s")
     assert res.returncode == ExitCode.FAILURE, res.stderr
     assert f"could not reach the Kafka cluster at 127.0.0.1:{port}" in res.stderr, res.stderr
+    # "connection refused" is the TCP probe's answer, which ends the start at once; the
+    # metadata request it spares would have waited REACH_TIMEOUT_S and named a librdkafka
+    # error instead. The time (mostly the interpreter's start and imports, 9.5 s once on a
+    # CI machine under load) is only printed; the bound is liveness, not speed.
     assert "connection refused" in res.stderr, res.stderr
-    assert took < 8, f"took {took:.1f} s"
+    assert took < 45, f"took {took:.1f} s"
     assert not [ln for ln in res.stderr.splitlines() if ln.startswith("%")], res.stderr
