@@ -89,14 +89,11 @@ class _TaskAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"{extra['parsley_application_id']} task {extra['parsley_task']}: {msg}", kwargs
 
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """``LoggerAdapter.log``, defined on this class itself: confluent-kafka looks it up
-        with a Python exception pending after a client's fatal error, and a lookup that
-        misses this class's own attributes clears that exception and raises
-        ``AttributeError: '_TaskAdapter' object has no attribute 'log'`` in its place
-        (seen out of a fenced producer's ``flush``). Found here, the call goes on and the
-        fatal error stays on the chain of what the client raises
-        (:meth:`workers.transaction.TaskTransaction.held_error` asks the producer either way).
-        """
+        """``LoggerAdapter.log``, defined on this class itself. confluent-kafka calls it with
+        a producer's fatal error pending (docs/architecture.md, "Recovery in place"); a
+        lookup that missed this class's own attributes cleared that error and raised
+        ``AttributeError: '_TaskAdapter' object has no attribute 'log'`` in its place. Found
+        here, the call fails as a ``SystemError`` whose cause is the fatal error."""
         super().log(level, msg, *args, **kwargs)
 
 

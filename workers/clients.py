@@ -293,5 +293,8 @@ class TaskClients:
         except Exception:
             log.debug("restore consumer close failed", exc_info=True)
         if clean:
-            with bounded("close"):
-                self.producer.flush(5)
+            try:
+                with bounded("close"):
+                    self.producer.flush(5)
+            except Exception:  # judged already: a late error must not lose the final report
+                log.debug("producer flush at the stop failed", exc_info=True)

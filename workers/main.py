@@ -540,7 +540,6 @@ class Worker:
             # The fault's frames' locals (the step, the transaction, the consumer) would keep
             # the clients being replaced alive (workers.clients.retire).
             drop_frame_locals(exc)
-            exc = unmasked(exc, self)  # a client error it masks is judged instead
             verdict = in_place_verdict(exc, self)
             if verdict is not None:
                 if verdict is exc or verdict.kind in (StopKind.REFUSAL, StopKind.APPLICATION):
@@ -775,8 +774,9 @@ def run(spec: TaskSpec) -> int:
         worker.run()
         outcome = Stop(StopKind.CLEAN, None, None)  # pragma: no cover - run always raises
     except BaseException as exc:  # every end is classified and reported
-        outcome = dog.outcome = ending(exc, worker)
-        abort_and_log(outcome, exc, worker, f"{spec.prefix}-{spec.process.name}", spec.task)
+        judged = unmasked(exc, worker)  # a producer's fatal error raised as another exception
+        outcome = dog.outcome = ending(judged, worker)
+        abort_and_log(outcome, judged, worker, f"{spec.prefix}-{spec.process.name}", spec.task)
     if worker is not None:
         try:
             worker._maybe_status(force=True)

@@ -30,7 +30,14 @@ from workers.authorization import NotAuthorized
 from workers.calls import call
 from workers.changelog import write_records
 from workers.histogram import TRANSACTION_BUCKETS_S, BucketCounts
-from workers.kafka_errors import ErrorKind, SubstrateError, map_kafka_errors, to_exception
+from workers.kafka_errors import (
+    ErrorKind,
+    SubstrateError,
+    fatal,
+    kafka_error_of,
+    map_kafka_errors,
+    to_exception,
+)
 from workers.ledger import DeliveryLedger
 from workers.positions import TASK_METADATA
 
@@ -39,9 +46,10 @@ __all__ = ["TaskTransaction"]
 _QUEUE_FULL_TIMEOUT_S = 30.0
 _CAUSE_WAIT_S = 5.0
 """How long a failed transaction waits for its records' missing delivery reports, s."""
-HELD_ERROR_BOUND_S = 5.0
-"""The bound on :meth:`TaskTransaction.held_error`'s call, s: the client answers it from
-its own state, without a request to the broker."""
+FATAL_ERROR_BOUND_S = 2.0
+"""The bound on :meth:`TaskTransaction.fatal_error`'s call, s (the client's own timeout
+argument half of it): the client answers it from its own state, without a request to the
+broker, and it stays well inside the watchdog's stop grace."""
 
 
 _UNJOINED = "Failed to add partition"
@@ -120,42 +128,45 @@ class TaskTransaction:
             call("init_transactions", self.producer.init_transactions, self.init_timeout_s)
         self.initialised = True
 
-    def held_error(self) -> ParsleyFailClosedError | SubstrateError | None:
-        """The fatal or abortable error the producer holds, asked without changing anything.
+    def fatal_error(self) -> ParsleyFailClosedError | SubstrateError | None:
+        """The fatal error the producer holds, asked without acting.
 
-        After a fatal error (``_FENCED``: a newer producer of the task), confluent-kafka's
-        error callback raises it by leaving a Python exception pending while the call goes
-        on serving callbacks, and the next one can replace it: a log line through a
-        ``LoggerAdapter`` subclass turned a fence into ``AttributeError: '_TaskAdapter'
-        object has no attribute 'log'`` out of a ``flush`` (its ``error_cb``,
-        ``src/confluent_kafka/src/confluent_kafka.c``). What a call raised is then not
-        what happened; the producer still knows. On a producer whose ``init_transactions``
-        completed, another ``init_transactions`` refuses without acting: with the held
-        error itself (fatal, or abortable) in those states, ``_STATE`` in any other
-        (librdkafka ``rdkafka_txnmgr.c``, ``rd_kafka_txn_require_states0``).
+        confluent-kafka can raise a producer's fatal error as some other exception
+        (docs/architecture.md, "Recovery in place"); the producer still holds it. On a
+        producer whose ``init_transactions`` completed, another refuses without acting or
+        sending anything: with the fatal error in the fatal state, ``_STATE`` (or the
+        abortable error) in any other, and ``_CONFLICT`` or ``_PREV_IN_PROGRESS`` while
+        another transactional call is pending, when a fatal error is not seen (librdkafka
+        ``rdkafka_txnmgr.c``: ``rd_kafka_txn_curr_api_begin``,
+        ``rd_kafka_txn_require_states0``).
 
         Returns:
-            The held error as the worker raises it (:func:`workers.kafka_errors.to_exception`:
-            a :class:`SubstrateError` of kind ``FENCED``, ``FATAL`` or ``ABORTABLE``, or the
-            refusal an abortable error names), or ``None``: the producer holds none, was
-            never initialised (a first ``init_transactions`` would fence the task's other
-            producers), or did not answer within :data:`HELD_ERROR_BOUND_S`.
+            The error as the worker raises it (:func:`workers.kafka_errors.to_exception`:
+            a :class:`SubstrateError` of kind ``FENCED`` or ``FATAL``, or the refusal it
+            names), or ``None``: none held or none seen, the producer never initialised (a
+            first ``init_transactions`` would fence the task's other producers), or no
+            answer within :data:`FATAL_ERROR_BOUND_S`. After no answer the call stays
+            pending and the producer's next transactional calls are refused
+            ``_CONFLICT``; that is safe because a caller that gets ``None`` judges the
+            exception it had, which stops the worker or renews its producer.
         """
         if not self.initialised:
             return None
         try:
-            call("init_transactions", self.producer.init_transactions, self.timeout_s,
-                 bound_s=HELD_ERROR_BOUND_S)
+            call("init_transactions (fatal error probe)", self.producer.init_transactions,
+                 FATAL_ERROR_BOUND_S / 2, bound_s=FATAL_ERROR_BOUND_S)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if err is not None and (err.fatal() or err.txn_requires_abort()):
-                held = to_exception(exc, "the task's producer holds an error")
-                if isinstance(held, ParsleyFailClosedError | SubstrateError):
-                    held.__cause__ = exc
-                    return held
-        except Exception:  # a probe that fails (CallStalled, a conflict) tells nothing
+            err = kafka_error_of(exc)
+        except Exception:  # a probe that fails (CallStalled) tells nothing
             return None
-        return None
+        else:
+            return None
+        if err is None or not fatal(err):
+            return None
+        held = to_exception(err, "the task's producer holds a fatal error")
+        assert isinstance(held, ParsleyFailClosedError | SubstrateError)  # a Kafka error's
+        held.__cause__ = KafkaException(err)  # no traceback: no frame holds the producer
+        return held
 
     def begin(self) -> None:
         """Open a transaction unless one is open (lazy: none while idle)."""

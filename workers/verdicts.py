@@ -66,6 +66,8 @@ def stop_of(exc: BaseException) -> Stop:
     """
     if isinstance(exc, Stop):
         return exc
+    if names_nothing(exc):
+        return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
     refusal = ParsleyFailClosedError.find_in(exc)
     if refusal is not None:
         return Stop(StopKind.REFUSAL, refusal.reason, refusal.detail)
@@ -77,38 +79,36 @@ def stop_of(exc: BaseException) -> Stop:
         # flush whose delivery callback ran while the client's own error (e.g. _FENCED) was
         # pending; the Kafka error beneath it is what happened.
         exc = to_exception(kafka_error_of(exc) or exc)
-    if isinstance(exc, SubstrateError):
-        return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
-    return Stop(StopKind.FATAL, None, f"worker error {type(exc).__name__}: {exc}")
+    if isinstance(exc, ParsleyFailClosedError):  # a Kafka error that is a refusal (an ACL)
+        return Stop(StopKind.REFUSAL, exc.reason, exc.detail)
+    assert isinstance(exc, SubstrateError)  # names_nothing: every other case returned
+    return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
 
 
 def names_nothing(exc: BaseException) -> bool:
-    """Whether ``exc`` is one :func:`stop_of` calls a worker error: no stop, refusal,
+    """Whether ``exc`` is what :func:`stop_of` calls a worker error: no stop, refusal,
     application failure or Kafka error on its cause chain (pure)."""
     return not isinstance(exc, Stop | HandlerFailure | SubstrateError) \
         and ParsleyFailClosedError.find_in(exc) is None and kafka_error_of(exc) is None
 
 
-def unmasked(exc: Exception, worker: Fenced) -> Exception:
-    """``exc``, or the error the task's producer holds when ``exc`` names nothing.
-
-    confluent-kafka can raise an unrelated exception for a producer's fatal error (a fence
-    once came out of a ``flush`` as ``AttributeError: '_TaskAdapter' object has no
-    attribute 'log'``: :meth:`workers.transaction.TaskTransaction.held_error`), and a
-    fenced worker judged a worker bug stops its process where its task only moved
-    (docs/operations.md, "Fenced: a successor or a timeout"). So before an exception
-    that :func:`names_nothing` is judged, the producer is asked; the error it holds is
-    judged instead, with ``exc`` as its context. A producer that holds none leaves
-    ``exc`` as it is: a worker bug.
+def unmasked(exc: BaseException, worker: Fenced | None) -> BaseException:
+    """``exc``, or the fatal error the task's producer holds when ``exc`` names nothing
+    (:func:`names_nothing`): confluent-kafka can raise a producer's fatal error as another
+    exception, and a fence judged a worker bug would stop a process whose task only moved
+    (docs/architecture.md, "Recovery in place"). The held error
+    (:meth:`workers.transaction.TaskTransaction.fatal_error`) is judged instead, ``exc``
+    its context; with none, or no worker, ``exc`` is a worker bug as it was.
     """
-    if not names_nothing(exc):
+    if worker is None or not names_nothing(exc):
         return exc
-    held = worker.txn.held_error()
+    held = worker.txn.fatal_error()
     if held is None:
         return exc
     held.__context__ = exc
-    log.warning("%s: a client call raised %s: %s; the task's producer holds %s, which is "
-                "judged instead", worker.app_id, type(exc).__name__, exc, held)
+    log.warning("%s task %d: a client call raised %s: %s; the producer holds a fatal "
+                "error, judged instead: %s", worker.app_id, worker.task, type(exc).__name__,
+                exc, held)
     return held
 
 
@@ -116,6 +116,7 @@ class Fenced(Protocol):
     """What the fence verdicts read of a worker (:class:`workers.main.Worker`)."""
 
     app_id: str
+    task: int
     member_fenced: bool
     txn: TaskTransaction
 
@@ -281,8 +282,10 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
     """``None`` when ``exc`` is a fault the worker recovers from in place; else the stop it
     ends the worker with (docs/operations.md, "The task timeout").
 
-    :func:`stop_of` first, so that a :class:`Stop`, a refusal, an application failure
-    (whatever Kafka error its cause chain holds) and a worker bug stop as they are; then a
+    :func:`unmasked` first (a producer's fatal error raised as another exception is judged
+    as itself), then :func:`stop_of`, so that a :class:`Stop`, a refusal, an application
+    failure (whatever Kafka error its cause chain holds) and a worker bug stop as they are;
+    then a
     substrate error is recovered when its kind is in :data:`RECOVERABLE` (never
     ``OFFSET_RESET`` or ``RESTART_REQUIRED``); a fence or a fatal client is recovered
     unless a live successor holds the task's ``group.instance.id``
@@ -291,6 +294,7 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
     """
     if isinstance(exc, TaskTimedOut):
         return Stop(StopKind.SUBSTRATE, None, exc.detail)  # the recovery's own end
+    exc = unmasked(exc, worker)
     verdict = stop_of(exc)
     if verdict.kind is StopKind.SUBSTRATE:
         return None if classify(exc).kind in RECOVERABLE else verdict
@@ -303,11 +307,11 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
 def ending(exc: BaseException, worker: Fenced | None) -> Stop:
     """The verdict on what ended a worker: :func:`stop_of`, a FATAL one weighed by
     :func:`timed_out` when there is a worker to ask (``None``: it was never built), and a
-    refusal of the cluster's ACLs completed with the task's names (:func:`not_authorized`)."""
+    refusal of the cluster's ACLs completed with the task's names (:func:`not_authorized`).
+    ``exc`` is what ended it as :func:`unmasked` judged it (the worker's ``run`` asks first,
+    so that :func:`abort_and_log` logs the same)."""
     if isinstance(exc, Stop):
         return exc  # already weighed (the worker's own verdict, or a clean stop)
-    if worker is not None and isinstance(exc, Exception):
-        exc = unmasked(exc, worker)
     outcome = stop_of(exc)
     if outcome.kind is StopKind.FATAL and worker is not None:
         outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)

@@ -7,8 +7,8 @@ serving callbacks, and the next callback can replace it: a CI run saw a zombie w
 worker stopped FATAL as a worker bug, and its coordinator, thawed after its task moved to
 a peer, stopped its process (exit 4) where the fence was the task moving
 (docs/operations.md, "Fenced: a successor or a timeout"). The worker now asks the
-producer what it holds (:meth:`workers.transaction.TaskTransaction.held_error`) before it
-judges an exception that names nothing (:func:`workers.verdicts.unmasked`).
+producer for the fatal error it holds (:meth:`workers.transaction.TaskTransaction.fatal_error`)
+before it judges an exception that names nothing (:func:`workers.verdicts.unmasked`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class _Worker:
     txn: TaskTransaction
     successor: str | None
     app_id: str = "masked"
+    task: int = 0
     member_fenced: bool = False
 
     def successor_member(self, wait_s: float) -> str | None:
@@ -60,7 +61,7 @@ def test_a_fence_raised_as_another_exception_is_judged_a_fence(
     txn.begin()
     txn.send(topic.name, b"k", b"before", (), 0)
     assert txn.producer.flush(30) == 0
-    assert txn.held_error() is None, "a producer in a healthy transaction holds nothing"
+    assert txn.fatal_error() is None, "a producer in a healthy transaction holds nothing"
 
     successor = TaskTransaction(_producer(kafka_bootstrap, prefix), timeout_s=30.0)
     successor.init()  # a newer producer of the task: the first one is fenced
@@ -72,22 +73,27 @@ def test_a_fence_raised_as_another_exception_is_judged_a_fence(
         txn.producer.flush(30)
     except Exception as exc:  # what the client raises for the fence varies
         raised = exc
-    held = txn.held_error()
+    held = txn.fatal_error()
     assert held is not None, "a fenced producer holds its fatal error"
+    assert held.__cause__ is not None and held.__cause__.__traceback__ is None
     assert classify(held).kind is ErrorKind.FENCED, held
 
     # Whatever the client raised (the fence itself, a SystemError with it as cause, or an
     # exception that names nothing), the worker judges the fence.
-    for exc in filter(None, (raised, MASKED)):
-        assert classify(unmasked(exc, _Worker(txn, None))).kind is ErrorKind.FENCED, exc
+    for seen in filter(None, (raised, MASKED)):
+        assert classify(unmasked(seen, _Worker(txn, None))).kind is ErrorKind.FENCED, seen
 
     assert names_nothing(MASKED)
     # A live successor: FATAL, told as the task moving, which the coordinator reads as such.
-    verdict = ending(MASKED, _Worker(txn, "member-2"))
+    owned = _Worker(txn, "member-2")
+    verdict = ending(unmasked(MASKED, owned), owned)
     assert verdict.kind is StopKind.FATAL, verdict
     assert verdict.detail is not None and verdict.detail.startswith(SUCCESSOR_FENCED), verdict
+    in_place = in_place_verdict(MASKED, owned)
+    assert in_place is not None and in_place.detail is not None \
+        and in_place.detail.startswith(SUCCESSOR_FENCED), in_place
     # No successor: recovered in place with a fresh producer, never judged a worker bug.
-    assert in_place_verdict(unmasked(MASKED, _Worker(txn, None)), _Worker(txn, None)) is None
+    assert in_place_verdict(MASKED, _Worker(txn, None)) is None
 
 
 def test_asking_a_producer_what_it_holds_changes_nothing(
@@ -99,16 +105,18 @@ def test_asking_a_producer_what_it_holds_changes_nothing(
     txn.init()
     # Never initialised: not asked at all (a first init_transactions would fence `txn`).
     other = TaskTransaction(_producer(kafka_bootstrap, prefix), timeout_s=30.0)
-    assert other.held_error() is None
+    assert other.fatal_error() is None
 
-    assert txn.held_error() is None  # no transaction open
+    assert txn.fatal_error() is None  # no transaction open
     txn.begin()
     txn.send(topic.name, b"k", b"v", (), 0)
-    assert txn.held_error() is None  # one open, a record in it
+    assert txn.fatal_error() is None  # one open, a record in it
     assert txn.producer.flush(30) == 0
-    assert txn.held_error() is None
+    assert txn.fatal_error() is None
     txn.producer.commit_transaction(30)  # still the task's producer, its transaction whole
     # A healthy producer: an exception that names nothing stays a worker bug.
-    verdict = ending(MASKED, _Worker(txn, "member-2"))
+    worker = _Worker(txn, "member-2")
+    assert unmasked(MASKED, worker) is MASKED
+    verdict = ending(MASKED, worker)
     assert verdict.kind is StopKind.FATAL, verdict
     assert verdict.detail == f"worker error AttributeError: {MASKED}", verdict

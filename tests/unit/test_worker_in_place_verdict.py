@@ -6,22 +6,38 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from coordinator.runtime.supervisor.exits import SUCCESSOR_FENCED
 from parsley.frame import HandlerFailure
 from parsley.refusals import ParsleyFailClosedError, Reason
 from workers.calls import CallStalled
+from workers.client_log import _TaskAdapter
 from workers.kafka_errors import ErrorKind, SubstrateError
 from workers.protocol import StopKind
 from workers.task_timeout import TaskTimedOut
-from workers.verdicts import Stop, ending, in_place_verdict
+from workers.verdicts import Stop, ending, in_place_verdict, unmasked
+
+
+class FakeTxn:
+    """The producer's account; ``held`` is the fatal error its producer holds."""
+
+    def __init__(self, held: SubstrateError | None = None) -> None:
+        self.held = held
+        self.asked = 0
+
+    def fatal_error(self) -> SubstrateError | None:
+        self.asked += 1
+        return self.held
 
 
 class FakeWorker:
     """What the fence verdicts read of a worker; ``successor`` is the group's answer."""
 
-    def __init__(self, successor: str | None = None) -> None:
+    def __init__(self, successor: str | None = None, held: SubstrateError | None = None
+                 ) -> None:
         self.app_id = "app-p"
+        self.task = 0
         self.member_fenced = False
-        self.txn = None
+        self.txn = FakeTxn(held)
         self.successor = successor
         self.asked = 0
 
@@ -93,3 +109,36 @@ def test_the_task_timeout_is_a_substrate_stop_not_one_more_fault() -> None:
     verdict = in_place_verdict(timed_out, FakeWorker())
     assert verdict is not None and verdict.kind is StopKind.SUBSTRATE
     assert verdict.detail == timed_out.detail, "not wrapped in another recovery's detail"
+
+
+def test_an_exception_that_names_nothing_is_judged_by_the_fatal_error_the_producer_holds(
+) -> None:
+    masked = AttributeError("'_TaskAdapter' object has no attribute 'log'")
+    fence = SubstrateError(ErrorKind.FENCED, "_FENCED: fenced by a newer producer")
+    owned = FakeWorker(successor="member-7", held=fence)
+    verdict = in_place_verdict(masked, owned)
+    assert verdict is not None and verdict.kind is StopKind.FATAL
+    assert (verdict.detail or "").startswith(SUCCESSOR_FENCED), verdict
+    alone = FakeWorker(successor=None, held=fence)
+    assert in_place_verdict(masked, alone) is None, "a fence with no successor: recovered"
+    judged = unmasked(masked, alone)
+    assert judged is fence and fence.__context__ is masked
+    # A producer that holds nothing: a worker bug, as it was.
+    healthy = FakeWorker(successor="member-7")
+    verdict = in_place_verdict(masked, healthy)
+    assert verdict is not None and verdict.kind is StopKind.FATAL
+    assert verdict.detail == f"worker error AttributeError: {masked}"
+    assert healthy.txn.asked == 1 and healthy.asked == 0
+    # An exception that names something is never traded: the producer is not asked.
+    named = FakeWorker(held=fence)
+    assert unmasked(ValueError("x"), None).args == ("x",), "no worker: nothing to ask"
+    for exc in (_kafka(KafkaError._TRANSPORT), HandlerFailure(0, "orders", 0, 3, "boom"),
+                SubstrateError(ErrorKind.ABORTABLE, "abort")):
+        assert unmasked(exc, named) is exc
+    assert named.txn.asked == 0
+
+
+def test_the_task_adapter_defines_log_on_its_own_class() -> None:
+    """confluent-kafka looks ``log`` up with a fatal error pending: found on the class
+    itself, the lookup does not clear it (workers/client_log.py, ``_TaskAdapter.log``)."""
+    assert "log" in vars(_TaskAdapter)
