@@ -320,8 +320,12 @@ def test_a_port_that_does_not_speak_kafka_is_named_at_once(tmp_path: Path) -> No
     # The request line has no HTTP version, so http.server answers as HTTP/0.9: a bare body.
     assert f"127.0.0.1:{port}: not a Kafka broker: it answered the Kafka handshake with " \
         "'<!DOCTYPE HTML>" in res.stderr, res.stderr
+    # The probe's "not a Kafka broker" (and no _TRANSPORT) shows the metadata wait did not
+    # run; the time, mostly the interpreter's start, is printed (liveness bound only: an
+    # interpreter start alone took 9.5 s on a loaded CI machine).
     assert "_TRANSPORT" not in res.stderr, res.stderr
-    assert took < 8, f"took {took:.1f} s: the 10 s metadata wait ran"
+    print(f"run against an HTTP server exited after {took:.2f} s")
+    assert took < 45, f"took {took:.1f} s"
 
 
 @pytest.mark.slow
