@@ -60,13 +60,15 @@ def fence_tasks(config: ParsleyConfig, process: Process, tasks: Collection[int],
         cfg: dict[str, Any] = producer_config(
             config.bootstrap_servers, config.application_id_prefix, process.name, task, props,
             task_count=task_count)
-        producer = Producer(with_client_logger(cfg))
         try:
+            producer = Producer(with_client_logger(cfg))
             call("init_transactions", producer.init_transactions, FENCE_TIMEOUT_S)
         except (KafkaException, CallStalled) as exc:
             failures[task] = str(exc)
             if isinstance(exc, KafkaException):
                 refused.append(exc)
+        except Exception as exc:  # a fence that did not happen is never told as done
+            failures[task] = f"{type(exc).__name__}: {exc}"
 
     threads = [threading.Thread(target=fence, args=(t,), name=f"parsley-fence-{t}", daemon=True)
                for t in sorted(tasks)]
