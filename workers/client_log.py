@@ -93,7 +93,9 @@ class _TaskAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         a producer's fatal error pending (docs/architecture.md, "Recovery in place"); a
         lookup that missed this class's own attributes cleared that error and raised
         ``AttributeError: '_TaskAdapter' object has no attribute 'log'`` in its place. Found
-        here, the call fails as a ``SystemError`` whose cause is the fatal error."""
+        here, the call usually fails as a ``SystemError`` whose cause is the fatal error;
+        other lookups inside may still clear it, so the verdict does not rest on this
+        (:func:`workers.verdicts.unmasked` asks the producer)."""
         super().log(level, msg, *args, **kwargs)
 
 

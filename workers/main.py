@@ -608,6 +608,7 @@ class Worker:
         Raises:
             Stop: a clean stop was asked (checked between the steps; nothing is open).
         """
+        self.txn.initialised = False  # retired: its fatal error is not the fresh one's
         if self.opened.stores is not None:
             self.opened.stores.discard()
         old = [self.txn, self.step]  # they hold the old producer: dropped off this thread
@@ -777,6 +778,7 @@ def run(spec: TaskSpec) -> int:
         judged = unmasked(exc, worker)  # a producer's fatal error raised as another exception
         outcome = dog.outcome = ending(judged, worker)
         abort_and_log(outcome, judged, worker, f"{spec.prefix}-{spec.process.name}", spec.task)
+        del judged  # as `exc`: its traceback holds this frame
     if worker is not None:
         try:
             worker._maybe_status(force=True)

@@ -47,9 +47,9 @@ _QUEUE_FULL_TIMEOUT_S = 30.0
 _CAUSE_WAIT_S = 5.0
 """How long a failed transaction waits for its records' missing delivery reports, s."""
 FATAL_ERROR_BOUND_S = 2.0
-"""The bound on :meth:`TaskTransaction.fatal_error`'s call, s (the client's own timeout
-argument half of it): the client answers it from its own state, without a request to the
-broker, and it stays well inside the watchdog's stop grace."""
+"""The bound on each of :meth:`TaskTransaction.fatal_error`'s (at most two) calls, s, the
+client's own timeout argument half of it: the client answers from its own state, without a
+request to the broker, and two tries stay inside the watchdog's stop grace (5 s)."""
 
 
 _UNJOINED = "Failed to add partition"
@@ -77,6 +77,8 @@ class TaskTransaction:
         last_commit_ms: duration of the last commit (offsets + flush + commit), ms.
         durations: each committed transaction's duration, from its begin to its
             commit's return, s (:mod:`workers.histogram`; docs/operations.md, "Metrics").
+        initialised: whether :meth:`init` completed (the worker sets it false again when it
+            retires this account for a fresh one), so :meth:`fatal_error` may ask.
     """
 
     def __init__(self, producer: Producer, *, timeout_s: float = 20.0,
@@ -143,24 +145,28 @@ class TaskTransaction:
         Returns:
             The error as the worker raises it (:func:`workers.kafka_errors.to_exception`:
             a :class:`SubstrateError` of kind ``FENCED`` or ``FATAL``, or the refusal it
-            names), or ``None``: none held or none seen, the producer never initialised (a
-            first ``init_transactions`` would fence the task's other producers), or no
-            answer within :data:`FATAL_ERROR_BOUND_S`. After no answer the call stays
+            names), or ``None``: none held or none seen, the producer never initialised or
+            retired (a first ``init_transactions`` would fence the task's other producers),
+            or no answer in two tries of :data:`FATAL_ERROR_BOUND_S`. After no answer the
+            call stays
             pending and the producer's next transactional calls are refused
             ``_CONFLICT``; that is safe because a caller that gets ``None`` judges the
             exception it had, which stops the worker or renews its producer.
         """
         if not self.initialised:
             return None
-        try:
-            call("init_transactions (fatal error probe)", self.producer.init_transactions,
-                 FATAL_ERROR_BOUND_S / 2, bound_s=FATAL_ERROR_BOUND_S)
-        except KafkaException as exc:
-            err = kafka_error_of(exc)
-        except Exception:  # a probe that fails (CallStalled) tells nothing
-            return None
-        else:
-            return None
+        for _ in range(2):  # once more after the client's own timeout (a loaded machine)
+            try:
+                call("init_transactions (fatal error probe)", self.producer.init_transactions,
+                     FATAL_ERROR_BOUND_S / 2, bound_s=FATAL_ERROR_BOUND_S)
+            except KafkaException as exc:
+                err = kafka_error_of(exc)
+            except Exception:  # a probe that fails (CallStalled) tells nothing
+                return None
+            else:
+                return None
+            if err is None or err.code() != KafkaError._TIMED_OUT:
+                break
         if err is None or not fatal(err):
             return None
         held = to_exception(err, "the task's producer holds a fatal error")

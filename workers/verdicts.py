@@ -61,8 +61,10 @@ def stop_of(exc: BaseException) -> Stop:
 
     ``ParsleyFailClosedError`` (anywhere on the cause chain) -> REFUSAL with its
     reason; ``HandlerFailure`` -> APPLICATION; ``SubstrateError``/``KafkaException``
-    -> FATAL (fenced or fatal) or SUBSTRATE; any other exception is a worker bug,
-    reported FATAL so that it is never restarted blindly.
+    -> FATAL (fenced or fatal) or SUBSTRATE, or REFUSAL for a Kafka error that is one (an
+    ACL's, a record over a size limit: :func:`workers.kafka_errors.to_exception`); any
+    other exception (:func:`names_nothing`) is a worker bug, reported FATAL so that it is
+    never restarted blindly.
     """
     if isinstance(exc, Stop):
         return exc
@@ -79,15 +81,17 @@ def stop_of(exc: BaseException) -> Stop:
         # flush whose delivery callback ran while the client's own error (e.g. _FENCED) was
         # pending; the Kafka error beneath it is what happened.
         exc = to_exception(kafka_error_of(exc) or exc)
-    if isinstance(exc, ParsleyFailClosedError):  # a Kafka error that is a refusal (an ACL)
+    if isinstance(exc, ParsleyFailClosedError):  # a Kafka error that is a refusal
         return Stop(StopKind.REFUSAL, exc.reason, exc.detail)
     assert isinstance(exc, SubstrateError)  # names_nothing: every other case returned
     return Stop(stop_kind(exc) or StopKind.SUBSTRATE, None, exc.detail)
 
 
 def names_nothing(exc: BaseException) -> bool:
-    """Whether ``exc`` is what :func:`stop_of` calls a worker error: no stop, refusal,
-    application failure or Kafka error on its cause chain (pure)."""
+    """Whether ``exc`` is what :func:`stop_of` calls a worker error (pure): not itself a
+    :class:`Stop`, an application failure or a :class:`SubstrateError`, with no refusal on
+    its chain (:meth:`ParsleyFailClosedError.find_in`) and no Kafka error on its causes
+    (:func:`workers.kafka_errors.kafka_error_of`)."""
     return not isinstance(exc, Stop | HandlerFailure | SubstrateError) \
         and ParsleyFailClosedError.find_in(exc) is None and kafka_error_of(exc) is None
 
@@ -102,13 +106,17 @@ def unmasked(exc: BaseException, worker: Fenced | None) -> BaseException:
     """
     if worker is None or not names_nothing(exc):
         return exc
-    held = worker.txn.fatal_error()
+    try:
+        held = worker.txn.fatal_error()
+    except Exception:  # the verdict must still be reached: asking failed, nothing traded
+        log.debug("asking the producer for its fatal error failed", exc_info=True)
+        return exc
     if held is None:
         return exc
     held.__context__ = exc
-    log.warning("%s task %d: a client call raised %s: %s; the producer holds a fatal "
-                "error, judged instead: %s", worker.app_id, worker.task, type(exc).__name__,
-                exc, held)
+    log.warning("%s task %d: met %s: %s; the producer holds a fatal error, judged "
+                "instead: %s", worker.app_id, worker.task, type(exc).__name__, exc, held,
+                exc_info=exc)
     return held
 
 
@@ -285,8 +293,7 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
     :func:`unmasked` first (a producer's fatal error raised as another exception is judged
     as itself), then :func:`stop_of`, so that a :class:`Stop`, a refusal, an application
     failure (whatever Kafka error its cause chain holds) and a worker bug stop as they are;
-    then a
-    substrate error is recovered when its kind is in :data:`RECOVERABLE` (never
+    then a substrate error is recovered when its kind is in :data:`RECOVERABLE` (never
     ``OFFSET_RESET`` or ``RESTART_REQUIRED``); a fence or a fatal client is recovered
     unless a live successor holds the task's ``group.instance.id``
     (:func:`successor_stop`), whatever the transaction's age: a late ``InitProducerId`` of
@@ -316,6 +323,9 @@ def ending(exc: BaseException, worker: Fenced | None) -> Stop:
     if outcome.kind is StopKind.FATAL and worker is not None:
         outcome = timed_out(outcome, worker, fenced=classify(exc).kind is ErrorKind.FENCED)
     refusal = ParsleyFailClosedError.find_in(exc)
+    if refusal is None and kafka_error_of(exc) is not None:  # a raw Kafka error's refusal
+        found = to_exception(kafka_error_of(exc) or exc)
+        refusal = found if isinstance(found, ParsleyFailClosedError) else None
     if outcome.kind is StopKind.REFUSAL and isinstance(refusal, NotAuthorized) \
             and worker is not None:
         outcome = Stop(StopKind.REFUSAL, refusal.reason, not_authorized(refusal, worker).detail)

@@ -52,3 +52,28 @@ def test_a_refusal_anywhere_on_the_chain_wins() -> None:
 def test_an_unclassified_exception_is_a_worker_bug_reported_fatal() -> None:
     stop = stop_of(ValueError("boom"))
     assert stop.kind is StopKind.FATAL and stop.detail == "worker error ValueError: boom"
+
+
+def test_a_raw_kafka_acl_error_is_a_refusal_and_its_stop_names_the_application() -> None:
+    """An ACL's Kafka error that reached the verdict unmapped (not through
+    ``map_kafka_errors``) stops as the refusal it is, not as a worker error, and the
+    stop's detail is completed with the worker's application id as a mapped one's is."""
+    from workers.verdicts import ending
+
+    class _Worker:
+        app_id = "acl-app-p"
+        task = 0
+        member_fenced = False
+        txn = None
+
+        def successor_member(self, wait_s: float) -> str | None:
+            return None
+
+    denied = KafkaException(KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                       "Transactional Id authorization failed", fatal=True))
+    stop = stop_of(denied)
+    assert stop.kind is StopKind.REFUSAL and stop.reason is Reason.SUBSTRATE_MISCONFIGURED, stop
+    assert not (stop.detail or "").startswith("worker error"), stop.detail
+    ended = ending(denied, _Worker())  # type: ignore[arg-type]
+    assert ended.kind is StopKind.REFUSAL, ended
+    assert "acl-app-p-task-" in (ended.detail or ""), ended.detail
