@@ -51,15 +51,21 @@ def _producer(bootstrap: str, prefix: str) -> Producer:
                                                      task_count=1), prefix, 0))
 
 
+def _initialised(bootstrap: str, create_topic: CreateTopic) -> tuple[str, str, TaskTransaction]:
+    """A fresh topic, a fresh prefix and task 0's initialised transaction account."""
+    topic = create_topic(f"masked-{uuid.uuid4().hex[:8]}").name
+    prefix = f"masked-{uuid.uuid4().hex[:8]}"
+    txn = TaskTransaction(_producer(bootstrap, prefix), timeout_s=30.0)
+    txn.init()
+    return topic, prefix, txn
+
+
 def test_a_fence_raised_as_another_exception_is_judged_a_fence(
     kafka_bootstrap: str, create_topic: CreateTopic,
 ) -> None:
-    topic = create_topic(f"masked-{uuid.uuid4().hex[:8]}")
-    prefix = f"masked-{uuid.uuid4().hex[:8]}"
-    txn = TaskTransaction(_producer(kafka_bootstrap, prefix), timeout_s=30.0)
-    txn.init()
+    topic, prefix, txn = _initialised(kafka_bootstrap, create_topic)
     txn.begin()
-    txn.send(topic.name, b"k", b"before", (), 0)
+    txn.send(topic, b"k", b"before", (), 0)
     assert txn.producer.flush(30) == 0
     assert txn.fatal_error() is None, "a producer in a healthy transaction holds nothing"
 
@@ -69,7 +75,7 @@ def test_a_fence_raised_as_another_exception_is_judged_a_fence(
     raised: Exception | None = None
     try:
         for i in range(50):
-            txn.send(topic.name, b"k", b"after-%d" % i, (), 0)
+            txn.send(topic, b"k", b"after-%d" % i, (), 0)
         txn.producer.flush(30)
     except Exception as exc:  # what the client raises for the fence varies
         raised = exc
@@ -99,17 +105,14 @@ def test_a_fence_raised_as_another_exception_is_judged_a_fence(
 def test_asking_a_producer_what_it_holds_changes_nothing(
     kafka_bootstrap: str, create_topic: CreateTopic,
 ) -> None:
-    topic = create_topic(f"masked-{uuid.uuid4().hex[:8]}")
-    prefix = f"masked-{uuid.uuid4().hex[:8]}"
-    txn = TaskTransaction(_producer(kafka_bootstrap, prefix), timeout_s=30.0)
-    txn.init()
+    topic, prefix, txn = _initialised(kafka_bootstrap, create_topic)
     # Never initialised: not asked at all (a first init_transactions would fence `txn`).
     other = TaskTransaction(_producer(kafka_bootstrap, prefix), timeout_s=30.0)
     assert other.fatal_error() is None
 
     assert txn.fatal_error() is None  # no transaction open
     txn.begin()
-    txn.send(topic.name, b"k", b"v", (), 0)
+    txn.send(topic, b"k", b"v", (), 0)
     assert txn.fatal_error() is None  # one open, a record in it
     assert txn.producer.flush(30) == 0
     assert txn.fatal_error() is None
