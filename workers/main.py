@@ -540,6 +540,7 @@ class Worker:
             # The fault's frames' locals (the step, the transaction, the consumer) would keep
             # the clients being replaced alive (workers.clients.retire).
             drop_frame_locals(exc)
+            exc = unmasked(exc, self)  # its details, and what is raised, name what happened
             verdict = in_place_verdict(exc, self)
             if verdict is not None:
                 if verdict is exc or verdict.kind in (StopKind.REFUSAL, StopKind.APPLICATION):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -40,6 +40,8 @@ __all__ = ["RECOVERABLE", "SUCCESSOR_WAIT_S", "Stop", "abort_and_log", "ending",
            "timed_out", "unmasked"]
 
 log = logging.getLogger("parsley.worker")
+
+E = TypeVar("E", bound=BaseException)
 
 SUCCESSOR_WAIT_S: Final = 2 * DEFAULT_SESSION_TIMEOUT_MS / 1000.0
 """How long a worker fenced after a long transaction looks for a successor in the group, s:
@@ -96,7 +98,7 @@ def names_nothing(exc: BaseException) -> bool:
         and ParsleyFailClosedError.find_in(exc) is None and kafka_error_of(exc) is None
 
 
-def unmasked(exc: BaseException, worker: Fenced | None) -> BaseException:
+def unmasked(exc: E, worker: Fenced | None) -> E | ParsleyFailClosedError | SubstrateError:
     """``exc``, or the fatal error the task's producer holds when ``exc`` names nothing
     (:func:`names_nothing`): confluent-kafka can raise a producer's fatal error as another
     exception, and a fence judged a worker bug would stop a process whose task only moved
