@@ -114,9 +114,9 @@ def test_kill_9_at_random_points_loses_nothing_duplicates_nothing_breaks_no_caus
         assert done.is_set()
         while True:  # in-step kills left: restart until every token was consumed
             worker = spawn(spec)
-            # A status of lag 0 before the first fetch answered does not mean a token's
-            # record was read (CI saw the last token kill the worker being stopped), so
-            # tokens left keep the wait on until the worker dies of one.
+            # Lag 0 means every record was read by the consumer, not handled: a fetched batch
+            # can hold a token's record still (CI saw the last token kill the worker being
+            # stopped), so tokens left keep the wait on until the worker dies of one.
             collector.wait_for(lambda m, w=worker: (m["kind"] == "status" and m["pid"] == w.pid
                                                     and m["state"] == "RUNNING"
                                                     and m["lag"] == 0
