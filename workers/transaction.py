@@ -148,22 +148,19 @@ class TaskTransaction:
             names), or ``None``: none held or none seen, the producer never initialised or
             retired (a first ``init_transactions`` would fence the task's other producers),
             or no answer in two tries of :data:`FATAL_ERROR_BOUND_S`. After no answer the
-            call stays
-            pending and the producer's next transactional calls are refused
+            call stays pending and the producer's next transactional calls are refused
             ``_CONFLICT``; that is safe because a caller that gets ``None`` judges the
             exception it had, which stops the worker or renews its producer.
         """
-        if not self.initialised:
-            return None
-        for _ in range(2):  # once more after the client's own timeout (a loaded machine)
+        err = None
+        for _ in range(2 if self.initialised else 0):  # again after the client's own timeout
             try:
                 call("init_transactions (fatal error probe)", self.producer.init_transactions,
                      FATAL_ERROR_BOUND_S / 2, bound_s=FATAL_ERROR_BOUND_S)
+                return None
             except KafkaException as exc:
                 err = kafka_error_of(exc)
             except Exception:  # a probe that fails (CallStalled) tells nothing
-                return None
-            else:
                 return None
             if err is None or err.code() != KafkaError._TIMED_OUT:
                 break

@@ -292,10 +292,11 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
     """``None`` when ``exc`` is a fault the worker recovers from in place; else the stop it
     ends the worker with (docs/operations.md, "The task timeout").
 
-    :func:`unmasked` first (a producer's fatal error raised as another exception is judged
-    as itself), then :func:`stop_of`, so that a :class:`Stop`, a refusal, an application
-    failure (whatever Kafka error its cause chain holds) and a worker bug stop as they are;
-    then a substrate error is recovered when its kind is in :data:`RECOVERABLE` (never
+    ``exc`` is the fault as :func:`unmasked` judged it (``Worker._recover`` asks first, so
+    that its log lines name the same). :func:`stop_of` first, so that a :class:`Stop`, a
+    refusal, an application failure (whatever Kafka error its cause chain holds) and a
+    worker bug stop as they are; then a substrate error is recovered when its kind is in
+    :data:`RECOVERABLE` (never
     ``OFFSET_RESET`` or ``RESTART_REQUIRED``); a fence or a fatal client is recovered
     unless a live successor holds the task's ``group.instance.id``
     (:func:`successor_stop`), whatever the transaction's age: a late ``InitProducerId`` of
@@ -303,7 +304,6 @@ def in_place_verdict(exc: BaseException, worker: Fenced) -> Stop | None:
     """
     if isinstance(exc, TaskTimedOut):
         return Stop(StopKind.SUBSTRATE, None, exc.detail)  # the recovery's own end
-    exc = unmasked(exc, worker)
     verdict = stop_of(exc)
     if verdict.kind is StopKind.SUBSTRATE:
         return None if classify(exc).kind in RECOVERABLE else verdict

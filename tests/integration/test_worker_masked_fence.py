@@ -95,11 +95,11 @@ def test_a_fence_raised_as_another_exception_is_judged_a_fence(
     verdict = ending(unmasked(MASKED, owned), owned)
     assert verdict.kind is StopKind.FATAL, verdict
     assert verdict.detail is not None and verdict.detail.startswith(SUCCESSOR_FENCED), verdict
-    in_place = in_place_verdict(MASKED, owned)
+    in_place = in_place_verdict(unmasked(MASKED, owned), owned)
     assert in_place is not None and in_place.detail is not None \
         and in_place.detail.startswith(SUCCESSOR_FENCED), in_place
     # No successor: recovered in place with a fresh producer, never judged a worker bug.
-    assert in_place_verdict(MASKED, _Worker(txn, None)) is None
+    assert in_place_verdict(unmasked(MASKED, _Worker(txn, None)), _Worker(txn, None)) is None
 
 
 def test_asking_a_producer_what_it_holds_changes_nothing(

@@ -116,16 +116,17 @@ def test_an_exception_that_names_nothing_is_judged_by_the_fatal_error_the_produc
     masked = AttributeError("'_TaskAdapter' object has no attribute 'log'")
     fence = SubstrateError(ErrorKind.FENCED, "_FENCED: fenced by a newer producer")
     owned = FakeWorker(successor="member-7", held=fence)
-    verdict = in_place_verdict(masked, owned)
+    verdict = in_place_verdict(unmasked(masked, owned), owned)
     assert verdict is not None and verdict.kind is StopKind.FATAL
     assert (verdict.detail or "").startswith(SUCCESSOR_FENCED), verdict
     alone = FakeWorker(successor=None, held=fence)
-    assert in_place_verdict(masked, alone) is None, "a fence with no successor: recovered"
+    assert in_place_verdict(unmasked(masked, alone), alone) is None, \
+        "a fence with no successor: recovered"
     judged = unmasked(masked, alone)
     assert judged is fence and fence.__context__ is masked
     # A producer that holds nothing: a worker bug, as it was.
     healthy = FakeWorker(successor="member-7")
-    verdict = in_place_verdict(masked, healthy)
+    verdict = in_place_verdict(unmasked(masked, healthy), healthy)
     assert verdict is not None and verdict.kind is StopKind.FATAL
     assert verdict.detail == f"worker error AttributeError: {masked}"
     assert healthy.txn.asked == 1 and healthy.asked == 0
