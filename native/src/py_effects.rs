@@ -61,24 +61,124 @@ pub(crate) fn check_allocatable(cls: &Bound<'_, PyType>) -> PyResult<()> {
     Ok(())
 }
 
-/// Set the attributes `names` of `obj` to `values` through their descriptors, as the
-/// slot setters of `parsley/effects.py` (`_slot_setters`) do: a frozen dataclass's own
-/// `__setattr__` is not called.
-pub(crate) fn set_slots(
-    obj: &Bound<'_, PyAny>,
-    names: &[Py<PyString>],
-    values: &[&Bound<'_, PyAny>],
-) -> PyResult<()> {
-    for (name, value) in names.iter().zip(values.iter()) {
-        // SAFETY: three valid object pointers, held by bound references for the call.
-        let rc = unsafe {
-            ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr())
-        };
-        if rc != 0 {
-            return Err(PyErr::fetch(obj.py()));
+/// The `__slots__` fields `names` of the slotted class `cls`, each located once in its
+/// instances: reading or setting one is then a pointer read or write, what CPython's
+/// member descriptor does for an object field (`PyMember_GetOne`, `PyMember_SetOne` for
+/// `Py_T_OBJECT_EX`), without the lookup by name on every access. Setting goes through
+/// the descriptor as the slot setters of `parsley/effects.py` (`_slot_setters`) do: a
+/// frozen dataclass's own `__setattr__` is not called.
+///
+/// Only objects of exactly `cls` are accessed this way: a subclass may name another
+/// descriptor for a field, so its instances go through `getattr`/`setattr`.
+pub(crate) struct Slots {
+    cls: Py<PyType>,
+    names: Vec<Py<PyString>>,
+    offsets: Vec<ffi::Py_ssize_t>,
+}
+
+impl Slots {
+    /// Locates `names` on `cls`. Raises `TypeError` unless each resolves, on the class,
+    /// to a writable member descriptor of an object field: a `__slots__` entry of `cls`
+    /// or of a base class.
+    pub(crate) fn of(cls: &Bound<'_, PyType>, names: &[&str]) -> PyResult<Self> {
+        let py = cls.py();
+        let mut offsets = Vec::with_capacity(names.len());
+        for name in names {
+            let descr = match cls.getattr(*name) {
+                Ok(d) => d,
+                Err(e) if e.is_instance_of::<PyAttributeError>(py) => py.None().into_bound(py),
+                Err(e) => return Err(e),
+            };
+            // SAFETY: `descr` is a live object; its type is checked to be exactly the
+            // member descriptor type before it is read as a `PyMemberDescrObject`,
+            // whose `d_member` CPython declares as a `PyMemberDef` (PyO3's binding
+            // types it as a getset definition, hence the cast); `d_type` is the class
+            // that defines the slot.
+            let member = unsafe {
+                let member_type = std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type);
+                if ffi::Py_TYPE(descr.as_ptr()) != member_type {
+                    None
+                } else {
+                    let d = descr.as_ptr() as *mut ffi::PyMemberDescrObject;
+                    let def = (*d).d_member as *const ffi::PyMemberDef;
+                    let owner = (*d).d_common.d_type;
+                    Some(((*def).type_code, (*def).flags, (*def).offset, owner))
+                }
+            };
+            match member {
+                Some((code, flags, offset, owner))
+                    if code == ffi::Py_T_OBJECT_EX
+                        && flags & ffi::Py_READONLY == 0
+                        && offset > 0
+                        // SAFETY: two live type objects.
+                        && unsafe { ffi::PyType_IsSubtype(cls.as_type_ptr(), owner) } != 0 =>
+                {
+                    offsets.push(offset)
+                }
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "{}.{} is not a writable __slots__ field",
+                        cls.name()?,
+                        name
+                    )))
+                }
+            }
+        }
+        Ok(Slots {
+            cls: cls.clone().unbind(),
+            names: names.iter().map(|n| PyString::intern(py, n).unbind()).collect(),
+            offsets,
+        })
+    }
+
+    /// Whether `obj` is of exactly the class these fields were located on.
+    fn holds(&self, obj: &Bound<'_, PyAny>) -> bool {
+        obj.get_type().is(self.cls.bind(obj.py()))
+    }
+
+    /// Field `i` of `obj`; an unset field raises the `AttributeError` `getattr` raises.
+    pub(crate) fn get<'py>(&self, obj: &Bound<'py, PyAny>, i: usize) -> PyResult<Bound<'py, PyAny>> {
+        if !self.holds(obj) {
+            return obj.getattr(self.names[i].bind(obj.py()));
+        }
+        // SAFETY: `obj` is an instance of exactly `cls`, so the slot at this offset is
+        // an object pointer (NULL while unset), which the instance keeps alive while
+        // `obj` is borrowed; the new reference is taken before anything can run.
+        unsafe {
+            let field = (obj.as_ptr() as *mut u8).offset(self.offsets[i]) as *mut *mut ffi::PyObject;
+            if (*field).is_null() {
+                return obj.getattr(self.names[i].bind(obj.py()));
+            }
+            Ok(Bound::from_borrowed_ptr(obj.py(), *field))
         }
     }
-    Ok(())
+
+    /// Sets the fields of `obj` to `values`, in the order of the names.
+    pub(crate) fn set_all(&self, obj: &Bound<'_, PyAny>, values: &[&Bound<'_, PyAny>]) -> PyResult<()> {
+        let exact = self.holds(obj);
+        for (i, value) in values.iter().enumerate() {
+            if !exact {
+                // SAFETY: three valid object pointers, held by bound references.
+                let rc = unsafe {
+                    ffi::PyObject_GenericSetAttr(obj.as_ptr(), self.names[i].as_ptr(), value.as_ptr())
+                };
+                if rc != 0 {
+                    return Err(PyErr::fetch(obj.py()));
+                }
+                continue;
+            }
+            // SAFETY: as in `get`; the old value's reference is dropped only after the
+            // new one is stored, as `PyMember_SetOne` does, since dropping it may run
+            // code that reads the field.
+            unsafe {
+                let field = (obj.as_ptr() as *mut u8).offset(self.offsets[i]) as *mut *mut ffi::PyObject;
+                let old = *field;
+                *field = ffi::Py_NewRef(value.as_ptr());
+                ffi::Py_XDECREF(old);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `Constructors(Send, Effects, Channel, python_send, reduce_to)`: `send` and
@@ -96,8 +196,8 @@ pub struct Constructors {
     channel: Py<PyType>,
     python_send: PyObject,
     reduce_to: PyObject,
-    send_fields: Vec<Py<PyString>>,
-    effects_fields: Vec<Py<PyString>>,
+    send_fields: Slots,
+    effects_fields: Slots,
     empty: Py<PyTuple>,
 }
 
@@ -147,15 +247,16 @@ impl Constructors {
     ) -> PyResult<Self> {
         check_allocatable(&send)?;
         check_allocatable(&effects)?;
-        let names = |ns: &[&str]| ns.iter().map(|n| PyString::intern(py, n).unbind()).collect();
+        let send_fields = Slots::of(&send, &["channel", "key", "value", "headers", "timestamp_ms"])?;
+        let effects_fields = Slots::of(&effects, &["sends", "writes"])?;
         Ok(Constructors {
             send: send.unbind(),
             effects: effects.unbind(),
             channel: channel.unbind(),
             python_send,
             reduce_to,
-            send_fields: names(&["channel", "key", "value", "headers", "timestamp_ms"]),
-            effects_fields: names(&["sends", "writes"]),
+            send_fields,
+            effects_fields,
             empty: PyTuple::empty(py).unbind(),
         })
     }
@@ -183,7 +284,7 @@ impl Constructors {
         let send = alloc(py, self.send.bind(py))?;
         let ts = timestamp.unwrap_or_else(|| py.None().into_bound(py));
         let empty = self.empty.bind(py).as_any();
-        set_slots(&send, &self.send_fields, &[channel, key, value, empty, &ts])?;
+        self.send_fields.set_all(&send, &[channel, key, value, empty, &ts])?;
         Ok(send)
     }
 
@@ -216,7 +317,7 @@ impl Constructors {
         let effects = alloc(py, self.effects.bind(py))?;
         let sends = PyTuple::new(py, [send])?;
         let empty = self.empty.bind(py).as_any();
-        set_slots(&effects, &self.effects_fields, &[sends.as_any(), empty])?;
+        self.effects_fields.set_all(&effects, &[sends.as_any(), empty])?;
         Ok(effects)
     }
 }

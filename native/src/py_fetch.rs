@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::py_effects::{alloc, check_allocatable, set_slots};
+use crate::py_effects::{alloc, check_allocatable, Slots};
 
 /// `split_errors(records) -> (good, errors)`: the records whose `error()` is `None`, and
 /// the others, each in fetch order. When no record has an error, `good` is `records`
@@ -105,13 +105,26 @@ struct Planned<'a, 'py> {
 // drop a cyclic garbage collection makes runs under the GIL too, on whichever thread
 // triggered it. Python code that a method calls (a handler, sqlite3) may release the
 // GIL, but then no Rust code of this object runs until it is taken back, and PyO3's
-// borrow flag refuses a second `&mut`. The crate is built for the stable ABI (abi3),
-// which no free-threaded CPython loads and PyO3 refuses to build for one, so the GIL
-// is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
+// borrow flag refuses a second `&mut`. The module does not declare itself free of the
+// GIL (`#[pymodule]` keeps PyO3's default `gil_used = true`), so a free-threaded
+// CPython turns its GIL back on when it imports the module (`PYTHON_GIL=0` forcing it
+// off is the user's own unsafety, as for any such module), so the GIL is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
 // whenever a collection triggered on one of librdkafka's threads (an admin future
 // resolved there runs Python) drops it.
 unsafe impl Send for FastFrame {}
 unsafe impl Sync for FastFrame {}
+
+/// The fields of `parsley.Effects` and of `parsley.Send` the frame reads, and each one's
+/// index among them.
+const EFFECTS_FIELDS: [&str; 2] = ["sends", "writes"];
+const SENDS: usize = 0;
+const WRITES: usize = 1;
+const SEND_FIELDS: [&str; 5] = ["channel", "key", "value", "headers", "timestamp_ms"];
+const CHANNEL: usize = 0;
+const KEY: usize = 1;
+const VALUE: usize = 2;
+const HEADERS: usize = 3;
+const TIMESTAMP_MS: usize = 4;
 
 /// How many channel objects `FastFrame::output` remembers, the oldest forgotten first (a
 /// handler that makes a new `Channel` per send reads each one's name).
@@ -137,7 +150,9 @@ struct FastFrame {
     produce: PyObject,
     on_delivery: PyObject,
     causes_key: Py<PyString>,
-    fields: Vec<Py<PyString>>,
+    delivery_fields: Slots,
+    effects_fields: Slots,
+    send_fields: Slots,
     /// Entries handled, sends produced and batch-handler calls made (counted once the
     /// handler was called, returned or raised) by the current (or last) `run` so far: what
     /// a `run` that raises had done (`partial`).
@@ -271,7 +286,7 @@ impl FastFrame {
             value,
             &headers,
         ];
-        set_slots(&delivery, &self.fields, &values)?;
+        self.delivery_fields.set_all(&delivery, &values)?;
         Ok(delivery)
     }
 
@@ -322,8 +337,8 @@ impl FastFrame {
         if !effects.get_type().is(self.effects.bind(py)) || self.latched(py)? {
             return Ok(None);
         }
-        let writes = effects.getattr(intern!(py, "writes"))?;
-        let sends = effects.getattr(intern!(py, "sends"))?;
+        let writes = self.effects_fields.get(effects, WRITES)?;
+        let sends = self.effects_fields.get(effects, SENDS)?;
         let (writes, sends) = match (writes.downcast::<PyTuple>(), sends.downcast::<PyTuple>()) {
             (Ok(w), Ok(s)) => (w.clone(), s.clone()),
             _ => return Ok(None),
@@ -337,26 +352,26 @@ impl FastFrame {
             if !send.get_type().is(send_type) {
                 return Ok(None);
             }
-            let out = match self.output(py, &send.getattr(intern!(py, "channel"))?)? {
+            let out = match self.output(py, &self.send_fields.get(&send, CHANNEL)?)? {
                 Some(o) => o,
                 None => return Ok(None),
             };
-            if !no_headers(&send.getattr(intern!(py, "headers"))?) {
+            if !no_headers(&self.send_fields.get(&send, HEADERS)?) {
                 return Ok(None);
             }
             // Serializers are pure and their failures are refusals the Python frame
             // words: on anything but bytes or None out, it plans the sends again.
-            let key = match coded(&out.encode_key, &send.getattr(intern!(py, "key"))?) {
+            let key = match coded(&out.encode_key, &self.send_fields.get(&send, KEY)?) {
                 Ok(Some(k)) if k.is_none() || k.is_exact_instance_of::<PyBytes>() => k,
                 Err(err) if !is_exception(py, &err) => return Err(err),
                 _ => return Ok(None),
             };
-            let value = match coded(&out.encode_value, &send.getattr(intern!(py, "value"))?) {
+            let value = match coded(&out.encode_value, &self.send_fields.get(&send, VALUE)?) {
                 Ok(Some(v)) if v.is_none() || v.is_exact_instance_of::<PyBytes>() => v,
                 Err(err) if !is_exception(py, &err) => return Err(err),
                 _ => return Ok(None),
             };
-            let own_ts = send.getattr(intern!(py, "timestamp_ms"))?;
+            let own_ts = self.send_fields.get(&send, TIMESTAMP_MS)?;
             let ts = if own_ts.is_none() { default_ts.clone() } else { own_ts };
             planned.push(Planned { out, key, value, ts });
         }
@@ -580,10 +595,12 @@ impl FastFrame {
                 encode_value: enc(2)?,
             });
         }
-        let fields = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
-            .iter()
-            .map(|n| PyString::intern(py, n).unbind())
-            .collect();
+        let delivery_fields = Slots::of(
+            classes.0.bind(py),
+            &["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
+        )?;
+        let effects_fields = Slots::of(classes.1.bind(py), &EFFECTS_FIELDS)?;
+        let send_fields = Slots::of(classes.2.bind(py), &SEND_FIELDS)?;
         Ok(FastFrame {
             inputs: ins,
             outputs: outs,
@@ -598,7 +615,9 @@ impl FastFrame {
             produce,
             on_delivery,
             causes_key,
-            fields,
+            delivery_fields,
+            effects_fields,
+            send_fields,
             handled: Cell::new(0),
             sent: Cell::new(0),
             calls: Cell::new(0),

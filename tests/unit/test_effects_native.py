@@ -11,6 +11,7 @@ a skip.
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Any
 
 import pytest
@@ -122,6 +123,38 @@ def test_a_class_that_object_new_does_not_allocate_plainly_is_refused() -> None:
     with pytest.raises(TypeError, match="PyType_GenericAlloc"):
         _native.Constructors(Raw, Effects, Channel, _python_send, _native_constructors)
 
+
+
+def test_a_class_whose_fields_are_not_writable_slots_is_refused() -> None:
+    # The native constructors write fields at the offsets their member descriptors give;
+    # a field that is a property, or a class without that slot, must be refused at once.
+    class Plain:
+        __slots__ = ("channel", "headers", "key", "value")  # no timestamp_ms
+
+    class Computed:
+        __slots__ = ("channel", "headers", "key", "value")
+
+        @property
+        def timestamp_ms(self) -> None:
+            return None
+
+    for cls in (Plain, Computed):
+        with pytest.raises(TypeError, match=r"timestamp_ms is not a writable __slots__ field"):
+            _native.Constructors(cls, Effects, Channel, _python_send, _native_constructors)
+
+
+def test_slotted_fields_read_natively_equal_getattr_and_leak_nothing() -> None:
+    # Built natively many times: the fields hold what was given, and the values they
+    # replaced or held are released (a reference count that grew would mean a leak).
+    key, value = bytearray(b"k"), bytearray(b"v")
+    before = sys.getrefcount(key), sys.getrefcount(value)
+    for _ in range(1000):
+        send = CONSTRUCTORS.send(OUT, key, value, None, 7)
+        assert (send.channel, send.key, send.value, send.headers, send.timestamp_ms) == (
+            OUT, key, value, (), 7)
+        assert send.key is key and send.value is value
+    del send
+    assert (sys.getrefcount(key), sys.getrefcount(value)) == before
 
 def _relay_of(out: Channel[Any, Any]) -> Any:
     send = Effects.send  # a relay that holds the constructor, as perf.runs' relay does

@@ -37,9 +37,10 @@ const DELIVER_BATCH_RESERVE: i64 = 1024;
 // drop a cyclic garbage collection makes runs under the GIL too, on whichever thread
 // triggered it. Python code that a method calls (a handler, sqlite3) may release the
 // GIL, but then no Rust code of this object runs until it is taken back, and PyO3's
-// borrow flag refuses a second `&mut`. The crate is built for the stable ABI (abi3),
-// which no free-threaded CPython loads and PyO3 refuses to build for one, so the GIL
-// is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
+// borrow flag refuses a second `&mut`. The module does not declare itself free of the
+// GIL (`#[pymodule]` keeps PyO3's default `gil_used = true`), so a free-threaded
+// CPython turns its GIL back on when it imports the module (`PYTHON_GIL=0` forcing it
+// off is the user's own unsafety, as for any such module), so the GIL is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
 // whenever a collection triggered on one of librdkafka's threads (an admin future
 // resolved there runs Python) drops it.
 unsafe impl Send for EngineCore {}
