@@ -24,6 +24,8 @@ mod py_effects;
 mod py_engine;
 #[cfg(feature = "python")]
 mod py_fetch;
+#[cfg(feature = "python")]
+mod py_methods;
 
 #[cfg(feature = "python")]
 pub mod py_state_codec;

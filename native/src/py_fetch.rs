@@ -17,6 +17,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::py_effects::{alloc, check_allocatable, Slots};
+use crate::py_methods::Methods;
 
 /// `split_errors(records) -> (good, errors)`: the records whose `error()` is `None`, and
 /// the others, each in fetch order. When no record has an error, `good` is `records`
@@ -29,11 +30,11 @@ fn split_errors<'py>(
     py: Python<'py>,
     records: &Bound<'py, PyList>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-    let name = intern!(py, "error");
+    let mut error = Methods::new(["error"]);
     let errors = PyList::empty(py);
     let mut first_error: Option<usize> = None;
     for (i, rec) in records.iter().enumerate() {
-        if !rec.call_method0(name)?.is_none() {
+        if !error.call(&rec, 0)?.is_none() {
             first_error = Some(i);
             break;
         }
@@ -46,7 +47,7 @@ fn split_errors<'py>(
     for (i, rec) in records.iter().enumerate() {
         if i < first {
             good.append(rec)?;
-        } else if i == first || !rec.call_method0(name)?.is_none() {
+        } else if i == first || !error.call(&rec, 0)?.is_none() {
             errors.append(rec)?;
         } else {
             good.append(rec)?;

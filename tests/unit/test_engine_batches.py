@@ -4,9 +4,11 @@ calls they stand for: same deliveries, same headers, same deltas (docs/performan
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 import pytest
+from confluent_kafka import Message
 
 from parsley.engine.channel import ChannelId, ReceivedMessage
 from parsley.engine.engine import ProcessEngine
@@ -88,6 +90,34 @@ def test_feed_records_and_deliver_batch_match_receive_and_deliver_next() -> None
     assert len(got) == 40
     assert many.take_deltas() == one.take_deltas()
 
+
+
+class ShiftedValue(Message):
+    """A ``Message`` subclass overriding one accessor: it must be called, not ``Message``'s."""
+
+    def value(self) -> bytes:
+        return b"shifted"
+
+
+def test_feed_records_reads_real_messages_and_calls_a_subclass_override() -> None:
+    # The native engine calls confluent-kafka's own Message accessors through their
+    # descriptors; a subclass's override (or a fake) must still be what is called.
+    def message(cls: type[Message], r: Record) -> Message:
+        return cls(topic=r.topic(), partition=0, offset=r.offset(), key=r.key(),
+                   value=r.value(), headers=r.headers(), timestamp=r.timestamp())
+
+    kinds = (Message, ShiftedValue, None)  # None: the plain fake itself
+    mixed: list[Any] = [r if (k := kinds[i % 3]) is None else message(k, r)
+                        for i, r in enumerate(records())]
+    fed = engine()
+    assert fed.feed_records(mixed, NAMES)[:2] == (40, 0)
+    got = []
+    while batch := fed.deliver_batch(64):
+        got.extend(batch)
+    by_position = {(ch, q): value for ch, q, _, _, value, _, _ in got}
+    for i, r in enumerate(records()):
+        want = b"shifted" if i % 3 == 1 else r.value()
+        assert by_position[(NAMES[r.topic()], r.offset())] == want
 
 def test_feed_records_raises_the_first_refusal() -> None:
     e = engine()

@@ -50,3 +50,20 @@ def test_both_split_every_batch_alike(failed: list[bool]) -> None:
         good, errors = split(batch)
         assert [id(m) for m in good] == [id(m) for m in expected_good]
         assert [id(m) for m in errors] == [id(m) for m in expected_errors]
+
+
+class _FailedAnyway(Message):
+    """A ``Message`` subclass whose own ``error()`` must be the one called."""
+
+    def error(self) -> KafkaError:
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+
+@pytest.mark.parametrize("name, split", SPLITTERS, ids=[n for n, _ in SPLITTERS])
+def test_a_subclass_override_of_error_is_called(name: str, split: Any) -> None:
+    # The native twin calls Message.error through its descriptor; a subclass is called by
+    # name, so its override decides.
+    batch = [_record(0, False), _FailedAnyway(topic="t", partition=0, offset=1),
+             _record(2, False), _record(3, True)]
+    good, errors = split(batch)
+    assert good == [batch[0], batch[2]] and errors == [batch[1], batch[3]]

@@ -97,7 +97,8 @@ pub(super) fn split_headers<'py>(
     }
     let mut causes = SplitCauses::Absent;
     let mut reserved = false;
-    let mut kept: Vec<Bound<'py, PyAny>> = Vec::with_capacity(n);
+    // Allocated at the first application header only: a relay's records carry none.
+    let mut kept: Vec<Bound<'py, PyAny>> = Vec::new();
     for h in headers.try_iter()? {
         let h = h?;
         let (k, v) = match h.downcast::<PyTuple>() {

@@ -24,6 +24,7 @@ use self::convert::{
 use self::host::{PyHost, PyPayload, PyState, Refs};
 use crate::engine::fx::FxSet;
 use crate::engine::{encodable_position, CausesHeader, Config, Core, Delivered, Fault, Restore};
+use crate::py_methods::Methods;
 use crate::wire::TopicId;
 
 /// The most entries `deliver_batch` reserves room for before it knows how many heads are
@@ -51,6 +52,19 @@ unsafe impl Sync for EngineCore {}
 pub struct EngineCore {
     core: Core<PyPayload>,
     py: PyState,
+    /// The accessors `feed_records` calls on every record, in the order of `RECORD_*`.
+    record: Methods<6>,
+}
+
+const RECORD_TOPIC: usize = 0;
+const RECORD_OFFSET: usize = 1;
+const RECORD_HEADERS: usize = 2;
+const RECORD_TIMESTAMP: usize = 3;
+const RECORD_KEY: usize = 4;
+const RECORD_VALUE: usize = 5;
+
+fn record_methods() -> Methods<6> {
+    Methods::new(["topic", "offset", "headers", "timestamp", "key", "value"])
 }
 
 impl EngineCore {
@@ -179,6 +193,7 @@ impl EngineCore {
         EngineCore {
             core: Core::new(Config::default(), Vec::new()),
             py: PyState::default(),
+            record: record_methods(),
         }
     }
 
@@ -384,9 +399,9 @@ impl EngineCore {
         let mut duplicates = 0usize;
         for rec in records.try_iter()? {
             let rec = rec?;
-            let topic = rec.call_method0(intern!(py, "topic"))?;
-            let offset_obj = rec.call_method0(intern!(py, "offset"))?;
-            let mut headers = rec.call_method0(intern!(py, "headers"))?;
+            let topic = self.record.call(&rec, RECORD_TOPIC)?;
+            let offset_obj = self.record.call(&rec, RECORD_OFFSET)?;
+            let mut headers = self.record.call(&rec, RECORD_HEADERS)?;
             if headers.is_none() {
                 // confluent-kafka gives None for a record without headers.
                 headers = PyTuple::empty(py).into_any();
@@ -411,10 +426,10 @@ impl EngineCore {
                 }
             };
             let r = topics[slot].1;
-            let ts_obj = rec.call_method0(intern!(py, "timestamp"))?.get_item(1)?;
+            let ts_obj = self.record.call(&rec, RECORD_TIMESTAMP)?.get_item(1)?;
             let (offset, ts) = self.checked_feed(py, r, &offset_obj, &ts_obj)?;
-            let key = rec.call_method0(intern!(py, "key"))?;
-            let value = rec.call_method0(intern!(py, "value"))?;
+            let key = self.record.call(&rec, RECORD_KEY)?;
+            let value = self.record.call(&rec, RECORD_VALUE)?;
             if !self.feed_one(py, r, offset, ts, &key, &value, &headers)? {
                 duplicates += 1;
             }
