@@ -5,9 +5,12 @@
 //!
 //! The shortcut is taken only where it cannot differ from `record.name()`: on a class
 //! whose attributes cannot change (an immutable type, such as confluent-kafka's C
-//! `Message`), whose instances have no `__dict__` to shadow a method, and whose every
-//! named attribute is a method descriptor. Records of any other class (a test's fake,
-//! a subclass) are called by name, as before.
+//! `Message`), whose instances have no `__dict__` to shadow a method, whose attribute
+//! lookup is the generic one (no `__getattribute__` of its own), and whose every named
+//! attribute is a method descriptor defined by the class itself (not inherited from a
+//! base that might change). Records of any other class (a test's fake, a subclass) are
+//! called by name, as before. The descriptors are found again whenever the record's
+//! class differs from the last one's (each `split_errors` call starts afresh).
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -57,9 +60,13 @@ impl<const N: usize> Methods<N> {
 /// could differ from calling the method by name on an instance (see the module docs).
 fn descriptors(ty: &Bound<'_, PyType>, names: &[&str]) -> Option<Vec<PyObject>> {
     let t = ty.as_type_ptr();
-    // SAFETY: reading the flags and the instance dict offset of a live type object.
-    let (flags, dict_offset) = unsafe { (ffi::PyType_GetFlags(t), (*t).tp_dictoffset) };
-    if flags & ffi::Py_TPFLAGS_IMMUTABLETYPE == 0 || dict_offset != 0 {
+    // SAFETY: reading the flags, the instance dict offset and the attribute hook of a live
+    // type object.
+    let (flags, dict_offset, getattro) =
+        unsafe { (ffi::PyType_GetFlags(t), (*t).tp_dictoffset, (*t).tp_getattro) };
+    let generic_getattr = ffi::PyObject_GenericGetAttr as ffi::getattrofunc as usize;
+    let generic = getattro.map(|f| f as usize) == Some(generic_getattr);
+    if flags & ffi::Py_TPFLAGS_IMMUTABLETYPE == 0 || dict_offset != 0 || !generic {
         return None;
     }
     let mut found = Vec::with_capacity(names.len());
@@ -68,11 +75,13 @@ fn descriptors(ty: &Bound<'_, PyType>, names: &[&str]) -> Option<Vec<PyObject>> 
             Ok(d) => d,
             Err(_) => return None,
         };
-        // SAFETY: comparing a live object's type with the method descriptor type.
-        let is_method = unsafe {
+        // SAFETY: the object's type is compared with the method descriptor type before
+        // it is read as a descriptor, whose `d_type` is the class that defines it.
+        let own_method = unsafe {
             ffi::Py_TYPE(d.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyMethodDescr_Type)
+                && (*(d.as_ptr() as *mut ffi::PyDescrObject)).d_type == t
         };
-        if !is_method {
+        if !own_method {
             return None;
         }
         found.push(d.unbind());

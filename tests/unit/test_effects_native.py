@@ -138,7 +138,15 @@ def test_a_class_whose_fields_are_not_writable_slots_is_refused() -> None:
         def timestamp_ms(self) -> None:
             return None
 
-    for cls in (Plain, Computed):
+    class Seven:
+        __slots__ = ("a", "b", "c", "channel", "headers", "key", "value")
+
+    class Borrowed:
+        # Another class's descriptor: its offset lies past this class's instances.
+        __slots__ = ("channel", "headers", "key", "value")
+        timestamp_ms = Seven.__dict__["value"]
+
+    for cls in (Plain, Computed, Borrowed):
         with pytest.raises(TypeError, match=r"timestamp_ms is not a writable __slots__ field"):
             _native.Constructors(cls, Effects, Channel, _python_send, _native_constructors)
 

@@ -12,6 +12,8 @@ The handlers, per record and in batches, cover the plain case and every way out 
 from __future__ import annotations
 
 import contextlib
+import gc
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
@@ -340,6 +342,27 @@ def test_the_fast_path_sends_and_refuses_what_the_python_frame_does(case: str) -
     if expected_stop is not None:
         assert expected_stop in counting.stops
 
+
+
+def test_the_fields_the_fast_path_reads_and_sets_keep_their_reference_counts() -> None:
+    # The fast path reads a Send's and an Effects' fields, and sets a Delivery's, at their
+    # slot offsets (native/src/py_effects.rs, Slots): a read without its own reference, or
+    # a set that leaked one, shows in the count of an object only this test holds.
+    key, value = bytes(bytearray(b"sentinel-key")), bytes(bytearray(b"sentinel-value"))
+    kept: list[Any] = []
+
+    def handler(d: Delivery[Any, Any], s: State) -> Any:
+        kept.append(d.value)  # each delivery's value object, set by the fast path
+        return Effects.send(OUT, key, value)
+
+    before = sys.getrefcount(key), sys.getrefcount(value)
+    result, counting = _drain(handler, BYTES, BYTES, True, {}, app_headers=False)
+    assert counting.handled == 24 and len(result[0]) == 24
+    assert all(sent[1] is key and sent[2] is value for sent in result[0])
+    assert [bytes(v) for v in kept] == [b"v%d" % q for q in range(24)]
+    del result, counting
+    gc.collect()
+    assert (sys.getrefcount(key), sys.getrefcount(value)) == before
 
 def test_a_refused_produce_goes_through_the_full_path_once() -> None:
     from confluent_kafka import KafkaError, KafkaException
