@@ -61,6 +61,18 @@ pub(crate) fn check_allocatable(cls: &Bound<'_, PyType>) -> PyResult<()> {
     Ok(())
 }
 
+/// The fields of `parsley.Send` and of `parsley.Effects` the native code sets and reads,
+/// in the order of [`Slots::of`]'s names, and each one's index among them.
+pub(crate) const SEND_FIELDS: [&str; 5] = ["channel", "key", "value", "headers", "timestamp_ms"];
+pub(crate) const CHANNEL: usize = 0;
+pub(crate) const KEY: usize = 1;
+pub(crate) const VALUE: usize = 2;
+pub(crate) const HEADERS: usize = 3;
+pub(crate) const TIMESTAMP_MS: usize = 4;
+pub(crate) const EFFECTS_FIELDS: [&str; 2] = ["sends", "writes"];
+pub(crate) const SENDS: usize = 0;
+pub(crate) const WRITES: usize = 1;
+
 /// The `__slots__` fields `names` of the slotted class `cls`, each located once in its
 /// instances: reading or setting one is then a pointer read or write, what CPython's
 /// member descriptor does for an object field (`PyMember_GetOne`, `PyMember_SetOne` for
@@ -247,8 +259,8 @@ impl Constructors {
     ) -> PyResult<Self> {
         check_allocatable(&send)?;
         check_allocatable(&effects)?;
-        let send_fields = Slots::of(&send, &["channel", "key", "value", "headers", "timestamp_ms"])?;
-        let effects_fields = Slots::of(&effects, &["sends", "writes"])?;
+        let send_fields = Slots::of(&send, &SEND_FIELDS)?;
+        let effects_fields = Slots::of(&effects, &EFFECTS_FIELDS)?;
         Ok(Constructors {
             send: send.unbind(),
             effects: effects.unbind(),

@@ -16,7 +16,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::py_effects::{alloc, check_allocatable, Slots};
+use crate::py_effects::{
+    alloc, check_allocatable, Slots, CHANNEL, EFFECTS_FIELDS, HEADERS, KEY, SENDS, SEND_FIELDS,
+    TIMESTAMP_MS, VALUE, WRITES,
+};
 use crate::py_methods::Methods;
 
 /// `split_errors(records) -> (good, errors)`: the records whose `error()` is `None`, and
@@ -109,23 +112,12 @@ struct Planned<'a, 'py> {
 // borrow flag refuses a second `&mut`. The module does not declare itself free of the
 // GIL (`#[pymodule]` keeps PyO3's default `gil_used = true`), so a free-threaded
 // CPython turns its GIL back on when it imports the module (`PYTHON_GIL=0` forcing it
-// off is the user's own unsafety, as for any such module), so the GIL is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
+// off is the user's own unsafety, as for any such module), so the GIL is always there.
+// `unsendable` would instead leak the object, with a RuntimeError printed,
 // whenever a collection triggered on one of librdkafka's threads (an admin future
 // resolved there runs Python) drops it.
 unsafe impl Send for FastFrame {}
 unsafe impl Sync for FastFrame {}
-
-/// The fields of `parsley.Effects` and of `parsley.Send` the frame reads, and each one's
-/// index among them.
-const EFFECTS_FIELDS: [&str; 2] = ["sends", "writes"];
-const SENDS: usize = 0;
-const WRITES: usize = 1;
-const SEND_FIELDS: [&str; 5] = ["channel", "key", "value", "headers", "timestamp_ms"];
-const CHANNEL: usize = 0;
-const KEY: usize = 1;
-const VALUE: usize = 2;
-const HEADERS: usize = 3;
-const TIMESTAMP_MS: usize = 4;
 
 /// How many channel objects `FastFrame::output` remembers, the oldest forgotten first (a
 /// handler that makes a new `Channel` per send reads each one's name).

@@ -1,6 +1,6 @@
 //! A consumed record's accessors (`confluent_kafka.Message.topic()`, `.offset()`, ...)
-//! called through their method descriptors, found once per class, instead of looked up
-//! by name on every call: the engine calls six of them on every record it is fed
+//! called through their method descriptors, found when a record's class is met, instead
+//! of looked up by name on every call: the engine calls six of them on every record it is fed
 //! (docs/performance.md, "What is left...", item 10).
 //!
 //! The shortcut is taken only where it cannot differ from `record.name()`: on a class

@@ -41,7 +41,8 @@ const DELIVER_BATCH_RESERVE: i64 = 1024;
 // borrow flag refuses a second `&mut`. The module does not declare itself free of the
 // GIL (`#[pymodule]` keeps PyO3's default `gil_used = true`), so a free-threaded
 // CPython turns its GIL back on when it imports the module (`PYTHON_GIL=0` forcing it
-// off is the user's own unsafety, as for any such module), so the GIL is always there. `unsendable` would instead leak the object, with a RuntimeError printed,
+// off is the user's own unsafety, as for any such module), so the GIL is always there.
+// `unsendable` would instead leak the object, with a RuntimeError printed,
 // whenever a collection triggered on one of librdkafka's threads (an admin future
 // resolved there runs Python) drops it.
 unsafe impl Send for EngineCore {}
@@ -62,10 +63,6 @@ const RECORD_HEADERS: usize = 2;
 const RECORD_TIMESTAMP: usize = 3;
 const RECORD_KEY: usize = 4;
 const RECORD_VALUE: usize = 5;
-
-fn record_methods() -> Methods<6> {
-    Methods::new(["topic", "offset", "headers", "timestamp", "key", "value"])
-}
 
 impl EngineCore {
     fn fail(&mut self, py: Python<'_>, fault: Fault<PyErr>) -> PyErr {
@@ -193,7 +190,7 @@ impl EngineCore {
         EngineCore {
             core: Core::new(Config::default(), Vec::new()),
             py: PyState::default(),
-            record: record_methods(),
+            record: Methods::new(["topic", "offset", "headers", "timestamp", "key", "value"]),
         }
     }
 
